@@ -1,0 +1,28 @@
+//! Compiles this crate's built-in kernels (`src/kernels/`) to PTX for sm_80 and sm_90 and
+//! exposes the files to `src/ptx.rs` through `OUT_DIR`. See `builder/` for how and why.
+
+use fused_gemm_build::{Arch, PtxBuilder};
+
+fn main() {
+    // The nested nvptx64 build of this same crate runs this script again; it has nothing to do.
+    if std::env::var("TARGET").is_ok_and(|t| t.starts_with("nvptx")) {
+        return;
+    }
+    println!("cargo::rustc-check-cfg=cfg(fused_gemm_ptx_skipped)");
+    // `cargo doc`, rust-analyzer and clippy-only runs can skip the device build; launchers then
+    // return `Error::PtxNotBuilt`.
+    if std::env::var_os("FUSED_GEMM_SKIP_PTX").is_some() {
+        println!("cargo::rerun-if-env-changed=FUSED_GEMM_SKIP_PTX");
+        println!("cargo::rustc-cfg=fused_gemm_ptx_skipped");
+        return;
+    }
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    PtxBuilder::new(&root)
+        .arch(Arch::Sm80)
+        .arch(Arch::Sm90)
+        .feature("builtin-kernels")
+        .watch(root.join("device/src"))
+        .watch(root.join("device/Cargo.toml"))
+        .watch(root.join("macros/src"))
+        .build_or_exit();
+}

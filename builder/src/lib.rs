@@ -1,0 +1,314 @@
+//! Compile a kernel crate to PTX from a `build.rs`.
+//!
+//! A kernel crate is an ordinary library crate whose device entry points are emitted under
+//! `cfg(target_arch = "nvptx64")` (by `#[fused_gemm]` or by hand). [`PtxBuilder`] runs a nested
+//! `cargo rustc` for `nvptx64-nvidia-cuda` once per [`Arch`], with `-Zbuild-std=core`, fat LTO and
+//! `panic = "abort"`, and writes one `.ptx` file per arch into `OUT_DIR`.
+//!
+//! # How the PTX is obtained
+//!
+//! rustc's NVPTX target links with the `llvm-bitcode-linker` rustup component, which cannot be
+//! downloaded on the machines this project is built on. We do not link at all: the crate is built
+//! as a `cdylib` with `--emit=asm` and `-C linker=/bin/true`. With fat LTO the single `.s` file
+//! rustc writes is the whole program after LTO, which is exactly the PTX module we want; the link
+//! step that follows is a no-op. (The alternative, `llvm-link` + `llc` from the `llvm-tools`
+//! component, needs a second LLVM whose version must match rustc's; `--emit=asm` keeps rustc's own.)
+//!
+//! # Usage from a downstream `build.rs`
+//!
+//! ```no_run
+//! use fused_gemm_build::{Arch, PtxBuilder};
+//! let artifacts = PtxBuilder::new(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+//!     .arch(Arch::Sm90)
+//!     .arch(Arch::Sm80)
+//!     .build_or_exit();
+//! // then in lib.rs: include_str!(concat!(env!("OUT_DIR"), "/<crate>.sm_90.ptx"))
+//! # let _ = artifacts;
+//! ```
+//!
+//! The nested cargo gets its own target directory under `OUT_DIR` (the outer build holds the
+//! lock on the usual one) and does not inherit the host's `RUSTFLAGS` or compiler wrappers.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A PTX target: the `-C target-cpu` given to rustc's NVPTX backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Arch {
+    /// Ampere (A100): `mma.sync`, `ldmatrix`, `cp.async`. Runs on every later GPU.
+    Sm80,
+    /// Hopper (H100, H200), portable subset: adds TMA (`cp.async.bulk.tensor`) and `mbarrier`
+    /// transaction counts.
+    Sm90,
+    /// Hopper with arch-specific instructions (`wgmma`, `setmaxnreg`). Runs only on sm_90.
+    Sm90a,
+}
+
+impl Arch {
+    /// The name used by PTX's `.target` directive and by ptxas' `-arch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90 => "sm_90",
+            Arch::Sm90a => "sm_90a",
+        }
+    }
+
+    /// Compute capability as `major * 10 + minor`.
+    pub fn compute_capability(self) -> u32 {
+        match self {
+            Arch::Sm80 => 80,
+            Arch::Sm90 | Arch::Sm90a => 90,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a PTX build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A variable cargo sets for build scripts is missing: not running under cargo.
+    #[error("environment variable {0} is not set; PtxBuilder must run inside a cargo build script")]
+    MissingEnv(&'static str),
+    /// The nested cargo could not be started.
+    #[error("could not run `{cargo}`: {source}")]
+    Spawn {
+        /// The cargo binary that was tried.
+        cargo: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The device code did not compile; rustc's diagnostics were printed to stderr.
+    #[error("device code failed to compile for {arch} (rustc's errors are printed above)")]
+    Compile {
+        /// The arch whose build failed.
+        arch: Arch,
+    },
+    /// The nested build succeeded but left no `.s` file behind.
+    #[error("the {arch} build produced no PTX file in {dir}")]
+    NoPtx {
+        /// The arch whose build produced nothing.
+        arch: Arch,
+        /// Where the file was looked for.
+        dir: PathBuf,
+    },
+    /// Reading or writing a PTX file failed.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// One PTX module written by [`PtxBuilder::build`].
+#[derive(Clone, Debug)]
+pub struct PtxArtifact {
+    /// The arch it was compiled for.
+    pub arch: Arch,
+    /// Where it was written (`$OUT_DIR/<crate>.<arch>.ptx`).
+    pub path: PathBuf,
+}
+
+/// Builds a kernel crate to PTX; see the [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct PtxBuilder {
+    crate_dir: PathBuf,
+    archs: Vec<Arch>,
+    features: Vec<String>,
+    watch: Vec<PathBuf>,
+    out_dir: Option<PathBuf>,
+}
+
+impl PtxBuilder {
+    /// A builder for the crate whose `Cargo.toml` is in `crate_dir`.
+    pub fn new(crate_dir: impl Into<PathBuf>) -> Self {
+        PtxBuilder {
+            crate_dir: crate_dir.into(),
+            archs: Vec::new(),
+            features: Vec::new(),
+            watch: Vec::new(),
+            out_dir: None,
+        }
+    }
+
+    /// Adds a target arch (one PTX file each). Without any, `sm_80` and `sm_90` are built.
+    pub fn arch(mut self, arch: Arch) -> Self {
+        if !self.archs.contains(&arch) {
+            self.archs.push(arch);
+        }
+        self
+    }
+
+    /// Enables a cargo feature of the kernel crate in the nvptx64 build.
+    pub fn feature(mut self, feature: impl Into<String>) -> Self {
+        self.features.push(feature.into());
+        self
+    }
+
+    /// Rebuilds when anything under `path` changes (the crate's `src/` and `Cargo.toml` are
+    /// always watched). Use it for path dependencies that hold device code.
+    pub fn watch(mut self, path: impl Into<PathBuf>) -> Self {
+        self.watch.push(path.into());
+        self
+    }
+
+    /// Writes PTX here instead of `$OUT_DIR`.
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Like [`build`](Self::build), but on error prints it in a form cargo shows and exits with
+    /// status 1, so a device compile error reads like any other build error.
+    pub fn build_or_exit(self) -> Vec<PtxArtifact> {
+        match self.build() {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("error: {e}");
+                println!("cargo::error={e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    /// Compiles the crate once per arch and returns the PTX files.
+    ///
+    /// # Errors
+    /// [`BuildError::Compile`] when the device code does not compile (rustc's diagnostics, with
+    /// the device source's file and line, go to stderr, which cargo prints for a failed build
+    /// script); the other variants for a missing cargo environment or i/o failures.
+    pub fn build(self) -> Result<Vec<PtxArtifact>, BuildError> {
+        let out_dir = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => PathBuf::from(env("OUT_DIR")?),
+        };
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+        let manifest = self.crate_dir.join("Cargo.toml");
+        let crate_name = read_package_name(&manifest)?.replace('-', "_");
+
+        println!("cargo::rerun-if-changed={}", self.crate_dir.join("src").display());
+        println!("cargo::rerun-if-changed={}", manifest.display());
+        for w in &self.watch {
+            println!("cargo::rerun-if-changed={}", w.display());
+        }
+        println!("cargo::rerun-if-env-changed=FUSED_GEMM_SKIP_PTX");
+
+        let archs = if self.archs.is_empty() { vec![Arch::Sm80, Arch::Sm90] } else { self.archs.clone() };
+        let mut artifacts = Vec::new();
+        for arch in archs {
+            let target_dir = out_dir.join("ptx-target").join(arch.name());
+            let mut cmd = Command::new(&cargo);
+            cmd.arg("rustc")
+                .arg("--lib")
+                .arg("--release")
+                .arg("--target")
+                .arg("nvptx64-nvidia-cuda")
+                .arg("-Zbuild-std=core")
+                .arg("--crate-type")
+                .arg("cdylib")
+                .arg("--manifest-path")
+                .arg(&manifest)
+                .arg("--target-dir")
+                .arg(&target_dir)
+                .args(["--config", "profile.release.lto=\"fat\""])
+                .args(["--config", "profile.release.panic=\"abort\""])
+                .args(["--config", "profile.release.codegen-units=1"])
+                .args(["--config", "profile.release.opt-level=3"])
+                .args(["--config", "profile.release.debug=false"]);
+            if !self.features.is_empty() {
+                cmd.arg("--features").arg(self.features.join(","));
+            }
+            cmd.arg("--")
+                .arg("--emit=asm")
+                .arg(format!("-Ctarget-cpu={}", arch.name()))
+                .arg("-Clinker=/bin/true");
+            // The host build's flags and wrappers (clippy-driver, coverage, sanitizers) must not
+            // leak into the device build.
+            for var in [
+                "RUSTFLAGS",
+                "CARGO_ENCODED_RUSTFLAGS",
+                "CARGO_BUILD_RUSTFLAGS",
+                "RUSTC_WRAPPER",
+                "RUSTC_WORKSPACE_WRAPPER",
+                "CARGO_BUILD_RUSTC_WRAPPER",
+                "CARGO_TARGET_DIR",
+                "CARGO_BUILD_TARGET",
+                "CARGO_BUILD_TARGET_DIR",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_ENCODED_RUSTDOCFLAGS",
+                "RUSTDOCFLAGS",
+                "CARGO_LLVM_COV",
+                "LLVM_PROFILE_FILE",
+            ] {
+                cmd.env_remove(var);
+            }
+            let status = cmd.status().map_err(|source| BuildError::Spawn {
+                cargo: cargo.to_string_lossy().into_owned(),
+                source,
+            })?;
+            if !status.success() {
+                return Err(BuildError::Compile { arch });
+            }
+            let deps = target_dir.join("nvptx64-nvidia-cuda").join("release").join("deps");
+            let src = newest_asm(&deps, &crate_name).ok_or_else(|| BuildError::NoPtx { arch, dir: deps.clone() })?;
+            let text = std::fs::read_to_string(&src).map_err(|source| BuildError::Io { path: src.clone(), source })?;
+            let path = out_dir.join(format!("{crate_name}.{}.ptx", arch.name()));
+            std::fs::write(&path, text).map_err(|source| BuildError::Io { path: path.clone(), source })?;
+            artifacts.push(PtxArtifact { arch, path });
+        }
+        Ok(artifacts)
+    }
+}
+
+fn env(name: &'static str) -> Result<String, BuildError> {
+    std::env::var(name).map_err(|_| BuildError::MissingEnv(name))
+}
+
+fn read_package_name(manifest: &Path) -> Result<String, BuildError> {
+    let io = |source| BuildError::Io { path: manifest.to_path_buf(), source };
+    let text = std::fs::read_to_string(manifest).map_err(io)?;
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    doc.get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| io(std::io::Error::new(std::io::ErrorKind::InvalidData, "no [package] name")))
+}
+
+fn newest_asm(dir: &Path, crate_name: &str) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "s")
+                && p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s == crate_name || s.starts_with(&format!("{crate_name}-")))
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_name_is_read_from_the_package_table() {
+        let dir = std::env::temp_dir().join(format!("fgb-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = dir.join("Cargo.toml");
+        std::fs::write(&m, "[workspace]\nname = \"no\"\n[package]\nname = \"my-kernels\"\nversion = \"0.1.0\"\n").unwrap();
+        assert_eq!(read_package_name(&m).unwrap(), "my-kernels");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,28 @@
+//! Barriers and memory fences (PTX ISA §9.7.13 `bar`, `membar`/`fence`).
+
+#[cfg(target_arch = "nvptx64")]
+use core::arch::asm;
+
+/// `__syncthreads()`: CTA-wide barrier that also orders shared and global memory among the CTA.
+///
+/// # Safety
+/// Every thread of the CTA must reach the same call (no divergence around it), or the CTA hangs.
+#[inline(always)]
+pub unsafe fn sync_threads() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::nvptx::_syncthreads();
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("sync_threads")
+}
+
+/// `__threadfence()`: orders this thread's global writes before its later ones, GPU-wide
+/// (`fence.acq_rel.gpu`).
+#[inline(always)]
+pub fn thread_fence() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("fence.acq_rel.gpu;")
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("thread_fence")
+}

@@ -1,0 +1,4 @@
+//! Kernel bodies. Entry points (`extern "ptx-kernel"`) live in kernel crates and call these.
+
+pub mod elementwise;
+pub mod naive_gemm;

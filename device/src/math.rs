@@ -1,0 +1,188 @@
+//! Scalar f32 math for epilogue stages, accurate to a few ulp where the stage needs it.
+//!
+//! rustc's NVPTX backend has no libm, so transcendental functions are built from PTX's
+//! `ex2.approx` (PTX ISA §9.7.3.22, max relative error 2^-22 for normal inputs) and
+//! `sin.approx`/`cos.approx` after an explicit range reduction. On the host the same functions
+//! use `libm`, so host unit tests check the formulas, and GPU tests check the instructions.
+
+/// log2(e).
+#[cfg(target_arch = "nvptx64")]
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+/// 2^x.
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!("ex2.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x);
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    libm::exp2f(x)
+}
+
+/// e^x.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        exp2(x * LOG2_E)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    libm::expf(x)
+}
+
+/// IEEE square root (`sqrt.rn.f32`).
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::intrinsics::sqrtf32(x)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    libm::sqrtf(x)
+}
+
+/// 1/sqrt(x), correctly rounded division of a correctly rounded root.
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    1.0 / sqrt(x)
+}
+
+/// Complementary error function, erfc(x) = 1 − erf(x).
+///
+/// Chebyshev fit of Press et al., *Numerical Recipes* §6.2 (`erfcc`): fractional error below
+/// 1.2e-7 everywhere, which keeps erf-GELU within 1e-6 of float64 (known-faults #2).
+#[inline(always)]
+pub fn erfc(x: f32) -> f32 {
+    let z = if x < 0.0 { -x } else { x };
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let p = -1.265_512_2
+        + t * (1.000_023_7
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * exp(-z * z + p);
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// Error function.
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    1.0 - erfc(x)
+}
+
+/// Hyperbolic tangent through e^(2|x|); odd, saturates to ±1 without overflow.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let a = if x < 0.0 { -x } else { x };
+    // For tiny |x| the formula below cancels; tanh(x) = x(1 - x²/3) is exact to f32 there.
+    let r = if a < 0.004 {
+        a * (1.0 - a * a * (1.0 / 3.0))
+    } else {
+        let e = exp(2.0 * a.min(20.0));
+        1.0 - 2.0 / (e + 1.0)
+    };
+    if x < 0.0 { -r } else { r }
+}
+
+/// Logistic sigmoid 1/(1+e^-x).
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// GELU with the exact normal CDF: x·Φ(x) = ½x·erfc(−x/√2). What BERT configs call `gelu`.
+#[inline(always)]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * erfc(-x * core::f32::consts::FRAC_1_SQRT_2)
+}
+
+/// GELU, tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU epilogue):
+/// ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
+#[inline(always)]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + tanh(K * (x + 0.044_715 * x * x * x)))
+}
+
+/// SiLU (swish): x·sigmoid(x).
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// (sin x, cos x) for any finite x: Cody–Waite reduction to [−π, π] with a two-part 2π, then
+/// `sin.approx`/`cos.approx` (absolute error about 5e-7 on that interval).
+#[inline(always)]
+pub fn sincos(x: f32) -> (f32, f32) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        const INV_2PI: f32 = 0.159_154_94;
+        const TWO_PI_HI: f32 = 6.281_25; // exact in 9 bits, so k·HI is exact for |k| < 2^15
+        const TWO_PI_LO: f32 = 1.935_307_2e-3;
+        let k = round(x * INV_2PI);
+        let r = (x - k * TWO_PI_HI) - k * TWO_PI_LO;
+        let (s, c): (f32, f32);
+        unsafe {
+            core::arch::asm!("sin.approx.f32 {s}, {r};", s = out(reg32) s, r = in(reg32) r);
+            core::arch::asm!("cos.approx.f32 {c}, {r};", c = out(reg32) c, r = in(reg32) r);
+        }
+        (s, c)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    (libm::sinf(x), libm::cosf(x))
+}
+
+/// Round half away from zero to an integral f32.
+#[inline(always)]
+pub fn round(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!("cvt.rni.f32.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x);
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    libm::rintf(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // known-faults #2: float64 values of erf-GELU and tanh-GELU.
+    #[test]
+    fn gelu_variants_match_float64_to_1e6() {
+        let xs = [-3.0f32, -1.5, 1.0, 3.0];
+        let erf = [-0.004_049_7, -0.100_210_8, 0.841_344_7, 2.995_950_3];
+        let tanh = [-0.003_637_4, -0.100_428_4, 0.841_192_0, 2.996_362_6];
+        for i in 0..4 {
+            assert!((gelu_erf(xs[i]) - erf[i]).abs() < 1e-6, "gelu({}) = {}", xs[i], gelu_erf(xs[i]));
+            assert!((gelu_tanh(xs[i]) - tanh[i]).abs() < 1e-6, "gelu_tanh({}) = {}", xs[i], gelu_tanh(xs[i]));
+        }
+    }
+
+    #[test]
+    fn erfc_relative_error_is_small_over_a_sweep() {
+        let mut x = -6.0f64;
+        while x < 6.0 {
+            let want = libm::erfc(x);
+            let got = erfc(x as f32) as f64;
+            assert!(((got - want) / want).abs() < 5e-7, "erfc({x}): {got} vs {want}");
+            x += 0.013;
+        }
+    }
+
+    #[test]
+    fn tanh_is_accurate_near_zero_and_saturates() {
+        for &x in &[1e-6f32, 1e-3, 0.003_999, 0.004, 0.5, 5.0, 50.0, -7.0] {
+            let want = libm::tanh(x as f64);
+            assert!(((tanh(x) as f64 - want) / want).abs() < 1e-6, "tanh({x})");
+        }
+        assert_eq!(tanh(1e30), 1.0);
+        assert_eq!(tanh(-1e30), -1.0);
+    }
+}

@@ -1,0 +1,19 @@
+//! Host runtime for fused-gemm, over `cudarc`.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`error`] | the one error type; every fallible call returns [`Result`] |
+//! | [`gpu`] | [`Gpu`]: a device, its context and stream, loaded modules |
+//! | [`module`] | PTX sets embedded by kernel crates, picked per compute capability |
+//! | [`launch`] | grid shapes and typed parameters for kernel launches |
+
+pub mod error;
+pub mod gpu;
+pub mod launch;
+pub mod module;
+
+pub use error::{Error, Result};
+pub use gpu::Gpu;
+
+/// Re-export of the cudarc version this crate is built against.
+pub use cudarc;

@@ -1,0 +1,20 @@
+//! The PTX of the built-in kernels, compiled by `build.rs` and embedded at build time.
+
+use fused_gemm_host::module::{PtxModule, PtxSet};
+
+#[cfg(not(fused_gemm_ptx_skipped))]
+const SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_80.ptx"));
+#[cfg(not(fused_gemm_ptx_skipped))]
+const SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90.ptx"));
+
+/// Built-in kernels, one module per arch (newest first; the launcher picks the newest the device
+/// can run).
+#[cfg(not(fused_gemm_ptx_skipped))]
+pub static BUILTIN: PtxSet = PtxSet::new(
+    "fused_gemm",
+    &[PtxModule { compute_capability: 90, arch: "sm_90", ptx: SM90 }, PtxModule { compute_capability: 80, arch: "sm_80", ptx: SM80 }],
+);
+
+/// Built with `FUSED_GEMM_SKIP_PTX`: no modules, launches fail with `Error::PtxNotBuilt`.
+#[cfg(fused_gemm_ptx_skipped)]
+pub static BUILTIN: PtxSet = PtxSet::new("fused_gemm", &[]);
