@@ -16,7 +16,9 @@ fn main() {
         println!("cargo::rustc-cfg=fused_gemm_ptx_skipped");
         return;
     }
-    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let root = std::path::PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
     PtxBuilder::new(&root)
         .arch(Arch::Sm80)
         .arch(Arch::Sm90)

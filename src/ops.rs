@@ -15,7 +15,11 @@ use fused_gemm_host::cudarc;
 /// [`Error::InvalidArgument`] if `x` and `y` differ in length; launch and driver errors.
 pub fn axpy(gpu: &Gpu, alpha: f32, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -> Result<()> {
     if x.len() != y.len() {
-        return Err(Error::invalid("x", format!("length {} (as y)", y.len()), x.len()));
+        return Err(Error::invalid(
+            "x",
+            format!("length {} (as y)", y.len()),
+            x.len(),
+        ));
     }
     if x.is_empty() {
         return Ok(());
@@ -38,23 +42,47 @@ pub fn axpy(gpu: &Gpu, alpha: f32, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -
 /// # Errors
 /// [`Error::InvalidArgument`] naming the buffer whose length does not match its shape, or a
 /// zero or too-large dimension; [`Error::LaunchLimit`] if M needs more than 65535·16 rows.
-pub fn gemm_naive_f32(gpu: &Gpu, m: usize, n: usize, k: usize, a: &CudaSlice<f32>, b: &CudaSlice<f32>, c: &mut CudaSlice<f32>) -> Result<()> {
+pub fn gemm_naive_f32(
+    gpu: &Gpu,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &CudaSlice<f32>,
+    b: &CudaSlice<f32>,
+    c: &mut CudaSlice<f32>,
+) -> Result<()> {
     for (name, v) in [("m", m), ("n", n), ("k", k)] {
         if v == 0 || v > i32::MAX as usize {
             return Err(Error::invalid(name, "1..=2^31-1", v));
         }
     }
-    for (name, len, want) in [("a", a.len(), m * k), ("b", b.len(), k * n), ("c", c.len(), m * n)] {
+    for (name, len, want) in [
+        ("a", a.len(), m * k),
+        ("b", b.len(), k * n),
+        ("c", c.len(), m * n),
+    ] {
         if len != want {
             return Err(Error::invalid(name, format!("{want} elements"), len));
         }
     }
-    let shape = LaunchShape { grid: (n.div_ceil(16) as u32, m.div_ceil(16) as u32, 1), block: (16, 16, 1), smem_bytes: 0 };
+    let shape = LaunchShape {
+        grid: (n.div_ceil(16) as u32, m.div_ceil(16) as u32, 1),
+        block: (16, 16, 1),
+        smem_bytes: 0,
+    };
     let f = gpu.function(&BUILTIN, basic::GEMM_NAIVE_F32)?;
     let cfg = shape.prepare(&f, gpu.props())?;
     let (m, n, k) = (m as u32, n as u32, k as u32);
     let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&m).arg(&n).arg(&k).arg(a).arg(&k).arg(b).arg(&n).arg(c).arg(&n);
+    l.arg(&m)
+        .arg(&n)
+        .arg(&k)
+        .arg(a)
+        .arg(&k)
+        .arg(b)
+        .arg(&n)
+        .arg(c)
+        .arg(&n);
     // SAFETY: argument order and types match `fg_gemm_naive_f32`; lengths checked above.
     unsafe { l.launch(cfg) }?;
     Ok(())

@@ -12,7 +12,18 @@ const SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90.ptx"
 #[cfg(not(fused_gemm_ptx_skipped))]
 pub static BUILTIN: PtxSet = PtxSet::new(
     "fused_gemm",
-    &[PtxModule { compute_capability: 90, arch: "sm_90", ptx: SM90 }, PtxModule { compute_capability: 80, arch: "sm_80", ptx: SM80 }],
+    &[
+        PtxModule {
+            compute_capability: 90,
+            arch: "sm_90",
+            ptx: SM90,
+        },
+        PtxModule {
+            compute_capability: 80,
+            arch: "sm_80",
+            ptx: SM80,
+        },
+    ],
 );
 
 /// Built with `FUSED_GEMM_SKIP_PTX`: no modules, launches fail with `Error::PtxNotBuilt`.

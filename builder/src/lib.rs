@@ -195,14 +195,21 @@ impl PtxBuilder {
         let manifest = self.crate_dir.join("Cargo.toml");
         let crate_name = read_package_name(&manifest)?.replace('-', "_");
 
-        println!("cargo::rerun-if-changed={}", self.crate_dir.join("src").display());
+        println!(
+            "cargo::rerun-if-changed={}",
+            self.crate_dir.join("src").display()
+        );
         println!("cargo::rerun-if-changed={}", manifest.display());
         for w in &self.watch {
             println!("cargo::rerun-if-changed={}", w.display());
         }
         println!("cargo::rerun-if-env-changed=FUSED_GEMM_SKIP_PTX");
 
-        let archs = if self.archs.is_empty() { vec![Arch::Sm80, Arch::Sm90] } else { self.archs.clone() };
+        let archs = if self.archs.is_empty() {
+            vec![Arch::Sm80, Arch::Sm90]
+        } else {
+            self.archs.clone()
+        };
         let mut artifacts = Vec::new();
         for arch in archs {
             let target_dir = out_dir.join("ptx-target").join(arch.name());
@@ -258,11 +265,23 @@ impl PtxBuilder {
             if !status.success() {
                 return Err(BuildError::Compile { arch });
             }
-            let deps = target_dir.join("nvptx64-nvidia-cuda").join("release").join("deps");
-            let src = newest_asm(&deps, &crate_name).ok_or_else(|| BuildError::NoPtx { arch, dir: deps.clone() })?;
-            let text = std::fs::read_to_string(&src).map_err(|source| BuildError::Io { path: src.clone(), source })?;
+            let deps = target_dir
+                .join("nvptx64-nvidia-cuda")
+                .join("release")
+                .join("deps");
+            let src = newest_asm(&deps, &crate_name).ok_or_else(|| BuildError::NoPtx {
+                arch,
+                dir: deps.clone(),
+            })?;
+            let text = std::fs::read_to_string(&src).map_err(|source| BuildError::Io {
+                path: src.clone(),
+                source,
+            })?;
             let path = out_dir.join(format!("{crate_name}.{}.ptx", arch.name()));
-            std::fs::write(&path, text).map_err(|source| BuildError::Io { path: path.clone(), source })?;
+            std::fs::write(&path, text).map_err(|source| BuildError::Io {
+                path: path.clone(),
+                source,
+            })?;
             artifacts.push(PtxArtifact { arch, path });
         }
         Ok(artifacts)
@@ -274,7 +293,10 @@ fn env(name: &'static str) -> Result<String, BuildError> {
 }
 
 fn read_package_name(manifest: &Path) -> Result<String, BuildError> {
-    let io = |source| BuildError::Io { path: manifest.to_path_buf(), source };
+    let io = |source| BuildError::Io {
+        path: manifest.to_path_buf(),
+        source,
+    };
     let text = std::fs::read_to_string(manifest).map_err(io)?;
     let doc: toml::Table = text
         .parse()
@@ -283,7 +305,12 @@ fn read_package_name(manifest: &Path) -> Result<String, BuildError> {
         .and_then(|p| p.get("name"))
         .and_then(|n| n.as_str())
         .map(str::to_owned)
-        .ok_or_else(|| io(std::io::Error::new(std::io::ErrorKind::InvalidData, "no [package] name")))
+        .ok_or_else(|| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "no [package] name",
+            ))
+        })
 }
 
 fn newest_asm(dir: &Path, crate_name: &str) -> Option<PathBuf> {
@@ -293,7 +320,9 @@ fn newest_asm(dir: &Path, crate_name: &str) -> Option<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             p.extension().is_some_and(|e| e == "s")
-                && p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s == crate_name || s.starts_with(&format!("{crate_name}-")))
+                && p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .is_some_and(|s| s == crate_name || s.starts_with(&format!("{crate_name}-")))
         })
         .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
 }
@@ -307,7 +336,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("fgb-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let m = dir.join("Cargo.toml");
-        std::fs::write(&m, "[workspace]\nname = \"no\"\n[package]\nname = \"my-kernels\"\nversion = \"0.1.0\"\n").unwrap();
+        std::fs::write(
+            &m,
+            "[workspace]\nname = \"no\"\n[package]\nname = \"my-kernels\"\nversion = \"0.1.0\"\n",
+        )
+        .unwrap();
         assert_eq!(read_package_name(&m).unwrap(), "my-kernels");
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -9,7 +9,14 @@
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics, gpu_intrinsics, gpu_launch_sized_workgroup_mem)
+    feature(
+        abi_ptx,
+        stdarch_nvptx,
+        asm_experimental_arch,
+        core_intrinsics,
+        gpu_intrinsics,
+        gpu_launch_sized_workgroup_mem
+    )
 )]
 
 pub mod arch;

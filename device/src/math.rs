@@ -63,7 +63,9 @@ pub fn erfc(x: f32) -> f32 {
             + t * (0.374_091_96
                 + t * (0.096_784_18
                     + t * (-0.186_288_06
-                        + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
     let r = t * exp(-z * z + p);
     if x >= 0.0 { r } else { 2.0 - r }
 }
@@ -160,8 +162,18 @@ mod tests {
         let erf = [-0.004_049_7, -0.100_210_8, 0.841_344_7, 2.995_950_3];
         let tanh = [-0.003_637_4, -0.100_428_4, 0.841_192_0, 2.996_362_6];
         for i in 0..4 {
-            assert!((gelu_erf(xs[i]) - erf[i]).abs() < 1e-6, "gelu({}) = {}", xs[i], gelu_erf(xs[i]));
-            assert!((gelu_tanh(xs[i]) - tanh[i]).abs() < 1e-6, "gelu_tanh({}) = {}", xs[i], gelu_tanh(xs[i]));
+            assert!(
+                (gelu_erf(xs[i]) - erf[i]).abs() < 1e-6,
+                "gelu({}) = {}",
+                xs[i],
+                gelu_erf(xs[i])
+            );
+            assert!(
+                (gelu_tanh(xs[i]) - tanh[i]).abs() < 1e-6,
+                "gelu_tanh({}) = {}",
+                xs[i],
+                gelu_tanh(xs[i])
+            );
         }
     }
 
@@ -171,7 +183,10 @@ mod tests {
         while x < 6.0 {
             let want = libm::erfc(x);
             let got = erfc(x as f32) as f64;
-            assert!(((got - want) / want).abs() < 5e-7, "erfc({x}): {got} vs {want}");
+            assert!(
+                ((got - want) / want).abs() < 5e-7,
+                "erfc({x}): {got} vs {want}"
+            );
             x += 0.013;
         }
     }

@@ -6,7 +6,9 @@ use cudarc::driver::DriverError;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// `libcuda.so` could not be loaded: no NVIDIA driver on this machine.
-    #[error("no CUDA driver found (libcuda could not be loaded); a GPU and the NVIDIA driver are required")]
+    #[error(
+        "no CUDA driver found (libcuda could not be loaded); a GPU and the NVIDIA driver are required"
+    )]
     NoDriver,
     /// The driver loaded but reports no device with this ordinal.
     #[error("no CUDA device with ordinal {ordinal} ({count} device(s) present)")]
@@ -17,7 +19,9 @@ pub enum Error {
         count: usize,
     },
     /// The kernel crate was built without PTX (`FUSED_GEMM_SKIP_PTX` was set).
-    #[error("kernel crate `{crate_name}` was built with FUSED_GEMM_SKIP_PTX: it holds no PTX to launch")]
+    #[error(
+        "kernel crate `{crate_name}` was built with FUSED_GEMM_SKIP_PTX: it holds no PTX to launch"
+    )]
     PtxNotBuilt {
         /// The crate whose PTX set is empty.
         crate_name: &'static str,
@@ -73,6 +77,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An [`Error::InvalidArgument`].
     pub fn invalid(arg: &'static str, expected: impl Into<String>, actual: impl ToString) -> Self {
-        Error::InvalidArgument { arg, expected: expected.into(), actual: actual.to_string() }
+        Error::InvalidArgument {
+            arg,
+            expected: expected.into(),
+            actual: actual.to_string(),
+        }
     }
 }

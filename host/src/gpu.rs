@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+};
 
 use crate::module::PtxSet;
 use crate::{Error, Result};
@@ -45,7 +47,10 @@ pub struct Gpu {
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("name", &self.name).field("props", &self.props).finish()
+        f.debug_struct("Gpu")
+            .field("name", &self.name)
+            .field("props", &self.props)
+            .finish()
     }
 }
 
@@ -89,7 +94,14 @@ impl Gpu {
             max_grid_y: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
         };
         let name = ctx.name()?;
-        Ok(Gpu { ctx, stream, props, name, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()) })
+        Ok(Gpu {
+            ctx,
+            stream,
+            props,
+            name,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The device's name as the driver reports it.
@@ -129,18 +141,30 @@ impl Gpu {
     /// driver's error when the PTX does not load (JIT failure).
     pub fn function(&self, set: &'static PtxSet, name: &str) -> Result<CudaFunction> {
         let key = (set as *const PtxSet as usize, name.to_owned());
-        if let Some(f) = self.functions.lock().expect("function cache poisoned").get(&key) {
+        if let Some(f) = self
+            .functions
+            .lock()
+            .expect("function cache poisoned")
+            .get(&key)
+        {
             return Ok(f.clone());
         }
         let (module, arch) = self.module(set)?;
         let f = module.load_function(name).map_err(|e| {
             if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND {
-                Error::KernelNotFound { name: name.to_owned(), crate_name: set.crate_name, arch }
+                Error::KernelNotFound {
+                    name: name.to_owned(),
+                    crate_name: set.crate_name,
+                    arch,
+                }
             } else {
                 Error::Driver(e)
             }
         })?;
-        self.functions.lock().expect("function cache poisoned").insert(key, f.clone());
+        self.functions
+            .lock()
+            .expect("function cache poisoned")
+            .insert(key, f.clone());
         Ok(f)
     }
 
@@ -151,7 +175,9 @@ impl Gpu {
             return Ok(m.clone());
         }
         let chosen = set.select(self.props.compute_capability)?;
-        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(chosen.ptx))?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(chosen.ptx))?;
         modules.insert(key, (module.clone(), chosen.arch));
         Ok((module, chosen.arch))
     }
@@ -174,7 +200,9 @@ impl Gpu {
     }
 
     fn check_alloc<T>(&self, len: usize) -> Result<()> {
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
         let (free, _) = self.ctx.mem_get_info()?;
         if bytes > free {
             return Err(Error::OutOfMemory { bytes });

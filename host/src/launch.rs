@@ -31,7 +31,11 @@ impl LaunchShape {
             return Err(Error::invalid("threads", "1..=1024", threads));
         }
         let ctas = n.div_ceil(threads as u64).clamp(1, max_ctas.max(1) as u64) as u32;
-        Ok(LaunchShape { grid: (ctas, 1, 1), block: (threads, 1, 1), smem_bytes: 0 })
+        Ok(LaunchShape {
+            grid: (ctas, 1, 1),
+            block: (threads, 1, 1),
+            smem_bytes: 0,
+        })
     }
 
     /// Checks the shape against the device's limits.
@@ -45,11 +49,20 @@ impl LaunchShape {
             return Err(Error::LaunchLimit(format!("empty grid {:?}", self.grid)));
         }
         if gx > i32::MAX as u32 || gy > props.max_grid_y || gz > props.max_grid_y {
-            return Err(Error::LaunchLimit(format!("grid {:?} exceeds ({}, {}, {})", self.grid, i32::MAX, props.max_grid_y, props.max_grid_y)));
+            return Err(Error::LaunchLimit(format!(
+                "grid {:?} exceeds ({}, {}, {})",
+                self.grid,
+                i32::MAX,
+                props.max_grid_y,
+                props.max_grid_y
+            )));
         }
         let threads = bx as u64 * by as u64 * bz as u64;
         if threads == 0 || threads > 1024 {
-            return Err(Error::LaunchLimit(format!("block {:?} has {threads} threads; 1..=1024 allowed", self.block)));
+            return Err(Error::LaunchLimit(format!(
+                "block {:?} has {threads} threads; 1..=1024 allowed",
+                self.block
+            )));
         }
         if self.smem_bytes > props.smem_per_block_optin {
             return Err(Error::LaunchLimit(format!(
@@ -65,9 +78,16 @@ impl LaunchShape {
     pub fn prepare(&self, func: &CudaFunction, props: &DeviceProps) -> Result<LaunchConfig> {
         self.check(props)?;
         if self.smem_bytes > DEFAULT_SMEM_LIMIT {
-            func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem_bytes as i32)?;
+            func.set_attribute(
+                FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.smem_bytes as i32,
+            )?;
         }
-        Ok(LaunchConfig { grid_dim: self.grid, block_dim: self.block, shared_mem_bytes: self.smem_bytes })
+        Ok(LaunchConfig {
+            grid_dim: self.grid,
+            block_dim: self.block,
+            shared_mem_bytes: self.smem_bytes,
+        })
     }
 }
 
@@ -106,15 +126,33 @@ mod tests {
     #[test]
     fn limits_are_named() {
         let p = h200();
-        let big = LaunchShape { grid: (1, 70_000, 1), block: (256, 1, 1), smem_bytes: 0 };
+        let big = LaunchShape {
+            grid: (1, 70_000, 1),
+            block: (256, 1, 1),
+            smem_bytes: 0,
+        };
         assert!(matches!(big.check(&p), Err(Error::LaunchLimit(m)) if m.contains("65535")));
-        let smem = LaunchShape { grid: (1, 1, 1), block: (256, 1, 1), smem_bytes: 300_000 };
+        let smem = LaunchShape {
+            grid: (1, 1, 1),
+            block: (256, 1, 1),
+            smem_bytes: 300_000,
+        };
         assert!(matches!(smem.check(&p), Err(Error::LaunchLimit(m)) if m.contains("232448")));
-        let threads = LaunchShape { grid: (1, 1, 1), block: (32, 33, 1), smem_bytes: 0 };
+        let threads = LaunchShape {
+            grid: (1, 1, 1),
+            block: (32, 33, 1),
+            smem_bytes: 0,
+        };
         assert!(threads.check(&p).is_err());
         // 64 KB and 96 KB tiles are legal on sm_90 (opt-in happens in `prepare`).
         for kb in [64, 96] {
-            LaunchShape { grid: (1, 1, 1), block: (256, 1, 1), smem_bytes: kb * 1024 }.check(&p).unwrap();
+            LaunchShape {
+                grid: (1, 1, 1),
+                block: (256, 1, 1),
+                smem_bytes: kb * 1024,
+            }
+            .check(&p)
+            .unwrap();
         }
     }
 }

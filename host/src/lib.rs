@@ -6,11 +6,15 @@
 //! | [`gpu`] | [`Gpu`]: a device, its context and stream, loaded modules |
 //! | [`module`] | PTX sets embedded by kernel crates, picked per compute capability |
 //! | [`launch`] | grid shapes and typed parameters for kernel launches |
+//! | [`reference`] | CPU f64 references of every kernel |
+//! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
 
 pub mod error;
 pub mod gpu;
 pub mod launch;
 pub mod module;
+pub mod reference;
+pub mod testing;
 
 pub use error::{Error, Result};
 pub use gpu::Gpu;

@@ -23,22 +23,38 @@ pub struct PtxSet {
 impl PtxSet {
     /// A set; list `modules` newest arch first.
     pub const fn new(crate_name: &'static str, modules: &'static [PtxModule]) -> Self {
-        PtxSet { crate_name, modules }
+        PtxSet {
+            crate_name,
+            modules,
+        }
     }
 
     /// The newest module a device of compute capability `cc` can run. `sm_90a` code runs only on
     /// exactly 9.0; plain `sm_XY` PTX runs on XY and later (the driver JIT-compiles it).
     pub fn select(&self, cc: u32) -> crate::Result<&PtxModule> {
         if self.modules.is_empty() {
-            return Err(crate::Error::PtxNotBuilt { crate_name: self.crate_name });
+            return Err(crate::Error::PtxNotBuilt {
+                crate_name: self.crate_name,
+            });
         }
         self.modules
             .iter()
-            .find(|m| if m.arch.ends_with('a') { m.compute_capability == cc } else { m.compute_capability <= cc })
+            .find(|m| {
+                if m.arch.ends_with('a') {
+                    m.compute_capability == cc
+                } else {
+                    m.compute_capability <= cc
+                }
+            })
             .ok_or_else(|| crate::Error::UnsupportedArch {
                 crate_name: self.crate_name,
                 device_cc: cc,
-                available: self.modules.iter().map(|m| m.arch).collect::<Vec<_>>().join(", "),
+                available: self
+                    .modules
+                    .iter()
+                    .map(|m| m.arch)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
     }
 }
@@ -50,9 +66,21 @@ mod tests {
     static SET: PtxSet = PtxSet::new(
         "k",
         &[
-            PtxModule { compute_capability: 90, arch: "sm_90a", ptx: "a" },
-            PtxModule { compute_capability: 90, arch: "sm_90", ptx: "b" },
-            PtxModule { compute_capability: 80, arch: "sm_80", ptx: "c" },
+            PtxModule {
+                compute_capability: 90,
+                arch: "sm_90a",
+                ptx: "a",
+            },
+            PtxModule {
+                compute_capability: 90,
+                arch: "sm_90",
+                ptx: "b",
+            },
+            PtxModule {
+                compute_capability: 80,
+                arch: "sm_80",
+                ptx: "c",
+            },
         ],
     );
 
@@ -61,7 +89,13 @@ mod tests {
         assert_eq!(SET.select(90).unwrap().arch, "sm_90a");
         assert_eq!(SET.select(100).unwrap().arch, "sm_90");
         assert_eq!(SET.select(89).unwrap().arch, "sm_80");
-        assert!(matches!(SET.select(75), Err(crate::Error::UnsupportedArch { device_cc: 75, .. })));
-        assert!(matches!(PtxSet::new("e", &[]).select(90), Err(crate::Error::PtxNotBuilt { .. })));
+        assert!(matches!(
+            SET.select(75),
+            Err(crate::Error::UnsupportedArch { device_cc: 75, .. })
+        ));
+        assert!(matches!(
+            PtxSet::new("e", &[]).select(90),
+            Err(crate::Error::PtxNotBuilt { .. })
+        ));
     }
 }

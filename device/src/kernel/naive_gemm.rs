@@ -10,7 +10,17 @@ use crate::arch::thread::{block_dim_x, block_idx_x, block_idx_y, thread_idx_x, t
 /// Pointers must be valid for the extents implied by M, N, K and the leading dimensions.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_f32(m: u32, n: u32, k: u32, a: *const f32, lda: u32, b: *const f32, ldb: u32, c: *mut f32, ldc: u32) {
+pub unsafe fn gemm_f32(
+    m: u32,
+    n: u32,
+    k: u32,
+    a: *const f32,
+    lda: u32,
+    b: *const f32,
+    ldb: u32,
+    c: *mut f32,
+    ldc: u32,
+) {
     let col = block_idx_x() * block_dim_x() + thread_idx_x();
     let row = block_idx_y() * block_dim_x() + thread_idx_y();
     if row >= m || col >= n {

@@ -1,0 +1,112 @@
+//! CPU references in f64, for tests and for the CPU path of the examples.
+//!
+//! Every function takes inputs already widened to f64 and row-major buffers, and documents the
+//! shapes it expects. They are written for clarity, not speed.
+
+/// `C = A·B` in f64. A is M×K row-major; B is K×N row-major when `b_col_major` is false and N×K
+/// row-major (i.e. Bᵀ stored, PyTorch `Linear` weights) when true. Returns C, M×N row-major.
+///
+/// # Panics
+/// If a buffer's length does not match its shape (a bug in the caller: references are test code).
+pub fn gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], b_col_major: bool) -> Vec<f64> {
+    assert_eq!(a.len(), m * k, "A must be M×K");
+    assert_eq!(b.len(), k * n, "B must hold K·N elements");
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for kk in 0..k {
+            let aik = a[i * k + kk];
+            if aik == 0.0 {
+                continue;
+            }
+            let row = &mut c[i * n..(i + 1) * n];
+            if b_col_major {
+                for (j, cij) in row.iter_mut().enumerate() {
+                    *cij += aik * b[j * k + kk];
+                }
+            } else {
+                for (cij, bkj) in row.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
+                    *cij += aik * bkj;
+                }
+            }
+        }
+    }
+    c
+}
+
+/// Relative Frobenius error ‖got − want‖ / ‖want‖; `f64::INFINITY` if `got` has a NaN or an
+/// infinity where `want` is finite (NaN never passes a threshold), and the absolute error when
+/// `want` is all zeros.
+pub fn rel_frobenius_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "compared buffers differ in length");
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (&g, &w) in got.iter().zip(want) {
+        if !g.is_finite() && w.is_finite() {
+            return f64::INFINITY;
+        }
+        if g.is_nan() != w.is_nan() {
+            return f64::INFINITY;
+        }
+        if w.is_nan() {
+            continue;
+        }
+        num += (g - w) * (g - w);
+        den += w * w;
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Largest |got − want| / max(|want|, floor) over all elements (NaN mismatches give infinity).
+pub fn max_rel_error(got: &[f64], want: &[f64], floor: f64) -> f64 {
+    assert_eq!(got.len(), want.len(), "compared buffers differ in length");
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| {
+            if g.is_nan() || w.is_nan() {
+                if g.is_nan() && w.is_nan() {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                (g - w).abs() / w.abs().max(floor)
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_layouts_agree() {
+        let (m, n, k) = (3, 5, 4);
+        let a: Vec<f64> = (0..m * k).map(|i| i as f64 * 0.5 - 2.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i as f64).sin()).collect();
+        let mut bt = vec![0.0; k * n];
+        for kk in 0..k {
+            for j in 0..n {
+                bt[j * k + kk] = b[kk * n + j];
+            }
+        }
+        let c1 = gemm(m, n, k, &a, &b, false);
+        let c2 = gemm(m, n, k, &a, &bt, true);
+        assert_eq!(c1, c2);
+        // C[1,2] by hand.
+        let want: f64 = (0..k).map(|kk| a[k + kk] * b[kk * n + 2]).sum();
+        assert!((c1[n + 2] - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn errors_flag_nan_and_scale() {
+        assert_eq!(rel_frobenius_error(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!(rel_frobenius_error(&[f64::NAN, 2.0], &[1.0, 2.0]).is_infinite());
+        assert!((rel_frobenius_error(&[1.1, 0.0], &[1.0, 0.0]) - 0.1).abs() < 1e-12);
+        assert!(max_rel_error(&[1.0, f64::NAN], &[1.0, 1.0], 1e-6).is_infinite());
+    }
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything the build and tests need, idempotently: the pinned nightly toolchain with
+# rust-src (for -Zbuild-std) and ptxas (PyPI nvidia-cuda-nvcc 13.0.x, matching the GPU machine's
+# CUDA 13.0) under .tools/. Source it (`. scripts/setup.sh`) to get FUSED_GEMM_PTXAS exported.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
+
+if ! command -v rustup >/dev/null; then
+    echo "setup: rustup not found; installing it (https://rustup.rs)" >&2
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain none >&2
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+fi
+if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1 \
+    || ! rustup component list --toolchain "$toolchain" --installed 2>/dev/null | grep -q '^rust-src'; then
+    echo "setup: installing Rust $toolchain" >&2
+    rustup toolchain install "$toolchain" --profile minimal --component rust-src,llvm-tools,clippy,rustfmt >&2
+fi
+
+ptxas="$root/.tools/cuda-nvcc/nvidia/cu13/bin/ptxas"
+if [ ! -x "$ptxas" ]; then
+    echo "setup: installing ptxas (pip nvidia-cuda-nvcc==13.0.88) into .tools/" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+        --target "$root/.tools/cuda-nvcc" nvidia-cuda-nvcc==13.0.88 >&2
+fi
+export FUSED_GEMM_PTXAS="$ptxas"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test suite: sets everything up on a fresh machine, then runs every test.
+# GPU tests skip with a message when no CUDA driver is present (run them on a GPU machine with
+# scripts/gpu-bundle.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+cargo fmt --all -- --check
+cargo test --workspace --locked "$@"
