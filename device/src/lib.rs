@@ -19,7 +19,12 @@
     )
 )]
 
+#[cfg(test)]
+extern crate std;
+
 pub mod arch;
+pub mod epilogue;
+pub mod gemm;
 pub mod kernel;
 pub mod math;
 pub mod params;

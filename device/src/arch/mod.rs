@@ -15,3 +15,15 @@ pub mod warp;
 pub(crate) fn host_unreachable(what: &str) -> ! {
     panic!("device intrinsic `{what}` called on the host")
 }
+
+/// Aborts the kernel (`trap`): the launch fails with `CUDA_ERROR_LAUNCH_FAILED`. For states a
+/// correct launcher never creates; never used to report input errors, which the host rejects.
+#[inline(always)]
+pub fn trap() -> ! {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::nvptx::trap()
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    host_unreachable("trap")
+}

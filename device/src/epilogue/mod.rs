@@ -1,0 +1,259 @@
+//! Epilogue stages: what runs on the fp32 accumulator tile after the mainloop, before the store.
+//!
+//! # Model
+//!
+//! After the mainloop every thread holds an [`Acc`]: `MI × NI` `mma.sync` m16n8 accumulator
+//! fragments. Fragment `(mi, ni)` element `2h + e` (h, e ∈ {0, 1}) is the output element at
+//!
+//! ```text
+//! row = ctx.warp_row + 16·mi + lane/4 + 8·h
+//! col = ctx.warp_col +  8·ni + 2·(lane%4) + e
+//! ```
+//!
+//! so each thread holds pairs of adjacent columns `(col, col + 1)`, `col` even (PTX ISA §9.7.14.5.8,
+//! "Matrix Fragments for mma.m16n8k16"). Pairwise stages (SwiGLU, GeGLU, RoPE) work on these
+//! register pairs. The mainloop that fed the tile does not matter to a stage.
+//!
+//! A stage is a type implementing [`Stage`]; its launch-time inputs are its `Params` (a
+//! `#[repr(C)]` struct of device addresses and scalars, filled by the host launcher). Stages are
+//! composed statically with [`Cons`], applied head first, in the order written in
+//! `#[fused_gemm(epilogue = [...])]`.
+//!
+//! # Invariants a stage may assume
+//! - every thread of the CTA calls `apply` (stages with cross-thread reductions rely on it);
+//! - values at rows ≥ M or columns ≥ N are present but meaningless; stages must not read memory
+//!   there and reductions must not count them ([`Acc::for_each_pair`] skips them);
+//! - shared memory (`ctx.scratch`, `ctx.scratch_bytes` bytes) is free to use: the mainloop is done;
+//! - after a pair-reducing stage (`ctx.paired`), element `2h` holds the value of output column
+//!   `col / 2` and element `2h + 1` is dead.
+
+pub mod ops;
+pub mod stages;
+pub mod store;
+
+use crate::params::KernelParam;
+use crate::types::Element;
+
+/// The per-thread accumulator tile: `MI × NI` m16n8 fragments of 4 f32 each.
+#[derive(Clone, Copy)]
+pub struct Acc<const MI: usize, const NI: usize> {
+    /// `v[mi][ni][2h + e]`, see the [module docs](self) for coordinates.
+    pub v: [[[f32; 4]; NI]; MI],
+}
+
+impl<const MI: usize, const NI: usize> Acc<MI, NI> {
+    /// All zeros.
+    #[inline(always)]
+    pub const fn zero() -> Self {
+        Acc {
+            v: [[[0.0; 4]; NI]; MI],
+        }
+    }
+
+    /// Calls `f(row, col, &mut v0, &mut v1)` for every in-bounds pair this thread holds
+    /// (`row < M`, `col < N`; `v1` belongs to `col + 1`, which may be ≥ N: check `ctx.n`).
+    /// Before a pair-reducing stage only.
+    #[inline(always)]
+    pub fn for_each_pair(
+        &mut self,
+        ctx: &TileCtx,
+        mut f: impl FnMut(u32, u32, &mut f32, &mut f32),
+    ) {
+        for mi in 0..MI {
+            for h in 0..2 {
+                let row = ctx.row_of(mi, h);
+                if row >= ctx.m {
+                    continue;
+                }
+                for ni in 0..NI {
+                    let col = ctx.col_of(ni);
+                    if col >= ctx.n {
+                        continue;
+                    }
+                    let [a, b] = self.v[mi][ni].get_disjoint_mut([2 * h, 2 * h + 1]).unwrap();
+                    f(row, col, a, b);
+                }
+            }
+        }
+    }
+
+    /// Calls `f(row, col, &mut v)` for every in-bounds value, with `col` the *output* column
+    /// (halved after a pair-reducing stage).
+    #[inline(always)]
+    pub fn for_each(&mut self, ctx: &TileCtx, mut f: impl FnMut(u32, u32, &mut f32)) {
+        for mi in 0..MI {
+            for h in 0..2 {
+                let row = ctx.row_of(mi, h);
+                if row >= ctx.m {
+                    continue;
+                }
+                for ni in 0..NI {
+                    let col = ctx.col_of(ni);
+                    if ctx.paired {
+                        if col < ctx.n {
+                            f(row, col / 2, &mut self.v[mi][ni][2 * h]);
+                        }
+                    } else {
+                        for e in 0..2 {
+                            if col + (e as u32) < ctx.n {
+                                f(row, col + e as u32, &mut self.v[mi][ni][2 * h + e]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies `f` to every value, in bounds or not (cheapest form for pure functions).
+    #[inline(always)]
+    pub fn map(&mut self, f: impl Fn(f32) -> f32) {
+        for mi in 0..MI {
+            for ni in 0..NI {
+                for e in 0..4 {
+                    self.v[mi][ni][e] = f(self.v[mi][ni][e]);
+                }
+            }
+        }
+    }
+}
+
+/// Where this thread's tile sits in the problem, and what the kernel shares with stages.
+#[derive(Clone, Copy)]
+pub struct TileCtx {
+    /// Rows of the GEMM output (M).
+    pub m: u32,
+    /// Columns of the GEMM output (N), before any pair reduction.
+    pub n: u32,
+    /// First row of this warp's tile.
+    pub warp_row: u32,
+    /// First column of this warp's tile.
+    pub warp_col: u32,
+    /// First row of the CTA's tile.
+    pub cta_row: u32,
+    /// First column of the CTA's tile.
+    pub cta_col: u32,
+    /// Rows of the CTA tile (BM).
+    pub bm: u32,
+    /// Columns of the CTA tile (BN).
+    pub bn: u32,
+    /// `lane / 4`: row within an m16n8 fragment half.
+    pub g: u32,
+    /// `lane % 4`: column pair within an m16n8 fragment.
+    pub t: u32,
+    /// Warp index along N within the CTA, and warps along N.
+    pub warp_n: u32,
+    /// Warps along N in the CTA.
+    pub warps_n: u32,
+    /// Warp index along M within the CTA.
+    pub warp_m: u32,
+    /// Index of the N tile (CTA column) in the grid, and the number of N tiles.
+    pub tile_n: u32,
+    /// Number of N tiles.
+    pub tiles_n: u32,
+    /// True once a pair-reducing stage ran: the output has N/2 columns.
+    pub paired: bool,
+    /// True once a row-norm stage deferred itself to the finishing kernel (its CTA does not span
+    /// the row): the remaining stages do not run here, and the store writes the pre-norm values.
+    pub deferred: bool,
+    /// Output pointer (C) and its leading dimension, elements; read by `accumulate`.
+    pub c: u64,
+    /// Leading dimension of C (elements).
+    pub ldc: u32,
+    /// Free shared memory for cross-warp reductions (generic pointer) and its size in bytes.
+    pub scratch: *mut u8,
+    /// Bytes available at `scratch`.
+    pub scratch_bytes: u32,
+}
+
+impl TileCtx {
+    /// Row of fragment row-block `mi`, half `h`.
+    #[inline(always)]
+    pub fn row_of(&self, mi: usize, h: usize) -> u32 {
+        self.warp_row + 16 * mi as u32 + self.g + 8 * h as u32
+    }
+
+    /// First (even) column of fragment column-block `ni`.
+    #[inline(always)]
+    pub fn col_of(&self, ni: usize) -> u32 {
+        self.warp_col + 8 * ni as u32 + 2 * self.t
+    }
+
+    /// Output columns after the stages so far.
+    #[inline(always)]
+    pub fn out_n(&self) -> u32 {
+        if self.paired { self.n / 2 } else { self.n }
+    }
+
+    /// True when this CTA's tile covers every column of the row (in-CTA row reductions are
+    /// possible).
+    #[inline(always)]
+    pub fn spans_row(&self) -> bool {
+        self.cta_col == 0 && self.bn >= self.n
+    }
+}
+
+/// One epilogue stage. See the [module docs](self) for what `apply` may assume.
+pub trait Stage {
+    /// Launch-time parameters, passed by value inside the kernel's parameter struct.
+    type Params: KernelParam;
+    /// Whether the stage turns column pairs into single values (output width N/2).
+    const PAIRS: bool = false;
+    /// Whether the stage reduces over whole rows (and so needs the row in one CTA, or the
+    /// partial-statistics path).
+    const ROW_REDUCTION: bool = false;
+
+    /// Transforms the tile in registers. `Out` is the kernel's output element type.
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &Self::Params,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    );
+}
+
+/// The empty stage list.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Nil;
+
+unsafe impl KernelParam for Nil {}
+
+/// A stage list: `H` first, then the list `T`. Also the `#[repr(C)]` pair of their parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cons<H, T> {
+    /// Parameters of the first stage.
+    pub head: H,
+    /// Parameters of the rest.
+    pub tail: T,
+}
+
+unsafe impl<H: KernelParam, T: KernelParam> KernelParam for Cons<H, T> {}
+
+impl Stage for Nil {
+    type Params = Nil;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        _: &Nil,
+        _: &mut Acc<MI, NI>,
+        _: &mut TileCtx,
+    ) {
+    }
+}
+
+impl<H: Stage, T: Stage> Stage for Cons<H, T> {
+    type Params = Cons<H::Params, T::Params>;
+    const PAIRS: bool = H::PAIRS || T::PAIRS;
+    const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &Self::Params,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        H::apply::<Out, MI, NI>(&p.head, acc, ctx);
+        if !ctx.deferred {
+            T::apply::<Out, MI, NI>(&p.tail, acc, ctx);
+        }
+    }
+}

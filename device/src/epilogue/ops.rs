@@ -1,0 +1,82 @@
+//! Global-memory helpers for stages: element and pair loads/stores of any [`Element`] type at
+//! `(row, col)` of a row-major matrix, vectorized when the address allows it.
+
+use crate::types::Element;
+
+/// Loads element `idx` of a vector of `E` at device address `base`, widened to f32.
+///
+/// # Safety
+/// `base` must be a valid device address of at least `idx + 1` elements of `E`.
+#[inline(always)]
+pub unsafe fn load<E: Element>(base: u64, idx: u32) -> f32 {
+    (*(base as *const E).add(idx as usize)).to_f32()
+}
+
+/// Loads elements `(col, col + 1)` of row `row` of a row-major matrix of `E` (leading dimension
+/// `ld` elements) with one 4- or 8-byte load when the address is aligned for it, else two
+/// scalar loads. `col + 1 ≥ n` reads only `col` and returns 0 for the second value.
+///
+/// # Safety
+/// The matrix must hold `row` and the columns `< n` that are read.
+#[inline(always)]
+pub unsafe fn load_pair<E: Element>(base: u64, ld: u32, row: u32, col: u32, n: u32) -> (f32, f32) {
+    let p = (base as *const E).add(row as usize * ld as usize + col as usize);
+    let pair_bytes = 2 * core::mem::size_of::<E>() as u64;
+    if col + 1 < n && (p as u64) % pair_bytes == 0 {
+        if core::mem::size_of::<E>() == 2 {
+            let w = *(p as *const u32);
+            E::unpack2(w)
+        } else {
+            let w = *(p as *const [f32; 2]);
+            (w[0], w[1])
+        }
+    } else {
+        let a = (*p).to_f32();
+        let b = if col + 1 < n {
+            (*p.add(1)).to_f32()
+        } else {
+            0.0
+        };
+        (a, b)
+    }
+}
+
+/// Stores `(v0, v1)` at `(row, col)`, `(row, col + 1)` of a row-major matrix of `E`, as one
+/// 4- or 8-byte store when aligned, else scalar stores; `col + 1 ≥ n` stores only `v0`.
+///
+/// # Safety
+/// The matrix must hold `row` and the columns `< n` that are written.
+#[inline(always)]
+pub unsafe fn store_pair<E: Element>(
+    base: u64,
+    ld: u32,
+    row: u32,
+    col: u32,
+    n: u32,
+    v0: f32,
+    v1: f32,
+) {
+    let p = (base as *mut E).add(row as usize * ld as usize + col as usize);
+    let pair_bytes = 2 * core::mem::size_of::<E>() as u64;
+    if col + 1 < n && (p as u64) % pair_bytes == 0 {
+        if core::mem::size_of::<E>() == 2 {
+            *(p as *mut u32) = E::pack2(v0, v1);
+        } else {
+            *(p as *mut [f32; 2]) = [v0, v1];
+        }
+    } else {
+        *p = E::from_f32(v0);
+        if col + 1 < n {
+            *p.add(1) = E::from_f32(v1);
+        }
+    }
+}
+
+/// Stores one element at `(row, col)`.
+///
+/// # Safety
+/// The matrix must hold `(row, col)`.
+#[inline(always)]
+pub unsafe fn store_one<E: Element>(base: u64, ld: u32, row: u32, col: u32, v: f32) {
+    *(base as *mut E).add(row as usize * ld as usize + col as usize) = E::from_f32(v);
+}

@@ -1,0 +1,680 @@
+//! The stage vocabulary of `#[fused_gemm(epilogue = [...])]`, one type per stage.
+//!
+//! Vectors and tiles read by stages (bias, residual, gamma, beta) have the kernel's output
+//! element type; per-row scale vectors are f32. Formulas are given on each type, with `x` the
+//! value entering the stage at output element `(r, c)`.
+
+use super::ops::{load, load_pair};
+use super::{Acc, Stage, TileCtx};
+use crate::arch::sync::sync_threads;
+use crate::arch::warp::shfl_xor_f32;
+use crate::math;
+use crate::params::KernelParam;
+use crate::types::Element;
+
+macro_rules! params {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $f:ident : $t:ty),* $(,)? }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq)]
+        pub struct $name { $($(#[$fm])* pub $f: $t),* }
+        unsafe impl KernelParam for $name {}
+    };
+}
+
+/// Parameters of stages that take none.
+pub type NoParams = super::Nil;
+
+macro_rules! elementwise {
+    ($(#[$m:meta])* $name:ident, $f:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+        impl Stage for $name {
+            type Params = NoParams;
+            #[inline(always)]
+            fn apply<Out: Element, const MI: usize, const NI: usize>(_: &NoParams, acc: &mut Acc<MI, NI>, _: &mut TileCtx) {
+                acc.map($f);
+            }
+        }
+    };
+}
+
+elementwise!(
+    /// `relu`: max(x, 0). NaN stays NaN.
+    Relu,
+    |x| if x < 0.0 { 0.0 } else { x }
+);
+elementwise!(
+    /// `gelu`: x·Φ(x) with the exact (erf) normal CDF, as BERT's `"gelu"`.
+    Gelu,
+    math::gelu_erf
+);
+elementwise!(
+    /// `gelu_tanh`: the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU).
+    GeluTanh,
+    math::gelu_tanh
+);
+elementwise!(
+    /// `silu`: x·sigmoid(x).
+    Silu,
+    math::silu
+);
+elementwise!(
+    /// `sigmoid`: 1/(1 + e^−x).
+    Sigmoid,
+    math::sigmoid
+);
+
+params!(
+    /// `scale(alpha)`: x·alpha.
+    ScaleParams { alpha: f32 }
+);
+
+/// `scale(alpha)`: multiplies by a scalar. Written before `bias` it scales only the product;
+/// after, it scales both (known-faults #1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scale;
+impl Stage for Scale {
+    type Params = ScaleParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &ScaleParams,
+        acc: &mut Acc<MI, NI>,
+        _: &mut TileCtx,
+    ) {
+        let a = p.alpha;
+        acc.map(|x| x * a);
+    }
+}
+
+params!(
+    /// A device vector: `ptr` is the address of its first element.
+    VectorParams { ptr: u64 }
+);
+
+/// `scale(row)`: x·s[r] with `s` an f32 vector of length M (e.g. RMSNorm's 1/rms of the rows
+/// of this GEMM's input, CODA's `diag(r)·(X·W)`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScaleRow;
+impl Stage for ScaleRow {
+    type Params = VectorParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &VectorParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        acc.for_each(ctx, |r, _, v| *v *= unsafe { load::<f32>(p.ptr, r) });
+    }
+}
+
+/// `scale(col)`: x·s[c] with `s` an f32 vector of length N (output columns).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScaleCol;
+impl Stage for ScaleCol {
+    type Params = VectorParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &VectorParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        acc.for_each(ctx, |_, c, v| *v *= unsafe { load::<f32>(p.ptr, c) });
+    }
+}
+
+/// `bias`: x + b[c], `b` of length N (one value per output column, broadcast down the rows:
+/// a `Linear` layer's bias).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BiasCol;
+impl Stage for BiasCol {
+    type Params = VectorParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &VectorParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        acc.for_each(ctx, |_, c, v| *v += unsafe { load::<Out>(p.ptr, c) });
+    }
+}
+
+/// `bias(row)`: x + b[r], `b` of length M (one value per row, broadcast along it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BiasRow;
+impl Stage for BiasRow {
+    type Params = VectorParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &VectorParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        acc.for_each(ctx, |r, _, v| *v += unsafe { load::<Out>(p.ptr, r) });
+    }
+}
+
+params!(
+    /// A device matrix, row-major: `ptr` and leading dimension `ld` in elements.
+    MatrixParams { ptr: u64, ld: u32, _pad: u32 }
+);
+
+/// `residual`: x + R[r, c], R an M × N matrix (output shape).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Residual;
+impl Stage for Residual {
+    type Params = MatrixParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &MatrixParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        add_matrix::<Out, MI, NI>(p.ptr, p.ld, acc, ctx);
+    }
+}
+
+/// `accumulate`: C[r, c] + x, reading the output buffer's current contents (residual into the
+/// output buffer, gradient accumulation). Must be the last stage.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Accumulate;
+impl Stage for Accumulate {
+    type Params = NoParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        _: &NoParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        let (c, ldc) = (ctx.c, ctx.ldc);
+        add_matrix::<Out, MI, NI>(c, ldc, acc, ctx);
+    }
+}
+
+#[inline(always)]
+fn add_matrix<Out: Element, const MI: usize, const NI: usize>(
+    ptr: u64,
+    ld: u32,
+    acc: &mut Acc<MI, NI>,
+    ctx: &mut TileCtx,
+) {
+    if ctx.paired {
+        acc.for_each(ctx, |r, c, v| {
+            *v += unsafe {
+                load::<Out>(
+                    ptr + (r as u64 * ld as u64) * core::mem::size_of::<Out>() as u64,
+                    c,
+                )
+            }
+        });
+    } else {
+        let n = ctx.n;
+        acc.for_each_pair(ctx, |r, c, v0, v1| {
+            let (a, b) = unsafe { load_pair::<Out>(ptr, ld, r, c, n) };
+            *v0 += a;
+            *v1 += b;
+        });
+    }
+}
+
+/// `cast(dtype)`: rounds x to `E`'s precision and back (PyTorch's rounding of an intermediate
+/// stored in a narrower type).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cast<E>(core::marker::PhantomData<E>);
+impl<E: Element> Stage for Cast<E> {
+    type Params = NoParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        _: &NoParams,
+        acc: &mut Acc<MI, NI>,
+        _: &mut TileCtx,
+    ) {
+        acc.map(|x| E::from_f32(x).to_f32());
+    }
+}
+
+/// A user element-wise function `fn(f32) -> f32`, wrapped by `#[fused_gemm]` in a zero-sized
+/// type.
+pub trait UserFn {
+    /// The function.
+    fn call(x: f32) -> f32;
+}
+
+/// A user stage: x ↦ `F::call(x)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct User<F>(core::marker::PhantomData<F>);
+impl<F: UserFn> Stage for User<F> {
+    type Params = NoParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        _: &NoParams,
+        acc: &mut Acc<MI, NI>,
+        _: &mut TileCtx,
+    ) {
+        acc.map(F::call);
+    }
+}
+
+/// `swiglu`: on interleaved gate/up columns `[g0, u0, g1, u1, …]` (weight rows interleaved the
+/// same way), out[r, c/2] = silu(g)·u. Output width N/2.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SwiGlu;
+impl Stage for SwiGlu {
+    type Params = NoParams;
+    const PAIRS: bool = true;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        _: &NoParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        glu(acc, ctx, math::silu);
+    }
+}
+
+/// `geglu`: as [`SwiGlu`] with erf-GELU as the gate: out[r, c/2] = gelu(g)·u. Output width N/2.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GeGlu;
+impl Stage for GeGlu {
+    type Params = NoParams;
+    const PAIRS: bool = true;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        _: &NoParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        glu(acc, ctx, math::gelu_erf);
+    }
+}
+
+#[inline(always)]
+fn glu<const MI: usize, const NI: usize>(
+    acc: &mut Acc<MI, NI>,
+    ctx: &mut TileCtx,
+    act: impl Fn(f32) -> f32,
+) {
+    for mi in 0..MI {
+        for ni in 0..NI {
+            for h in 0..2 {
+                let v = &mut acc.v[mi][ni];
+                v[2 * h] = act(v[2 * h]) * v[2 * h + 1];
+            }
+        }
+    }
+    ctx.paired = true;
+}
+
+params!(
+    /// `rope(theta)`: rotary embedding of column pairs.
+    RopeParams {
+        /// Base θ of the frequencies (10000 for LLaMA-2, 500000 for LLaMA-3).
+        theta: f32,
+        /// Columns per head; even.
+        head_dim: u32,
+        /// Rotated columns at the start of each head (≤ head_dim, even); the rest pass through.
+        rotary_dim: u32,
+        /// Tokens per sequence: row r is at position `r % seq_len + pos_offset`.
+        seq_len: u32,
+        /// Position of each sequence's first row (KV-cache offset).
+        pos_offset: u32,
+        /// Unused; keeps the struct 8-byte sized.
+        _pad: u32,
+    }
+);
+
+/// `rope(theta)`: rotates interleaved pairs `(2i, 2i+1)` of each head by angle p·θ^(−2i/d),
+/// p the row's position and d the rotary dimension, LLaMA/NeoX sign convention:
+/// `x' = x cos − y sin`, `y' = y cos + x sin`. Checkpoints store the half-split layout
+/// `(i, i + d/2)`; interleave those weight rows on the host first
+/// (`fused_gemm::host::weights::interleave_halves`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rope;
+impl Stage for Rope {
+    type Params = RopeParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &RopeParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        let log2_theta = math::log2(p.theta);
+        let inv_rot = 1.0 / p.rotary_dim as f32;
+        acc.for_each_pair(ctx, |r, c, x, y| {
+            let j = c % p.head_dim;
+            if j < p.rotary_dim {
+                let pos = (r % p.seq_len + p.pos_offset) as f32;
+                let inv_freq = math::exp2(-(j as f32) * inv_rot * log2_theta);
+                let (s, co) = math::sincos(pos * inv_freq);
+                let (x0, y0) = (*x, *y);
+                *x = x0 * co - y0 * s;
+                *y = y0 * co + x0 * s;
+            }
+        });
+    }
+}
+
+/// Row statistics as a (count, mean, M2) triple: Welford's update per value and Chan et al.'s
+/// pairwise merge ("Algorithms for computing the sample variance", 1979). A constant row has
+/// M2 = 0 exactly and its mean equals the constant exactly, even at ±8.5e37 where a plain f32 sum
+/// overflows (known-faults #5).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moments {
+    /// Values seen.
+    pub n: f32,
+    /// Their mean.
+    pub mean: f32,
+    /// Sum of squared deviations from the mean.
+    pub m2: f32,
+}
+
+impl Moments {
+    /// Adds one value.
+    #[inline(always)]
+    pub fn push(&mut self, x: f32) {
+        self.n += 1.0;
+        let d = x - self.mean;
+        self.mean += d / self.n;
+        self.m2 += d * (x - self.mean);
+    }
+
+    /// Merges two sets of statistics.
+    #[inline(always)]
+    pub fn merge(self, o: Moments) -> Moments {
+        let n = self.n + o.n;
+        if o.n == 0.0 {
+            return self;
+        }
+        if self.n == 0.0 {
+            return o;
+        }
+        let d = o.mean - self.mean;
+        let w = o.n / n;
+        Moments {
+            n,
+            mean: self.mean + d * w,
+            m2: self.m2 + o.m2 + d * d * self.n * w,
+        }
+    }
+
+    /// The same statistics from lane `lane ^ mask` of the warp.
+    ///
+    /// # Safety
+    /// All 32 lanes must call it together.
+    #[inline(always)]
+    pub unsafe fn shfl_xor(self, mask: u32) -> Moments {
+        Moments {
+            n: shfl_xor_f32(self.n, mask),
+            mean: shfl_xor_f32(self.mean, mask),
+            m2: shfl_xor_f32(self.m2, mask),
+        }
+    }
+}
+
+/// What a row-norm stage computes from a row's [`Moments`] and applies per element.
+pub trait RowNorm {
+    /// Launch parameters (gamma, beta, eps, partial-statistics workspace).
+    type Params: KernelParam;
+    /// Whether the statistics are of x (LayerNorm) or of x² (RMSNorm).
+    const OF_SQUARES: bool;
+    /// The partial-statistics workspace (`ceil(N/BN)` entries of 16 bytes per row), or 0.
+    fn stats(p: &Self::Params) -> u64;
+    /// The normalized value of `x` at column `c` given the row's full statistics.
+    ///
+    /// # Safety
+    /// The gamma/beta vectors must hold column `c`.
+    unsafe fn normalize<Out: Element>(p: &Self::Params, row: &Moments, c: u32, x: f32) -> f32;
+}
+
+params!(
+    /// `layer_norm(eps)`.
+    LayerNormParams {
+        /// Scale γ, length N, output dtype.
+        gamma: u64,
+        /// Shift β, length N, output dtype.
+        beta: u64,
+        /// Partial-statistics workspace for rows wider than one CTA tile, else 0.
+        stats: u64,
+        /// ε added to the variance.
+        eps: f32,
+        /// Unused.
+        _pad: u32,
+    }
+);
+
+params!(
+    /// `rms_norm(eps)`.
+    RmsNormParams {
+        /// Scale γ, length N, output dtype.
+        gamma: u64,
+        /// Partial-statistics workspace for rows wider than one CTA tile, else 0.
+        stats: u64,
+        /// ε added to the mean square.
+        eps: f32,
+        /// Unused.
+        _pad: u32,
+    }
+);
+
+/// `layer_norm(eps)`: (x − μ)/√(σ² + ε)·γ[c] + β[c] over each row's N values (biased variance).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LayerNorm;
+impl RowNorm for LayerNorm {
+    type Params = LayerNormParams;
+    const OF_SQUARES: bool = false;
+    #[inline(always)]
+    fn stats(p: &LayerNormParams) -> u64 {
+        p.stats
+    }
+    #[inline(always)]
+    unsafe fn normalize<Out: Element>(p: &LayerNormParams, row: &Moments, c: u32, x: f32) -> f32 {
+        let var = row.m2 / row.n;
+        let rstd = math::rsqrt(var + p.eps);
+        (x - row.mean) * rstd * load::<Out>(p.gamma, c) + load::<Out>(p.beta, c)
+    }
+}
+
+/// `rms_norm(eps)`: x/√(mean(x²) + ε)·γ[c] over each row's N values. Squares are accumulated
+/// in f32 whatever the output type (known-faults #7).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RmsNorm;
+impl RowNorm for RmsNorm {
+    type Params = RmsNormParams;
+    const OF_SQUARES: bool = true;
+    #[inline(always)]
+    fn stats(p: &RmsNormParams) -> u64 {
+        p.stats
+    }
+    #[inline(always)]
+    unsafe fn normalize<Out: Element>(p: &RmsNormParams, row: &Moments, c: u32, x: f32) -> f32 {
+        x * math::rsqrt(row.mean + p.eps) * load::<Out>(p.gamma, c)
+    }
+}
+
+/// A row-norm stage: finished in the CTA when the CTA tile spans the row (N ≤ BN); otherwise it
+/// writes this CTA's partial statistics (CODA's per-tile partials) to `stats` and defers itself
+/// and every later stage to the finishing kernel (`kernel::norm_finish`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Norm<K>(core::marker::PhantomData<K>);
+
+impl<K: RowNorm> Stage for Norm<K> {
+    type Params = K::Params;
+    const ROW_REDUCTION: bool = true;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &K::Params,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        let rows = unsafe { cta_row_moments::<K, MI, NI>(acc, ctx) };
+        if ctx.spans_row() {
+            let mut k = 0;
+            for mi in 0..MI {
+                for h in 0..2 {
+                    let st = rows[k];
+                    k += 1;
+                    for ni in 0..NI {
+                        let c = ctx.col_of(ni);
+                        for e in 0..2 {
+                            let x = acc.v[mi][ni][2 * h + e];
+                            let cc = c + e as u32;
+                            acc.v[mi][ni][2 * h + e] = if cc < ctx.n {
+                                unsafe { K::normalize::<Out>(p, &st, cc, x) }
+                            } else {
+                                x
+                            };
+                        }
+                    }
+                }
+            }
+        } else {
+            let stats = K::stats(p);
+            if stats == 0 {
+                // The launcher must provide the workspace when N > BN; never continue wrongly.
+                crate::arch::trap();
+            }
+            if ctx.warp_n == 0 && ctx.t == 0 {
+                let mut k = 0;
+                for mi in 0..MI {
+                    for h in 0..2 {
+                        let r = ctx.row_of(mi, h);
+                        let st = rows[k];
+                        k += 1;
+                        if r < ctx.m {
+                            let slot = (stats as *mut [f32; 4]).wrapping_add(
+                                r as usize * ctx.tiles_n as usize + ctx.tile_n as usize,
+                            );
+                            unsafe { *slot = [st.n, st.mean, st.m2, 0.0] };
+                        }
+                    }
+                }
+            }
+            ctx.deferred = true;
+        }
+    }
+}
+
+/// Statistics of each of this thread's `2·MI` rows over the CTA's columns, identical in every
+/// thread holding the row. Lanes sharing a row merge by shuffles; warps along N through shared
+/// memory, in warp order (deterministic).
+#[inline(always)]
+unsafe fn cta_row_moments<K: RowNorm, const MI: usize, const NI: usize>(
+    acc: &Acc<MI, NI>,
+    ctx: &TileCtx,
+) -> [Moments; 16] {
+    // 16 ≥ 2·MI for every tile shape we instantiate (MI ≤ 8); checked at compile time below.
+    const {
+        assert!(
+            MI <= 8,
+            "row reductions support at most 8 m16 fragments per warp"
+        )
+    };
+    let mut rows = [Moments::default(); 16];
+    let mut k = 0;
+    for mi in 0..MI {
+        for h in 0..2 {
+            let mut st = Moments::default();
+            if ctx.row_of(mi, h) < ctx.m {
+                for ni in 0..NI {
+                    let c = ctx.col_of(ni);
+                    for e in 0..2 {
+                        if c + (e as u32) < ctx.n {
+                            let x = acc.v[mi][ni][2 * h + e];
+                            st.push(if K::OF_SQUARES { x * x } else { x });
+                        }
+                    }
+                }
+            }
+            st = st.merge(st.shfl_xor(1));
+            st = st.merge(st.shfl_xor(2));
+            rows[k] = st;
+            k += 1;
+        }
+    }
+    if ctx.warps_n > 1 {
+        // scratch: [warps_n][bm] × (n, mean, m2)
+        let base = ctx.scratch as *mut [f32; 4];
+        sync_threads();
+        if ctx.t == 0 {
+            let mut k = 0;
+            for mi in 0..MI {
+                for h in 0..2 {
+                    let local_row = ctx.row_of(mi, h) - ctx.cta_row;
+                    let st = rows[k];
+                    k += 1;
+                    *base.add((ctx.warp_n * ctx.bm + local_row) as usize) =
+                        [st.n, st.mean, st.m2, 0.0];
+                }
+            }
+        }
+        sync_threads();
+        let mut k = 0;
+        for mi in 0..MI {
+            for h in 0..2 {
+                let local_row = ctx.row_of(mi, h) - ctx.cta_row;
+                let mut st = Moments::default();
+                for w in 0..ctx.warps_n {
+                    let v = *base.add((w * ctx.bm + local_row) as usize);
+                    st = st.merge(Moments {
+                        n: v[0],
+                        mean: v[1],
+                        m2: v[2],
+                    });
+                }
+                rows[k] = st;
+                k += 1;
+            }
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    fn moments_of(xs: &[f32]) -> Moments {
+        let mut m = Moments::default();
+        for &x in xs {
+            m.push(x);
+        }
+        m
+    }
+
+    // known-faults #5 on the statistics: constant rows give exact mean and zero variance,
+    // also where a plain f32 sum overflows; merging keeps that.
+    #[test]
+    fn constant_rows_have_exact_mean_and_zero_m2() {
+        for &c in &[1234.0f32, 0.0, 8.5e37, -8.5e37] {
+            let a = moments_of(&[c; 100]);
+            let b = moments_of(&[c; 284]);
+            let m = a.merge(b);
+            assert_eq!((m.n, m.mean, m.m2), (384.0, c, 0.0), "constant {c}");
+        }
+    }
+
+    #[test]
+    fn merge_matches_float64_two_pass() {
+        let xs: Vec<f32> = (0..997)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.01 - 3.0)
+            .collect();
+        let mean = xs.iter().map(|&x| x as f64).sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        let m = xs
+            .chunks(61)
+            .map(moments_of)
+            .fold(Moments::default(), Moments::merge);
+        assert!((m.mean as f64 - mean).abs() < 1e-5);
+        assert!(((m.m2 / m.n) as f64 - var).abs() / var < 1e-5);
+    }
+
+    #[test]
+    fn nan_poisons_only_its_statistics() {
+        let m = moments_of(&[1.0, f32::NAN, 2.0]);
+        assert!(m.mean.is_nan());
+        let ok = moments_of(&[1.0, 2.0]);
+        assert_eq!(ok.mean, 1.5);
+    }
+}

@@ -1,0 +1,1 @@
+//! sm_80 mainloop (to come).
