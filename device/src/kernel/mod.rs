@@ -2,3 +2,5 @@
 
 pub mod elementwise;
 pub mod naive_gemm;
+pub mod rowwise;
+pub mod timing;
