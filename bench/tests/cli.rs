@@ -1,0 +1,48 @@
+//! The binary's behaviour that needs no GPU: listing, option errors, and a clean exit (status 2,
+//! a message, no panic) when there is no CUDA driver.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fused-gemm-bench"))
+        .args(args)
+        .output()
+        .expect("the benchmark binary runs")
+}
+
+#[test]
+fn list_needs_no_gpu() {
+    let out = bench(&["list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("llama3-8b.gate-up.m16384") && text.contains("swiglu"));
+    assert!(text.contains("anchor.bert-ffn-up"));
+}
+
+#[test]
+fn bad_options_exit_2_with_a_message() {
+    let out = bench(&["--shapes", "no-such-model"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("no-such-model") && !err.contains("panicked"),
+        "{err}"
+    );
+    let out = bench(&["--epilogues", "softmax"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn without_a_driver_the_run_stops_cleanly() {
+    if fused_gemm::host::gpu::driver_present() {
+        println!("a CUDA driver is present; the no-GPU exit is not observable here");
+        return;
+    }
+    for args in [&["--quick"][..], &["timing"][..]] {
+        let out = bench(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("no CUDA driver found"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
