@@ -250,8 +250,18 @@ pub fn vectorizable(elem: usize, align: u64, operands: &[(u64, usize)]) -> bool 
 
 /// Launch shape of [`bias_act`]/[`swiglu`]: `2^lanes_log2` threads per row across `units`
 /// 16-byte units, 256 threads per CTA, rows over `gridDim.y` (capped; the kernel strides).
+/// The lanes per row are the power of two (32 to 256) that leaves the fewest threads idle
+/// (N = 3072 bf16: 384 units, 128 lanes, none idle), or the next power of two ≥ `units` for
+/// rows of fewer than 32 units.
 fn elementwise_shape(m: usize, units: usize, max_grid_y: u32) -> (LaunchShape, u32) {
-    let lanes = units.next_power_of_two().min(256);
+    let lanes = if units <= 32 {
+        units.next_power_of_two()
+    } else {
+        [256usize, 128, 64, 32]
+            .into_iter()
+            .min_by_key(|&l| l * units.div_ceil(l) - units)
+            .expect("candidates are not empty")
+    };
     let lanes_log2 = lanes.trailing_zeros();
     let rows_per_cta = 256 / lanes;
     let grid_x = units.div_ceil(lanes) as u32;
@@ -906,11 +916,16 @@ mod tests {
         for (m, units) in [(1, 1), (7, 3), (4096, 384), (16384, 1), (1 << 20, 3)] {
             let (s, lanes_log2) = elementwise_shape(m, units, 65_535);
             let lanes = 1usize << lanes_log2;
-            assert!(lanes >= units.min(256), "{m}×{units}");
+            assert!(lanes >= units.min(32), "{m}×{units}");
             assert!(s.grid.0 as usize * lanes >= units);
             assert_eq!(s.block.0 as usize % lanes, 0);
             assert!(s.grid.1 <= 65_535 && s.grid.1 >= 1);
         }
+        // No idle lanes where a power of two divides the units.
+        assert_eq!(elementwise_shape(4096, 384, 65_535).1, 7);
+        assert_eq!(elementwise_shape(4096, 96, 65_535).1, 5);
+        assert_eq!(elementwise_shape(4096, 512, 65_535).1, 8);
+        assert_eq!(elementwise_shape(1, 3, 65_535).1, 2);
     }
 
     #[test]

@@ -77,7 +77,9 @@ fn parse_ptxas(log: &str) -> Vec<KernelInfo> {
 
 fn check_set(set: &PtxSet) -> Vec<(String, KernelInfo)> {
     let ptxas = ptxas();
-    let dir = std::env::temp_dir().join(format!("fused-gemm-ptx-{}", std::process::id()));
+    // One folder per test thread: tests calling this run in parallel and each removes its own.
+    let thread = format!("{:?}", std::thread::current().id()).replace(['(', ')'], "");
+    let dir = std::env::temp_dir().join(format!("fused-gemm-ptx-{}-{thread}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut all = Vec::new();
     assert!(
@@ -191,4 +193,24 @@ fn ptxas_log_parser_reads_resources() {
         ),
         ("k1", 168, 8, 4, 12, 16384)
     );
+}
+
+/// The unfused row kernels (`kernels::rowwise`) are in every arch's PTX and keep their row
+/// slots in registers: no stack frame, no spills.
+#[test]
+fn rowwise_kernels_have_no_stack_or_spills() {
+    let infos = check_set(&fused_gemm::ptx::BUILTIN);
+    for &name in fused_gemm::kernels::rowwise::ALL {
+        for arch in ["sm_80", "sm_90"] {
+            let (_, k) = infos
+                .iter()
+                .find(|(a, k)| a == arch && k.name == name)
+                .unwrap_or_else(|| panic!("{name} missing from the {arch} PTX"));
+            assert_eq!(
+                (k.stack, k.spill_stores, k.spill_loads),
+                (0, 0, 0),
+                "{arch} {name}: stack frame or spills"
+            );
+        }
+    }
 }

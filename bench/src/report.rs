@@ -411,6 +411,12 @@ pub(crate) mod tests {
         assert_eq!(v["cases"][1]["paths"][0]["status"], "not-available");
         assert_eq!(v["command_line"][1], "--quick");
         assert!(v["cases"][0]["paths"][0]["timing"]["median_ms"].is_f64());
+        // A failed check's infinite error is written as null, not refused.
+        let mut bad = sample();
+        bad.cases[0].paths[0].err_vs_reference = Some(f64::INFINITY);
+        let text = serde_json::to_string(&bad).unwrap();
+        let back: Report = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.cases[0].paths[0].err_vs_reference, None);
     }
 
     #[test]
