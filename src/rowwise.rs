@@ -245,7 +245,7 @@ fn check_eps(eps: f32) -> Result<()> {
 pub fn vectorizable(elem: usize, align: u64, operands: &[(u64, usize)]) -> bool {
     operands
         .iter()
-        .all(|&(p, ld)| p % align == 0 && (ld as u64 * elem as u64) % align == 0)
+        .all(|&(p, ld)| p.is_multiple_of(align) && (ld as u64 * elem as u64).is_multiple_of(align))
 }
 
 /// Launch shape of [`bias_act`]/[`swiglu`]: `2^lanes_log2` threads per row across `units`
@@ -471,7 +471,7 @@ pub fn swiglu<T: RowElement>(
     let (xs, _gx) = read_ptr!(gpu, "x", x);
     let (ys, _gy) = write_ptr!(gpu, "y", y);
     check_dims(m, n_in)?;
-    if n_in % 2 != 0 {
+    if !n_in.is_multiple_of(2) {
         return Err(Error::invalid(
             "n_in",
             "an even number of columns (gate/up pairs)",
@@ -557,14 +557,14 @@ fn launch_row<T: RowElement>(
     if let Some((y, ldy)) = o.y {
         check_matrix("y", "ldy", y, m, n, ldy)?;
     }
-    if let Some(r) = o.rstd {
-        if r.len < m {
-            return Err(Error::invalid(
-                "rstd",
-                format!("at least {m} f32 values (one per row)"),
-                format!("{} values", r.len),
-            ));
-        }
+    if let Some(r) = o.rstd
+        && r.len < m
+    {
+        return Err(Error::invalid(
+            "rstd",
+            format!("at least {m} f32 values (one per row)"),
+            format!("{} values", r.len),
+        ));
     }
     let (shape, group) = row_shape(m, n, T::DTYPE)?;
     if m == 0 {

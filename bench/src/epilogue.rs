@@ -138,7 +138,9 @@ impl Epilogue {
     /// Why a GEMM of width `n` cannot take this epilogue, or `None`.
     pub fn check_width(self, n: usize, max_row: usize) -> Option<String> {
         match self {
-            Epilogue::Swiglu if n % 2 != 0 => Some(format!("SwiGLU needs an even N, got {n}")),
+            Epilogue::Swiglu if !n.is_multiple_of(2) => {
+                Some(format!("SwiGLU needs an even N, got {n}"))
+            }
             Epilogue::BiasResidualLayernorm | Epilogue::RmsnormScale if n > max_row => Some(
                 format!("row kernels hold at most {max_row} columns, N = {n}"),
             ),

@@ -169,6 +169,10 @@ unsafe fn st_v2(addr: u64, w: [u32; 2]) {
 
 /// Loads one element of `E` at `addr`, widened to f32.
 #[inline(always)]
+#[cfg_attr(
+    not(target_arch = "nvptx64"),
+    allow(clippy::extra_unused_type_parameters)
+)]
 unsafe fn ld_elem<E: Element>(addr: u64) -> f32 {
     #[cfg(target_arch = "nvptx64")]
     {
@@ -193,6 +197,10 @@ unsafe fn ld_elem<E: Element>(addr: u64) -> f32 {
 
 /// Stores `v` rounded to `E` at `addr`.
 #[inline(always)]
+#[cfg_attr(
+    not(target_arch = "nvptx64"),
+    allow(clippy::extra_unused_type_parameters)
+)]
 unsafe fn st_elem<E: Element>(addr: u64, v: f32) {
     #[cfg(target_arch = "nvptx64")]
     {
