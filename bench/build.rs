@@ -27,6 +27,21 @@ fn main() {
             {
                 println!("cargo::rerun-if-changed={path}");
             }
+            // Re-check `-dirty` when sources change (directories are scanned recursively).
+            for dir in [
+                "src",
+                "build.rs",
+                "../src",
+                "../device",
+                "../host",
+                "../macros",
+                "../builder",
+                "../cli",
+                "../tests",
+                "../Cargo.toml",
+            ] {
+                println!("cargo::rerun-if-changed={dir}");
+            }
             if dirty { format!("{sha}-dirty") } else { sha }
         }
         None => "unknown".to_owned(),

@@ -51,10 +51,10 @@ struct Cli {
     #[arg(long, value_delimiter = ',', value_enum)]
     epilogues: Vec<Epilogue>,
 
-    /// Timed runs per path (the median and percentiles are over these); at least 50
-    /// recommended.
-    #[arg(long, default_value_t = 100)]
-    runs: usize,
+    /// Timed runs per path (the median and percentiles are over these; at least 50
+    /// recommended). Default: 100, or 50 with --quick.
+    #[arg(long)]
+    runs: Option<usize>,
 
     /// Untimed runs per path first.
     #[arg(long, default_value_t = 10)]
@@ -65,7 +65,7 @@ struct Cli {
     out: PathBuf,
 
     /// A few small shapes covering bias+GELU, bias+residual+LayerNorm, SwiGLU and
-    /// RMSNorm-scale, plus the BERT FFN-up anchor; 50 runs unless --runs is given.
+    /// RMSNorm-scale, plus the BERT FFN-up anchor.
     #[arg(long)]
     quick: bool,
 
@@ -168,12 +168,7 @@ fn bench(cli: &Cli) -> Result<ExitCode> {
     };
     let selected = shapes::select(&table, &patterns)?;
     let epilogues = (!cli.epilogues.is_empty()).then_some(cli.epilogues.as_slice());
-    let runs_given = std::env::args().any(|a| a == "--runs" || a.starts_with("--runs="));
-    let runs = if cli.quick && !runs_given {
-        50
-    } else {
-        cli.runs
-    };
+    let runs = cli.runs.unwrap_or(if cli.quick { 50 } else { 100 });
     if runs == 0 {
         return Err(BenchError::Usage {
             what: "--runs",
