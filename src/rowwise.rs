@@ -953,6 +953,81 @@ mod tests {
         assert_eq!(max_row_len(DType::Bf16), 32768);
     }
 
+    /// Simulates every thread of the launch `elementwise_shape` picks, through the kernel's
+    /// own coordinate function, and counts how often each (row, unit) is visited.
+    #[test]
+    fn elementwise_launches_visit_every_unit_once() {
+        use fused_gemm_device::kernel::rowwise::elementwise_coords;
+        for (m, units, max_grid_y) in [
+            (1, 1, 65_535),
+            (5, 3, 65_535),
+            (7, 96, 65_535),
+            (3, 384, 65_535),
+            (2, 513, 65_535),
+            (300, 40, 4),
+        ] {
+            let (s, lanes_log2) = elementwise_shape(m, units, max_grid_y);
+            let mut seen = vec![0u8; m * units];
+            for bx in 0..s.grid.0 {
+                for by in 0..s.grid.1 {
+                    for tid in 0..s.block.0 {
+                        let (unit, first, stride) =
+                            elementwise_coords(tid, (bx, by), s.block.0, s.grid.1, lanes_log2);
+                        if unit as usize >= units {
+                            continue;
+                        }
+                        let mut r = first as usize;
+                        while r < m {
+                            seen[r * units + unit as usize] += 1;
+                            r += stride as usize;
+                        }
+                    }
+                }
+            }
+            assert!(
+                seen.iter().all(|&c| c == 1),
+                "m {m} units {units}: {seen:?}"
+            );
+        }
+    }
+
+    /// Simulates the row kernels' launch: each row is held by one group of whole warps, and
+    /// every unit of every row by exactly one thread's slot.
+    #[test]
+    fn row_launches_visit_every_unit_once_within_whole_warps() {
+        use fused_gemm_device::kernel::rowwise::row_coords;
+        for (m, n, dtype) in [
+            (1, 3, DType::F32),
+            (9, 384, DType::Bf16),
+            (3, 1025, DType::Bf16),
+            (5, 4097, DType::F32),
+            (2, 32768, DType::F16),
+        ] {
+            let (s, group) = row_shape(m, n, dtype).unwrap();
+            let units = n.div_ceil(16 / dtype.size());
+            let rows_per_cta = (s.block.0 / group) as usize;
+            let mut seen = vec![0u8; m * units];
+            for bx in 0..s.grid.0 as usize {
+                for tid in 0..s.block.0 {
+                    let (row_in_cta, t) = row_coords(tid, group);
+                    // A warp never spans two rows (its shuffles reduce one row).
+                    assert_eq!(row_coords(tid & !31, group).0, row_in_cta);
+                    let mut row = bx * rows_per_cta + row_in_cta as usize;
+                    while row < m {
+                        for slot in 0..ROW_SLOTS {
+                            let u = (t + slot as u32 * group) as usize;
+                            if u < units {
+                                seen[row * units + u] += 1;
+                            }
+                        }
+                        row += s.grid.0 as usize * rows_per_cta;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "m {m} n {n} {dtype:?}");
+        }
+    }
+
     #[test]
     fn every_kernel_name_is_an_entry_point() {
         for dtype in [DType::F32, DType::Bf16, DType::F16] {

@@ -110,6 +110,37 @@ pub fn shifted_moments(k: f32, s1: f32, s2: f32, count: f32) -> Moments {
     }
 }
 
+// ---- work decomposition ----------------------------------------------------------------------
+
+/// Where thread `tid` of CTA `(bx, by)` works in [`bias_act`]/[`swiglu`]: `(unit, first row,
+/// row stride)`, for 1-D blocks of `block_dim` threads, `grid_y` CTAs along y and
+/// `2^lanes_log2` threads per row.
+#[inline(always)]
+pub fn elementwise_coords(
+    tid: u32,
+    (bx, by): (u32, u32),
+    block_dim: u32,
+    grid_y: u32,
+    lanes_log2: u32,
+) -> (u32, u32, u32) {
+    let lanes = 1u32 << lanes_log2;
+    let rows_per_cta = block_dim >> lanes_log2;
+    let unit = bx * lanes + (tid & (lanes - 1));
+    (
+        unit,
+        by * rows_per_cta + (tid >> lanes_log2),
+        grid_y * rows_per_cta,
+    )
+}
+
+/// Thread `tid`'s row within its CTA and its index in that row's group of `group` threads, in
+/// the row kernels ([`row_norm`]). The thread holds units `t + s·group`, `s < ROW_SLOTS`.
+#[inline(always)]
+pub fn row_coords(tid: u32, group: u32) -> (u32, u32) {
+    let row_in_cta = tid / group;
+    (row_in_cta, tid - row_in_cta * group)
+}
+
 // ---- global memory -------------------------------------------------------------------------
 
 /// `ld.global.v4.u32`.
@@ -363,10 +394,13 @@ pub unsafe fn bias_act<E: Element, const ACT: u32>(
 ) {
     let w = vec_elems::<E>();
     let vec = vec != 0;
-    let tid = thread_idx_x();
-    let lanes = 1u32 << lanes_log2;
-    let rows_per_cta = block_dim_x() >> lanes_log2;
-    let unit = block_idx_x() * lanes + (tid & (lanes - 1));
+    let (unit, mut r, stride) = elementwise_coords(
+        thread_idx_x(),
+        (block_idx_x(), block_idx_y()),
+        block_dim_x(),
+        grid_dim_y(),
+        lanes_log2,
+    );
     let units = n.div_ceil(w as u32);
     if unit >= units {
         return;
@@ -377,8 +411,6 @@ pub unsafe fn bias_act<E: Element, const ACT: u32>(
     } else {
         [0.0; 8]
     };
-    let mut r = block_idx_y() * rows_per_cta + (tid >> lanes_log2);
-    let stride = grid_dim_y() * rows_per_cta;
     while r < m {
         let mut v = load_unit::<E>(row_addr::<E>(x, ldx, r), col, n, vec);
         map_unit(&mut v, w, |i, x| activate::<ACT>(x + b[i]));
@@ -409,18 +441,19 @@ pub unsafe fn swiglu<E: Element>(
 ) {
     let w = vec_elems::<E>();
     let vec = vec != 0;
-    let tid = thread_idx_x();
-    let lanes = 1u32 << lanes_log2;
-    let rows_per_cta = block_dim_x() >> lanes_log2;
-    let unit = block_idx_x() * lanes + (tid & (lanes - 1));
+    let (unit, mut r, stride) = elementwise_coords(
+        thread_idx_x(),
+        (block_idx_x(), block_idx_y()),
+        block_dim_x(),
+        grid_dim_y(),
+        lanes_log2,
+    );
     let units = n_in.div_ceil(w as u32);
     if unit >= units {
         return;
     }
     let col = unit * w as u32;
     let ocol = col / 2;
-    let mut r = block_idx_y() * rows_per_cta + (tid >> lanes_log2);
-    let stride = grid_dim_y() * rows_per_cta;
     while r < m {
         let v = load_unit::<E>(row_addr::<E>(x, ldx, r), col, n_in, vec);
         let mut o = [0.0f32; 4];
@@ -498,8 +531,7 @@ pub unsafe fn row_norm<E: Element, const OP: u32>(
     let tid = thread_idx_x();
     let lane = tid & 31;
     let warp = tid >> 5;
-    let row_in_cta = tid / group;
-    let t = tid - row_in_cta * group;
+    let (row_in_cta, t) = row_coords(tid, group);
     let rows_per_cta = block_dim_x() / group;
     let warps_per_group = group >> 5;
     let first_warp = row_in_cta * warps_per_group;
