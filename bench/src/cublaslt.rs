@@ -80,6 +80,46 @@ impl Drop for Lt {
     }
 }
 
+/// A column-major matrix layout as cuBLASLt takes it: stored rows × cols with leading
+/// dimension `ld`, transposed by the operation or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColMajor {
+    /// Stored rows.
+    pub rows: u64,
+    /// Stored columns.
+    pub cols: u64,
+    /// Leading dimension (elements between columns).
+    pub ld: i64,
+    /// `CUBLAS_OP_T` for this operand.
+    pub trans: bool,
+}
+
+/// cuBLASLt's (A, B, D) for row-major `C = A·Bᵀ` with A M×K, B N×K, C M×N: A := our B (K×N,
+/// transposed), B := our A (K×M), D := our C read as N×M (see the [module docs](self)).
+pub fn layouts(m: usize, n: usize, k: usize) -> [ColMajor; 3] {
+    let (m, n, k) = (m as u64, n as u64, k as u64);
+    [
+        ColMajor {
+            rows: k,
+            cols: n,
+            ld: k as i64,
+            trans: true,
+        },
+        ColMajor {
+            rows: k,
+            cols: m,
+            ld: k as i64,
+            trans: false,
+        },
+        ColMajor {
+            rows: n,
+            cols: m,
+            ld: n as i64,
+            trans: false,
+        },
+    ]
+}
+
 fn data_type(dtype: DType) -> Result<sys::cudaDataType> {
     match dtype {
         DType::Bf16 => Ok(sys::cudaDataType_t::CUDA_R_16BF),
@@ -167,15 +207,16 @@ impl Lt {
             epilogue,
             mnk: (m, n, k),
         };
-        plan.a_layout = lt::create_matrix_layout(ty, k as u64, n as u64, k as i64)?;
-        plan.b_layout = lt::create_matrix_layout(ty, k as u64, m as u64, k as i64)?;
-        plan.d_layout = lt::create_matrix_layout(ty, n as u64, m as u64, n as i64)?;
+        let [la, lb, ld] = layouts(m, n, k);
+        plan.a_layout = lt::create_matrix_layout(ty, la.rows, la.cols, la.ld)?;
+        plan.b_layout = lt::create_matrix_layout(ty, lb.rows, lb.cols, lb.ld)?;
+        plan.d_layout = lt::create_matrix_layout(ty, ld.rows, ld.cols, ld.ld)?;
         plan.desc = lt::create_matmul_desc(
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             sys::cudaDataType_t::CUDA_R_32F,
         )?;
         // cublasOperation_t: 0 = N, 1 = T.
-        let (trans, no_trans) = (1i32, 0i32);
+        let (trans_a, trans_b) = (la.trans as i32, lb.trans as i32);
         let epi = match epilogue {
             LtEpilogue::None => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
             LtEpilogue::Bias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
@@ -186,8 +227,8 @@ impl Lt {
         // SAFETY: valid descriptor; each value has the attribute's documented type
         // (int32 operations, uint32 epilogue enum, device pointer).
         unsafe {
-            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &trans)?;
-            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &no_trans)?;
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &trans_a)?;
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &trans_b)?;
             set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &(epi as u32))?;
             if epilogue != LtEpilogue::None {
                 set_desc(
@@ -267,5 +308,50 @@ impl Lt {
             )
         }?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Element (i, j) of op(X) for a column-major X with layout `l`.
+    fn op_at(x: &[f64], l: &ColMajor, i: usize, j: usize) -> f64 {
+        let (r, c) = if l.trans { (j, i) } else { (i, j) };
+        assert!(
+            (r as u64) < l.rows && (c as u64) < l.cols,
+            "index outside the stored matrix"
+        );
+        x[r + c * l.ld as usize]
+    }
+
+    /// BLAS semantics, D = op(A)·op(B), D column-major, on the buffers cuBLASLt would get,
+    /// must equal the row-major C = A·Bᵀ the benchmark wants.
+    #[test]
+    fn column_major_call_computes_row_major_a_times_b_transposed() {
+        let (m, n, k) = (3usize, 5usize, 4usize);
+        let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect(); // M×K row-major
+        let b: Vec<f64> = (0..n * k).map(|i| (i as f64 * 0.71).cos()).collect(); // N×K row-major
+        let [la, lb, ld] = layouts(m, n, k);
+        // cuBLASLt's A is our B buffer, its B our A buffer.
+        let (cm, cn) = (ld.rows as usize, ld.cols as usize);
+        assert_eq!((cm, cn), (n, m));
+        let mut d = vec![0.0; (ld.ld as usize) * cn];
+        for i in 0..cm {
+            for j in 0..cn {
+                d[i + j * ld.ld as usize] = (0..k)
+                    .map(|p| op_at(&b, &la, i, p) * op_at(&a, &lb, p, j))
+                    .sum();
+            }
+        }
+        // Read D's buffer as row-major M×N.
+        for r in 0..m {
+            for c in 0..n {
+                let want: f64 = (0..k).map(|p| a[r * k + p] * b[c * k + p]).sum();
+                assert!((d[r * n + c] - want).abs() < 1e-12, "C[{r}, {c}]");
+            }
+        }
+        // The bias epilogue adds along D's rows: index i < N, a per-column bias of C.
+        assert_eq!(ld.rows as usize, n);
     }
 }
