@@ -43,6 +43,7 @@ pub struct Gpu {
     name: String,
     modules: Mutex<HashMap<usize, (Arc<CudaModule>, &'static str)>>,
     functions: Mutex<HashMap<(usize, String), CudaFunction>>,
+    workspace: crate::gemm::WorkspaceCell,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -101,6 +102,7 @@ impl Gpu {
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            workspace: Default::default(),
         })
     }
 
@@ -180,6 +182,12 @@ impl Gpu {
             .load_module(cudarc::nvrtc::Ptx::from_src(chosen.ptx))?;
         modules.insert(key, (module.clone(), chosen.arch));
         Ok((module, chosen.arch))
+    }
+
+    /// Scratch buffers reused by GEMM launches on this device (split-K partials, counters, row
+    /// statistics).
+    pub fn workspace(&self) -> &crate::gemm::WorkspaceCell {
+        &self.workspace
     }
 
     /// Copies `data` to a new device buffer.

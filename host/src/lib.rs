@@ -3,6 +3,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`error`] | the one error type; every fallible call returns [`Result`] |
+//! | [`gemm`] | the generic fused-GEMM launcher the macro's code calls |
 //! | [`gpu`] | [`Gpu`]: a device, its context and stream, loaded modules |
 //! | [`module`] | PTX sets embedded by kernel crates, picked per compute capability |
 //! | [`launch`] | grid shapes and typed parameters for kernel launches |
@@ -10,6 +11,7 @@
 //! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
 
 pub mod error;
+pub mod gemm;
 pub mod gpu;
 pub mod launch;
 pub mod module;

@@ -17,3 +17,6 @@ macro_rules! entry {
 }
 
 pub mod basic;
+pub mod blocks;
+pub mod gemm;
+pub mod stages;

@@ -2,3 +2,4 @@
 
 pub mod elementwise;
 pub mod naive_gemm;
+pub mod norm_finish;
