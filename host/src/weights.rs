@@ -126,10 +126,10 @@ pub fn interleave_halves_permutation(rows: usize, block: usize) -> Result<Vec<us
     if block == 0 {
         return Err(WeightLayoutError::ZeroDim { what: "block" });
     }
-    if block % 2 != 0 {
+    if !block.is_multiple_of(2) {
         return Err(WeightLayoutError::OddBlock { block });
     }
-    if rows % block != 0 {
+    if !rows.is_multiple_of(block) {
         return Err(WeightLayoutError::RowsNotMultipleOfBlock { rows, block });
     }
     let half = block / 2;
@@ -158,7 +158,7 @@ pub fn rope_interleave_permutation(
     if head_dim == 0 {
         return Err(WeightLayoutError::ZeroDim { what: "head_dim" });
     }
-    if rotary_dim % 2 != 0 {
+    if !rotary_dim.is_multiple_of(2) {
         return Err(WeightLayoutError::OddRotaryDim { rotary_dim });
     }
     if rotary_dim > head_dim {
@@ -167,7 +167,7 @@ pub fn rope_interleave_permutation(
             head_dim,
         });
     }
-    if rows % head_dim != 0 {
+    if !rows.is_multiple_of(head_dim) {
         return Err(WeightLayoutError::RowsNotMultipleOfBlock {
             rows,
             block: head_dim,

@@ -23,7 +23,7 @@ pub fn glu(
     layout: PairLayout,
     act: impl Fn(f64) -> f64,
 ) -> Result<Vec<f64>, ReferenceError> {
-    if width % 2 != 0 {
+    if !width.is_multiple_of(2) {
         return Err(ReferenceError::OddPairWidth { width });
     }
     check_len("x", rows * width, x.len())?;

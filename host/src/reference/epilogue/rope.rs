@@ -62,7 +62,7 @@ impl RopeConfig {
         if self.seq_len == 0 {
             return Err(ReferenceError::ZeroDim { what: "seq_len" });
         }
-        if self.rotary_dim % 2 != 0 {
+        if !self.rotary_dim.is_multiple_of(2) {
             return Err(ReferenceError::OddRotaryDim {
                 rotary_dim: self.rotary_dim,
             });
@@ -124,7 +124,7 @@ pub fn rope(
     cfg: &RopeConfig,
 ) -> Result<Vec<f64>, ReferenceError> {
     cfg.validate()?;
-    if width % cfg.head_dim != 0 {
+    if !width.is_multiple_of(cfg.head_dim) {
         return Err(ReferenceError::WidthNotMultipleOfHead {
             width,
             head_dim: cfg.head_dim,
