@@ -19,24 +19,24 @@
 //!
 //! Every function returns a [`ReferenceError`] on bad input rather than panicking.
 
-mod act;
-mod dtype;
-mod glu;
-mod norm;
-mod rope;
+pub mod activation;
+pub mod dtype;
+pub mod gated;
+pub mod norm;
+pub mod rotary;
 
 use std::ops::Range;
 
 use fused_gemm_device::types::DType;
 
-pub use act::{Activation, gelu_erf, gelu_tanh, relu, sigmoid, silu};
+pub use activation::{Activation, gelu_erf, gelu_tanh, relu, sigmoid, silu};
 pub use dtype::{HostElement, from_f64, round_slice, round_to, to_f64, unit_roundoff};
-pub use glu::{geglu, glu, swiglu};
+pub use gated::{geglu, glu, swiglu};
 pub use norm::{
     RowMoments, layer_norm_rows, layer_norm_rows_tiled, merge_row_moments, partial_row_moments,
     rms_norm_rows, rms_norm_rows_tiled,
 };
-pub use rope::{RopeConfig, rope};
+pub use rotary::{RopeConfig, rope};
 
 /// Bad input to a reference function.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -143,13 +143,13 @@ pub enum PairLayout {
 pub enum RefStage {
     /// `scale(alpha)`: x·alpha.
     Scale(f64),
-    /// `scale(row)`: x·s[r], s of length M.
+    /// `scale(row)`: `x·s[r]`, s of length M.
     ScaleRow(Vec<f64>),
-    /// `scale(col)`: x·s[c], s of length W.
+    /// `scale(col)`: `x·s[c]`, s of length W.
     ScaleCol(Vec<f64>),
-    /// `bias`: x + b[c], b of length W (per column, broadcast down the rows: `Linear`'s bias).
+    /// `bias`: `x + b[c]`, b of length W (per column, broadcast down the rows: `Linear`'s bias).
     BiasCol(Vec<f64>),
-    /// `bias(row)`: x + b[r], b of length M.
+    /// `bias(row)`: `x + b[r]`, b of length M.
     BiasRow(Vec<f64>),
     /// `relu`: max(x, 0).
     Relu,
@@ -161,7 +161,7 @@ pub enum RefStage {
     Silu,
     /// `sigmoid`: 1/(1 + e^−x).
     Sigmoid,
-    /// `residual`: x + R[r, c], R an M×W row-major matrix.
+    /// `residual`: `x + R[r, c]`, R an M×W row-major matrix.
     Residual(Vec<f64>),
     /// `accumulate`: `c_in[r, c]` + x, `c_in` the output buffer's prior contents (M×W).
     /// Must be the last stage.

@@ -7,7 +7,7 @@
 //! ([`PairLayout::Interleaved`], what the fused kernel needs: one thread holds both halves of a
 //! pair; see `crate::weights` for the weight-row permutation).
 
-use super::act::{gelu_erf, silu};
+use super::activation::{gelu_erf, silu};
 use super::{PairLayout, ReferenceError, check_len};
 
 /// `out[r, c] = act(g[r, c]) · u[r, c]` over an M × width row-major `x` (`rows` = M) holding
