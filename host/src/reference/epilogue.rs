@@ -14,7 +14,9 @@
 //!
 //! Inputs are f64. To check a kernel, widen what it was given with [`to_f64`] (f32, f16, bf16
 //! host buffers), run the reference, and compare, possibly after [`round_slice`] to the output
-//! dtype. Standalone stages: [`layer_norm_rows`], [`rms_norm_rows`], [`rope`], [`swiglu`],
+//! dtype. Pass every vector and tile as the kernel stored it: bias, residual, gamma, beta and
+//! `c_in` in the output dtype, scale vectors in f32 (as `fused_gemm_device::epilogue::stages`
+//! reads them), each widened with [`to_f64`]. Standalone stages: [`layer_norm_rows`], [`rms_norm_rows`], [`rope`], [`swiglu`],
 //! [`geglu`], [`gelu_erf`], [`gelu_tanh`].
 //!
 //! Every function returns a [`ReferenceError`] on bad input rather than panicking.
