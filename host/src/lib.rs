@@ -9,6 +9,7 @@
 //! | [`launch`] | grid shapes and typed parameters for kernel launches |
 //! | [`reference`] | CPU f64 references of every kernel |
 //! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
+//! | [`weights`] | host-side weight layouts for fused SwiGLU/GeGLU and RoPE |
 
 pub mod error;
 pub mod gemm;
@@ -17,6 +18,7 @@ pub mod launch;
 pub mod module;
 pub mod reference;
 pub mod testing;
+pub mod weights;
 
 pub use error::{Error, Result};
 pub use gpu::Gpu;
