@@ -74,9 +74,14 @@ impl TuneKey {
             aligned: problem.n % 8 == 0 && problem.k % 8 == 0,
         }
     }
+}
 
-    fn text(&self) -> String {
-        format!(
+impl std::fmt::Display for TuneKey {
+    /// The key as it appears in the cache file:
+    /// `device|sm_CC|kernel|dtype|mM|nN|kK|aligned`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
             "{}|sm_{}|{}|{}|m{}|n{}|k{}|{}",
             self.device,
             self.compute_capability,
@@ -150,7 +155,7 @@ impl Autotuner {
             entries: BTreeMap::new(),
             warnings: Vec::new(),
         };
-        t.entries = t.read_file();
+        t.entries = t.read_file(true);
         t
     }
 
@@ -176,31 +181,37 @@ impl Autotuner {
         self.warnings.push(msg);
     }
 
-    fn read_file(&mut self) -> BTreeMap<String, Entry> {
+    fn read_file(&mut self, report: bool) -> BTreeMap<String, Entry> {
         let path = self.cache_path();
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return BTreeMap::new(),
             Err(e) => {
-                self.warn(format!("cannot read {}: {e}; ignoring it", path.display()));
+                if report {
+                    self.warn(format!("cannot read {}: {e}; ignoring it", path.display()));
+                }
                 return BTreeMap::new();
             }
         };
         match serde_json::from_str::<CacheFile>(&text) {
             Ok(f) if f.version == VERSION => f.entries,
             Ok(f) => {
-                self.warn(format!(
-                    "{} has version {}, expected {VERSION}; ignoring it",
-                    path.display(),
-                    f.version
-                ));
+                if report {
+                    self.warn(format!(
+                        "{} has version {}, expected {VERSION}; ignoring it",
+                        path.display(),
+                        f.version
+                    ));
+                }
                 BTreeMap::new()
             }
             Err(e) => {
-                self.warn(format!(
-                    "{} is corrupt ({e}); ignoring it (it is rewritten on the next save)",
-                    path.display()
-                ));
+                if report {
+                    self.warn(format!(
+                        "{} is corrupt ({e}); ignoring it (it is rewritten on the next save)",
+                        path.display()
+                    ));
+                }
                 BTreeMap::new()
             }
         }
@@ -208,7 +219,7 @@ impl Autotuner {
 
     /// The cached entry for `key`, if any.
     pub fn entry(&self, key: &TuneKey) -> Option<&Entry> {
-        self.entries.get(&key.text())
+        self.entries.get(&key.to_string())
     }
 
     /// The cached choice for `key` as a plan for `problem`: the candidate of `planner` with the
@@ -247,7 +258,7 @@ impl Autotuner {
                 }
                 Ok(ms) => {
                     return Err(Error::Timing {
-                        what: format!("{} {:?}/s{}", key.text(), plan.tile, plan.splits),
+                        what: format!("{} {:?}/s{}", key.to_string(), plan.tile, plan.splits),
                         detail: format!("timer returned {ms} ms"),
                     });
                 }
@@ -261,12 +272,12 @@ impl Autotuner {
         }
         let Some((plan, ms)) = best else {
             return Err(Error::Timing {
-                what: key.text(),
+                what: key.to_string(),
                 detail: format!("every candidate failed: {}", failures.join("; ")),
             });
         };
         self.entries.insert(
-            key.text(),
+            key.to_string(),
             Entry {
                 key: key.clone(),
                 tile: tile_tuple(&plan.tile),
@@ -291,7 +302,8 @@ impl Autotuner {
             source,
         };
         std::fs::create_dir_all(&self.dir).map_err(|e| io(&self.dir, e))?;
-        let mut merged = self.read_file();
+        // A corrupt file was reported when it was first read; here it is just replaced.
+        let mut merged = self.read_file(false);
         merged.extend(self.entries.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.entries = merged;
         let file = CacheFile {

@@ -194,8 +194,18 @@ pub enum Error {
         detail: String,
     },
     /// A CUDA driver call failed.
-    #[error("CUDA driver error: {0}")]
+    #[error("CUDA driver error: {}", driver_message(.0))]
     Driver(DriverError),
+}
+
+/// The driver's description of `e`; only the code when `libcuda` is absent (cudarc's `Display`
+/// asks the driver for the string and would panic).
+fn driver_message(e: &DriverError) -> String {
+    if crate::gpu::driver_present() {
+        e.to_string()
+    } else {
+        format!("{:?} (no CUDA driver loaded to describe it)", e.0)
+    }
 }
 
 fn describe_bytes(bytes: usize) -> String {
