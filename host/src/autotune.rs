@@ -71,7 +71,7 @@ impl TuneKey {
             m_class: m_class(problem.m),
             n_class: nk_class(problem.n),
             k_class: nk_class(problem.k),
-            aligned: problem.n % 8 == 0 && problem.k % 8 == 0,
+            aligned: problem.n.is_multiple_of(8) && problem.k.is_multiple_of(8),
         }
     }
 }
@@ -258,7 +258,7 @@ impl Autotuner {
                 }
                 Ok(ms) => {
                     return Err(Error::Timing {
-                        what: format!("{} {:?}/s{}", key.to_string(), plan.tile, plan.splits),
+                        what: format!("{} {:?}/s{}", key, plan.tile, plan.splits),
                         detail: format!("timer returned {ms} ms"),
                     });
                 }

@@ -795,6 +795,7 @@ mod tests {
     #[test]
     fn out_of_range_views_are_typed_errors() {
         let l = layout(8, 10, 10, DType::F32);
+        #[allow(clippy::reversed_empty_ranges)]
         for (r, c) in [(0..9, 0..1), (0..1, 0..11), (5..4, 0..1)] {
             let e = l.sub(r.clone(), c.clone()).unwrap_err();
             assert!(matches!(e, Error::OutOfRange { .. }), "{r:?} {c:?}: {e}");
@@ -804,7 +805,6 @@ mod tests {
             e.to_string().contains("`rows`") && e.to_string().contains("0..8"),
             "{e}"
         );
-        #[allow(clippy::reversed_empty_ranges)]
         let e = l.sub(.., (Bound::Excluded(usize::MAX), Bound::Unbounded));
         assert!(e.is_err());
         // Empty views at the edge are fine.

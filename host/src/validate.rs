@@ -273,7 +273,7 @@ fn check_address(
         return Err(Error::NullPointer { arg, elements });
     }
     let size = dtype.size() as u64;
-    if ptr % size != 0 {
+    if !ptr.is_multiple_of(size) {
         return Err(Error::Misaligned {
             arg,
             what: "address",
@@ -322,13 +322,13 @@ fn misalignment(arg: &'static str, d: &MatrixDesc) -> Option<Misalignment> {
     }
     let size = d.dtype.size() as u64;
     let m = |what, actual| Some(Misalignment { arg, what, actual });
-    if d.ptr % VECTOR_BYTES != 0 {
+    if !d.ptr.is_multiple_of(VECTOR_BYTES) {
         return m("address", d.ptr);
     }
-    if d.rows > 1 && (d.ld as u64 * size) % VECTOR_BYTES != 0 {
+    if d.rows > 1 && !(d.ld as u64 * size).is_multiple_of(VECTOR_BYTES) {
         return m("leading dimension (bytes)", d.ld as u64 * size);
     }
-    if (d.cols as u64 * size) % VECTOR_BYTES != 0 {
+    if !(d.cols as u64 * size).is_multiple_of(VECTOR_BYTES) {
         return m("row length (bytes)", d.cols as u64 * size);
     }
     None
@@ -399,21 +399,21 @@ fn check_rope(arg: &'static str, r: &RopeSpec, n_at_stage: u64) -> Result<()> {
     }
     // The kernel rotates the column pairs (2i, 2i + 1) of the row; a head that started at an
     // odd column would pair across two heads.
-    if r.head_dim % 2 != 0 && n_at_stage != r.head_dim as u64 {
+    if !r.head_dim.is_multiple_of(2) && n_at_stage != r.head_dim as u64 {
         return bad(
             "head_dim",
             format!("even, or equal to N = {n_at_stage} (one head per row)"),
             r.head_dim.to_string(),
         );
     }
-    if n_at_stage % r.head_dim as u64 != 0 {
+    if !n_at_stage.is_multiple_of(r.head_dim as u64) {
         return bad(
             "head_dim",
             format!("a divisor of N = {n_at_stage}"),
             r.head_dim.to_string(),
         );
     }
-    if r.rotary_dim == 0 || r.rotary_dim % 2 != 0 || r.rotary_dim > r.head_dim {
+    if r.rotary_dim == 0 || !r.rotary_dim.is_multiple_of(2) || r.rotary_dim > r.head_dim {
         return bad(
             "rotary_dim",
             format!("even, in 2..={}", r.head_dim),

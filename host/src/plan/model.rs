@@ -358,7 +358,7 @@ mod tests {
         for t in TILES_SM80.iter().chain(ROW_TILES_SM80) {
             let r = estimate_registers(t);
             assert!(
-                r >= t.acc_registers() && r <= 255 && r % 8 == 0,
+                r >= t.acc_registers() && r <= 255 && r.is_multiple_of(8),
                 "{t:?}: {r}"
             );
         }

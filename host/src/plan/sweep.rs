@@ -13,7 +13,9 @@ use fused_gemm_device::types::DType;
 use serde::{Deserialize, Serialize};
 
 use super::{ModelTerms, Plan, Planner, Problem, Roofline};
-use crate::{Error, Result};
+use crate::tensor::Tensor;
+use crate::validate::{BLayout, GemmCall, check_gemm};
+use crate::{Error, Gpu, Result};
 
 /// Times GEMM launches with a chosen plan.
 pub trait GemmTimer {
@@ -28,6 +30,75 @@ pub trait GemmTimer {
 impl<F: FnMut(&Problem, &Plan) -> Result<f32>> GemmTimer for F {
     fn time_ms(&mut self, problem: &Problem, plan: &Plan) -> Result<f32> {
         self(problem, plan)
+    }
+}
+
+type ShapeKey = (u32, u32, u32, DType);
+
+/// A [`GemmTimer`] on a device: allocates A (M×K), B (N×K, a `Linear` weight) and C (M×N) of
+/// the problem's dtype, filled with uniform random values (reused across the candidates of one
+/// shape), validates the call, and times `launch(gpu, plan, call)` with CUDA events
+/// ([`Gpu::time_ms`]). `launch` is the GEMM launcher run with an explicit plan.
+pub struct DeviceTimer<'g, F> {
+    gpu: &'g Gpu,
+    launch: F,
+    /// Untimed launches before timing.
+    pub warmup: usize,
+    /// Timed launches (the median is reported).
+    pub reps: usize,
+    /// A, B, C of the last shape timed, keyed by (M, N, K, dtype).
+    buffers: Option<(ShapeKey, [Tensor; 3])>,
+}
+
+impl<'g, F> DeviceTimer<'g, F>
+where
+    F: FnMut(&Gpu, &Plan, &GemmCall<'_>) -> Result<()>,
+{
+    /// A timer launching through `launch` on `gpu`, 3 warm-up and 10 timed launches.
+    pub fn new(gpu: &'g Gpu, launch: F) -> Self {
+        DeviceTimer {
+            gpu,
+            launch,
+            warmup: 3,
+            reps: 10,
+            buffers: None,
+        }
+    }
+}
+
+impl<F> GemmTimer for DeviceTimer<'_, F>
+where
+    F: FnMut(&Gpu, &Plan, &GemmCall<'_>) -> Result<()>,
+{
+    fn time_ms(&mut self, p: &Problem, plan: &Plan) -> Result<f32> {
+        let shape = (p.m, p.n, p.k, p.in_dtype);
+        if self.buffers.as_ref().is_none_or(|(s, _)| *s != shape) {
+            self.buffers = None;
+            let mut r = crate::testing::rng("plan_sweep");
+            let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+            let a = crate::testing::uniform(&mut r, m * k);
+            let b = crate::testing::uniform(&mut r, n * k);
+            let a = Tensor::from_f32(self.gpu, m, k, p.in_dtype, &a)?;
+            let b = Tensor::from_f32(self.gpu, n, k, p.in_dtype, &b)?;
+            let c = Tensor::zeros(self.gpu, m, n, p.in_dtype)?;
+            self.buffers = Some((shape, [a, b, c]));
+        }
+        let [a, b, c] = &self.buffers.as_ref().expect("allocated above").1;
+        let call = GemmCall {
+            a: a.desc(),
+            b: b.desc(),
+            b_layout: BLayout::NxK,
+            c: c.desc(),
+            in_dtype: p.in_dtype,
+            out_dtype: p.in_dtype,
+            epilogue: &[],
+            pair_stage: None,
+            row_norm_stage: None,
+        };
+        check_gemm(&call)?;
+        let launch = &mut self.launch;
+        self.gpu
+            .time_ms(self.warmup, self.reps, |g| launch(g, plan, &call))
     }
 }
 
