@@ -11,7 +11,7 @@
 //! | [`plan`] | Roller-style tile construction: tile, split-K, grid, predicted time |
 //! | [`autotune`] | optional timing of the top candidates, cached on disk |
 //! | [`graph`] | capture launches into a CUDA graph and replay them |
-//! | [`reference`] | CPU f64 references of every kernel |
+//! | [`reference`](mod@reference) | CPU f64 references of every kernel |
 //! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
 
 pub mod autotune;

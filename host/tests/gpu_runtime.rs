@@ -184,7 +184,8 @@ fn axpy_graph_replays_like_direct_launches() {
         .map(|i| y0[i] as f64 + reps as f64 * (2.25 * x[i] as f64 - 0.5 * x2[i] as f64))
         .collect();
     let got: Vec<f64> = got_graph.iter().map(|&v| v as f64).collect();
-    let err = max_rel_error(&got, &want, 1e-3);
+    // Intermediates reach ≈ 10, so errors are absolute at that scale: floor 1.
+    let err = max_rel_error(&got, &want, 1.0);
     println!("graph replay ×{reps}, n = {n}: max rel error {err:.2e}");
     assert!(err < 1e-5, "{err}");
 

@@ -666,3 +666,36 @@ fn zero_sized_problems_have_defined_results() {
     };
     assert!(matches!(err(&c), Error::ShapeMismatch { arg: "c", .. }));
 }
+
+#[test]
+fn plan_call_validates_then_plans() {
+    use fused_gemm_host::gpu::DeviceProps;
+    use fused_gemm_host::plan::Planner;
+    let pl = Planner::new(DeviceProps::h200());
+    let ep = [bias(N)];
+    let (checked, plan) = pl.plan_call(&call(&ep), false).unwrap().unwrap();
+    assert_eq!((checked.m, checked.n, checked.k), (64, 96, 32));
+    assert_eq!(plan.grid.0, 96u32.div_ceil(plan.tile.bn));
+    let args = plan.gemm_args(&checked, &call(&ep), 0, 0);
+    assert_eq!(
+        (args.a, args.b, args.c, args.lda, args.ldb, args.ldc),
+        (A, B, C, 32, 32, 96)
+    );
+    assert_eq!(
+        (args.splits, args.k_per_split),
+        (plan.splits, plan.k_per_split)
+    );
+    // Nothing to launch for M = 0; errors come from validation first.
+    let empty = GemmCall {
+        a: mat(0, 0, K, DType::F16),
+        c: mat(0, 0, N, DType::F16),
+        ..call(&[])
+    };
+    assert!(pl.plan_call(&empty, false).unwrap().is_none());
+    let mut bad = call(&[]);
+    bad.a.dtype = DType::F32;
+    assert!(matches!(
+        pl.plan_call(&bad, false),
+        Err(Error::DtypeMismatch { arg: "a", .. })
+    ));
+}

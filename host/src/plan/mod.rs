@@ -440,6 +440,25 @@ impl Planner {
         Ok(self.candidates(p)?.swap_remove(0))
     }
 
+    /// Validates `call` ([`crate::validate::check_gemm`]) and plans it: `Ok(None)` when there is
+    /// nothing to launch (M or N = 0), else the checked dimensions and the plan. `accumulate`
+    /// says whether the epilogue reads C (`accumulate` stage).
+    ///
+    /// # Errors
+    /// Validation errors, then as [`Planner::candidates`].
+    pub fn plan_call(
+        &self,
+        call: &GemmCall<'_>,
+        accumulate: bool,
+    ) -> Result<Option<(Checked, Plan)>> {
+        let checked = crate::validate::check_gemm(call)?;
+        if checked.work == crate::validate::Work::Empty {
+            return Ok(None);
+        }
+        let plan = self.plan(&Problem::from_call(call, &checked, accumulate))?;
+        Ok(Some((checked, plan)))
+    }
+
     /// The `k` fastest predicted candidates (for autotuning).
     ///
     /// # Errors
