@@ -13,6 +13,20 @@
 //! | [`graph`] | capture launches into a CUDA graph and replay them |
 //! | [`reference`](mod@reference) | CPU f64 references of every kernel |
 //! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
+//!
+//! # How a GEMM launcher uses this crate
+//!
+//! 1. Describe the operands: [`Tensor::desc`] / views' `desc()` for matrices, `vector_desc()`
+//!    for vectors, into a [`validate::GemmCall`] with the epilogue's [`validate::EpilogueArg`]s.
+//! 2. [`plan::Planner::plan_call`] validates and plans: `None` when M or N is 0 (return
+//!    `Ok(())`), else the [`validate::Checked`] dimensions and a [`plan::Plan`].
+//!    `checked.vector.mainloop()` picks the 16-byte or the scalar kernel variant
+//!    (`checked.require_vector()` is the error when there is no scalar variant).
+//! 3. When `plan.splits > 1`, provide `plan.workspace_bytes` of f32 partials and
+//!    `plan.counter_bytes` of zeroed counters; for [`plan::NormPath::Partials`] the statistics
+//!    buffer and the finishing kernel.
+//! 4. `plan.gemm_args(..)` fills the kernel's `GemmArgs`; `plan.launch_shape().prepare(..)` opts
+//!    in to large shared memory and gives the launch configuration.
 
 pub mod autotune;
 pub mod error;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use fused_gemm_device::gemm::{ROW_TILES_SM80, TILES_SM80};
 use fused_gemm_device::types::DType;
 use fused_gemm_host::gpu::DeviceProps;
-use fused_gemm_host::plan::{MAX_SPLITS, NormPath, Plan, Planner, Problem};
+use fused_gemm_host::plan::{DEFAULT_MAX_WORKSPACE, MAX_SPLITS, NormPath, Plan, Planner, Problem};
 use fused_gemm_host::validate::BLayout;
 use proptest::prelude::*;
 
@@ -232,6 +232,26 @@ fn decode_shapes_split_k_to_pull_more_bandwidth() {
         // The weights are read once: at least B / DRAM bandwidth.
         let b_us = n as f64 * k as f64 * 2.0 / (pl.roofline.dram_tbs * 1e6);
         assert!(plan.predicted_us >= b_us);
+    }
+}
+
+#[test]
+fn split_k_workspace_is_capped() {
+    let pl = planner();
+    let p = Problem::gemm(8192, 28672, 4096, DType::Bf16);
+    let all = pl.candidates(&p).unwrap();
+    assert!(
+        all.iter()
+            .all(|c| c.workspace_bytes <= DEFAULT_MAX_WORKSPACE)
+    );
+    assert!(
+        all.iter().all(|c| c.splits == 1),
+        "8192×28672 fills the GPU without splits"
+    );
+    let tight = planner().with_max_workspace(1 << 20);
+    let q = Problem::gemm(64, 1024, 8192, DType::Bf16);
+    for c in tight.candidates(&q).unwrap() {
+        assert!(c.workspace_bytes <= 1 << 20, "{c:?}");
     }
 }
 

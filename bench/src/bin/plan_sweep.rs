@@ -45,6 +45,7 @@ fn model_only(planner: &Planner, dtype: DType) {
     println!("| shape | M | N | K | tile | splits | grid | predicted µs | bound | construct µs |");
     println!("|---|---:|---:|---:|---|---:|---|---:|---|---:|");
     let mut times = Vec::new();
+    let mut search_us = 0.0;
     for s in sweep_shapes() {
         let p = Problem::gemm(s.m, s.n, s.k, dtype);
         let plan = match planner.plan(&p) {
@@ -58,6 +59,11 @@ fn model_only(planner: &Planner, dtype: DType) {
             std::hint::black_box(planner.plan(std::hint::black_box(&p)).ok());
         });
         times.push(us);
+        // What the exhaustive search would spend, by the model: warm-up + timed launches.
+        search_us += planner
+            .candidates(&p)
+            .map(|c| c.iter().map(|c| c.predicted_us * 13.0).sum::<f64>())
+            .unwrap_or(0.0);
         let t = plan.tile;
         println!(
             "| {} | {} | {} | {} | {}x{}x{} {}x{}w {}st | {} | {:?} | {:.1} | {:?} | {:.2} |",
@@ -82,6 +88,10 @@ fn model_only(planner: &Planner, dtype: DType) {
     if let Some(m) = times.get(times.len() / 2) {
         println!("\nmedian construction time: {m:.2} µs per shape");
     }
+    println!(
+        "exhaustive search by the model's times: {:.1} s of launches (3 warm-up + 10 timed each)",
+        search_us * 1e-6
+    );
 }
 
 fn main() -> ExitCode {

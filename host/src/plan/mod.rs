@@ -40,6 +40,10 @@ pub const MAX_SPLITS: u32 = 16;
 /// Fewest k-tiles (of BK) each split must get.
 pub const MIN_K_TILES_PER_SPLIT: u32 = 2;
 
+/// Default cap on split-K workspace, bytes: larger partial buffers only arise for problems
+/// with enough output tiles to fill the GPU without splitting.
+pub const DEFAULT_MAX_WORKSPACE: u64 = 256 << 20;
+
 /// Bytes of per-row partial statistics per (row, N-tile) on the partial-statistics norm path:
 /// `(count, mean, M2, pad)` as f32.
 pub const NORM_STATS_BYTES: u64 = 16;
@@ -219,6 +223,7 @@ pub struct Planner {
     tiles: Vec<TileShape>,
     row_tiles: Vec<TileShape>,
     max_splits: u32,
+    max_workspace: u64,
     registers: HashMap<TileShape, u32>,
 }
 
@@ -231,6 +236,7 @@ impl Planner {
             tiles: TILES_SM80.to_vec(),
             row_tiles: ROW_TILES_SM80.to_vec(),
             max_splits: MAX_SPLITS,
+            max_workspace: DEFAULT_MAX_WORKSPACE,
             registers: HashMap::new(),
         }
     }
@@ -263,6 +269,13 @@ impl Planner {
         self
     }
 
+    /// Caps the split-K workspace ([`Plan::workspace_bytes`]); candidates needing more are
+    /// dropped. Default [`DEFAULT_MAX_WORKSPACE`].
+    pub fn with_max_workspace(mut self, bytes: u64) -> Self {
+        self.max_workspace = bytes;
+        self
+    }
+
     /// Uses a measured register count (from `ptxas -v` or `CU_FUNC_ATTRIBUTE_NUM_REGS`) for
     /// `tile` instead of the estimate.
     pub fn with_registers(mut self, tile: TileShape, regs_per_thread: u32) -> Self {
@@ -283,8 +296,8 @@ impl Planner {
     }
 
     /// The model for `tile` with `splits`, or `None` when that candidate cannot launch for `p`
-    /// (shared memory, registers, grid limits, or a split that would be empty or shorter than
-    /// [`MIN_K_TILES_PER_SPLIT`] k-tiles).
+    /// (shared memory, registers, grid limits, a split that would be empty or shorter than
+    /// [`MIN_K_TILES_PER_SPLIT`] k-tiles, or split-K workspace over the cap).
     pub fn evaluate(&self, p: &Problem, tile: &TileShape, splits: u32) -> Option<Plan> {
         if p.m == 0 || p.n == 0 || splits == 0 || tile.check().is_some() {
             return None;
@@ -353,6 +366,9 @@ impl Planner {
         } else {
             (0, 0)
         };
+        if workspace_bytes > self.max_workspace {
+            return None;
+        }
         Some(Plan {
             tile: *tile,
             splits,
