@@ -1,8 +1,8 @@
 //! GPU tests of the runtime: tensors and views, streams, CUDA graph capture and replay, typed
 //! errors that need a device. Without a GPU each test prints why it is skipped and passes.
 //!
-//! The kernel is a hand-written PTX axpy (`data/axpy.ptx`, checked with `ptxas -arch=sm_90`),
-//! so these tests need nothing but this crate.
+//! The kernel is a hand-written PTX axpy ([`AXPY_PTX`], checked with `ptxas -arch=sm_90`), so
+//! these tests need nothing but this crate.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use fused_gemm_device::types::DType;
@@ -12,12 +12,55 @@ use fused_gemm_host::reference::max_rel_error;
 use fused_gemm_host::testing::{gpu_or_skip, rng, uniform};
 use fused_gemm_host::{Error, Gpu, Result, Tensor};
 
+/// `y[i] = alpha·x[i] + y[i]` for `i < n`, one thread per element (no grid-stride loop).
+const AXPY_PTX: &str = r#".version 7.8
+.target sm_80
+.address_size 64
+
+.visible .entry test_axpy_f32(
+	.param .u64 p_n,
+	.param .f32 p_alpha,
+	.param .u64 p_x,
+	.param .u64 p_y
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<4>;
+	.reg .f32 	%f<4>;
+	.reg .b64 	%rd<10>;
+
+	ld.param.u64 	%rd1, [p_n];
+	ld.param.f32 	%f1, [p_alpha];
+	ld.param.u64 	%rd2, [p_x];
+	ld.param.u64 	%rd3, [p_y];
+	mov.u32 	%r1, %ctaid.x;
+	mov.u32 	%r2, %ntid.x;
+	mov.u32 	%r3, %tid.x;
+	mul.wide.u32 	%rd4, %r1, %r2;
+	cvt.u64.u32 	%rd5, %r3;
+	add.s64 	%rd4, %rd4, %rd5;
+	setp.ge.u64 	%p1, %rd4, %rd1;
+	@%p1 bra 	DONE;
+	cvta.to.global.u64 	%rd2, %rd2;
+	cvta.to.global.u64 	%rd3, %rd3;
+	shl.b64 	%rd6, %rd4, 2;
+	add.s64 	%rd7, %rd2, %rd6;
+	add.s64 	%rd8, %rd3, %rd6;
+	ld.global.f32 	%f2, [%rd7];
+	ld.global.f32 	%f3, [%rd8];
+	fma.rn.f32 	%f3, %f1, %f2, %f3;
+	st.global.f32 	[%rd8], %f3;
+DONE:
+	ret;
+}
+"#;
+
 static TEST_PTX: PtxSet = PtxSet::new(
     "host-tests",
     &[PtxModule {
         compute_capability: 80,
         arch: "sm_80",
-        ptx: include_str!("data/axpy.ptx"),
+        ptx: AXPY_PTX,
     }],
 );
 
