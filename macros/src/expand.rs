@@ -79,8 +79,10 @@ struct StageGen {
     ty: TokenStream,
     /// Expression building the stage's `Params` inside the build closure (`stats` in scope).
     params: TokenStream,
-    /// Statements validating the stage's operands before launch.
+    /// Statements taking the operands' descriptors.
     checks: TokenStream,
+    /// `EpilogueArg` expressions describing the operands for validation.
+    operands: Vec<TokenStream>,
     launch_params: Vec<LaunchParam>,
 }
 
@@ -110,15 +112,14 @@ fn stage_gen(
 ) -> StageGen {
     let d = dev();
     let st = quote!(#d::epilogue::stages);
-    let out = attr.out_dtype().host_dtype();
     let out_name = attr.out_dtype().name();
-    let width = if after_pair { quote!(n / 2) } else { quote!(n) };
     let width_doc = if after_pair { "N/2" } else { "N" };
     let nil = quote!(#d::epilogue::Nil);
     let simple = |ty: TokenStream| StageGen {
         ty,
         params: nil.clone(),
         checks: quote!(),
+        operands: vec![],
         launch_params: vec![],
     };
     match &s.kind {
@@ -156,6 +157,7 @@ fn stage_gen(
                 ty: quote!(#st::Scale),
                 params: quote!(#st::ScaleParams { alpha: #v }),
                 checks: quote!(),
+                operands: vec![],
                 launch_params: vec![],
             }
         }
@@ -165,6 +167,7 @@ fn stage_gen(
                 ty: quote!(#st::Scale),
                 params: quote!(#st::ScaleParams { alpha: #id }),
                 checks: quote!(),
+                operands: vec![],
                 launch_params: vec![LaunchParam {
                     ident: id,
                     ty: quote!(f32),
@@ -174,17 +177,33 @@ fn stage_gen(
         }
         StageKind::Scale(ScaleArg::Vector(axis)) | StageKind::Bias(axis) => {
             let is_scale = matches!(s.kind, StageKind::Scale(_));
-            let (ty, base, len, len_doc) = match (is_scale, axis) {
-                (true, Axis::Row) => (quote!(#st::ScaleRow), "row_scale", quote!(m), "M"),
-                (true, Axis::Col) => (quote!(#st::ScaleCol), "col_scale", width.clone(), width_doc),
-                (false, Axis::Row) => (quote!(#st::BiasRow), "row_bias", quote!(m), "M"),
-                (false, Axis::Col) => (quote!(#st::BiasCol), "bias", width.clone(), width_doc),
+            let (ty, base, variant, len_doc) = match (is_scale, axis) {
+                (true, Axis::Row) => (
+                    quote!(#st::ScaleRow),
+                    "row_scale",
+                    format_ident!("ScaleRow"),
+                    "M",
+                ),
+                (true, Axis::Col) => (
+                    quote!(#st::ScaleCol),
+                    "col_scale",
+                    format_ident!("ScaleCol"),
+                    width_doc,
+                ),
+                (false, Axis::Row) => (
+                    quote!(#st::BiasRow),
+                    "row_bias",
+                    format_ident!("BiasRow"),
+                    "M",
+                ),
+                (false, Axis::Col) => (
+                    quote!(#st::BiasCol),
+                    "bias",
+                    format_ident!("Bias"),
+                    width_doc,
+                ),
             };
-            let dtype = if is_scale {
-                quote!(#d::types::DType::F32)
-            } else {
-                out.clone()
-            };
+
             let dt_name = if is_scale { "f32" } else { out_name };
             let id = names.take(base);
             let desc = format_ident!("{}_desc", id);
@@ -198,10 +217,12 @@ fn stage_gen(
             StageGen {
                 ty,
                 params: quote!(#st::VectorParams { ptr: #desc.ptr }),
-                checks: quote! {
-                    let #desc = #id.vector(gpu);
-                    ::fused_gemm::__private::host::gemm::check_vector(#lit, &#desc, #len, #dtype)?;
-                },
+                checks: quote!(let #desc = #id.vector(gpu)?;),
+                operands: vec![
+                    quote!(::fused_gemm::__private::host::validate::EpilogueArg {
+                        name: #lit, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::#variant(#desc),
+                    }),
+                ],
                 launch_params: vec![LaunchParam {
                     ident: id,
                     ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
@@ -216,11 +237,12 @@ fn stage_gen(
             StageGen {
                 ty: quote!(#st::Residual),
                 params: quote!(#st::MatrixParams { ptr: #desc.ptr, ld: #desc.ld as u32, _pad: 0 }),
-                checks: quote! {
-                    let #desc = #id.matrix(gpu);
-                    ::fused_gemm::__private::host::gemm::check_matrix(#lit, &#desc, m, #width, #out)?;
-                    ::fused_gemm::__private::host::gemm::check_alias(#lit, &#desc, &c)?;
-                },
+                checks: quote!(let #desc = #id.matrix(gpu)?;),
+                operands: vec![
+                    quote!(::fused_gemm::__private::host::validate::EpilogueArg {
+                        name: #lit, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Residual(#desc),
+                    }),
+                ],
                 launch_params: vec![LaunchParam {
                     ident: id,
                     ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsMatrix),
@@ -236,10 +258,15 @@ fn stage_gen(
             let g = names.take("gamma");
             let gd = format_ident!("{}_desc", g);
             let gl = g.to_string();
-            let mut checks = quote! {
-                let #gd = #g.vector(gpu);
-                ::fused_gemm::__private::host::gemm::check_vector(#gl, &#gd, #width, #out)?;
-            };
+            let mut checks = quote!(let #gd = #g.vector(gpu)?;);
+            let mut operands = vec![
+                quote!(::fused_gemm::__private::host::validate::EpilogueArg {
+                    name: #gl, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Gamma(#gd),
+                }),
+                quote!(::fused_gemm::__private::host::validate::EpilogueArg {
+                    name: "eps", stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Eps(#eps),
+                }),
+            ];
             let mut lp = vec![LaunchParam {
                 ident: g,
                 ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
@@ -249,10 +276,10 @@ fn stage_gen(
                 let b = names.take("beta");
                 let bd = format_ident!("{}_desc", b);
                 let bl = b.to_string();
-                checks.extend(quote! {
-                    let #bd = #b.vector(gpu);
-                    ::fused_gemm::__private::host::gemm::check_vector(#bl, &#bd, #width, #out)?;
-                });
+                checks.extend(quote!(let #bd = #b.vector(gpu)?;));
+                operands.push(quote!(::fused_gemm::__private::host::validate::EpilogueArg {
+                    name: #bl, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Beta(#bd),
+                }));
                 lp.push(LaunchParam {
                     ident: b,
                     ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
@@ -262,6 +289,7 @@ fn stage_gen(
                     ty: quote!(#st::Norm<#st::LayerNorm>),
                     params: quote!(#st::LayerNormParams { gamma: #gd.ptr, beta: #bd.ptr, stats, eps: #eps, _pad: 0 }),
                     checks,
+                    operands,
                     launch_params: lp,
                 }
             } else {
@@ -269,6 +297,7 @@ fn stage_gen(
                     ty: quote!(#st::Norm<#st::RmsNorm>),
                     params: quote!(#st::RmsNormParams { gamma: #gd.ptr, stats, eps: #eps, _pad: 0 }),
                     checks,
+                    operands,
                     launch_params: lp,
                 }
             }
@@ -277,6 +306,7 @@ fn stage_gen(
             let theta = *theta as f32;
             let id = names.take("rope");
             let lit = id.to_string();
+            let idx = idx;
             StageGen {
                 ty: quote!(#st::Rope),
                 params: quote!(#st::RopeParams {
@@ -287,7 +317,10 @@ fn stage_gen(
                     pos_offset: #id.pos_offset,
                     _pad: 0,
                 }),
-                checks: quote!(::fused_gemm::__private::host::gemm::check_rope(#lit, &#id, #width)?;),
+                checks: quote!(),
+                operands: vec![quote!(::fused_gemm::__private::host::validate::EpilogueArg {
+                    name: #lit, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Rope(#id.spec(#theta)),
+                })],
                 launch_params: vec![LaunchParam {
                     ident: id,
                     ty: quote!(::fused_gemm::__private::host::gemm::RopeArgs),
@@ -354,6 +387,21 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
     let chain = cons_type(&types);
     let params_value = cons_value(&gens.iter().map(|g| g.params.clone()).collect::<Vec<_>>());
     let checks: Vec<&TokenStream> = gens.iter().map(|g| &g.checks).collect();
+    let operands: Vec<&TokenStream> = gens.iter().flat_map(|g| g.operands.iter()).collect();
+    let pair_idx = attr.stages.iter().position(Stage::is_pairwise_reducing);
+    let pair_stage = match pair_idx {
+        Some(i) => quote!(Some(#i)),
+        None => quote!(None),
+    };
+    let b_layout = if attr.b_layout == BLayout::Col {
+        quote!(::fused_gemm::__private::host::validate::BLayout::NxK)
+    } else {
+        quote!(::fused_gemm::__private::host::validate::BLayout::KxN)
+    };
+    let accumulate = attr
+        .stages
+        .iter()
+        .any(|s| matches!(s.kind, StageKind::Accumulate));
 
     let in_t = attr.dtype.device_type();
     let out_t = attr.out_dtype().device_type();
@@ -398,6 +446,10 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         });
     }
 
+    let norm_stage = match norm_idx {
+        Some(i) => quote!(Some(#i)),
+        None => quote!(None),
+    };
     let (post_items, finish_entry, finish_value) = match norm_idx {
         Some(ni) => {
             let post = cons_type(&types[ni + 1..]);
@@ -472,13 +524,8 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
     doc.push_str(
         "\n# Errors\n`Error::InvalidArgument` naming the operand whose shape, dtype, leading dimension, bounds or aliasing \
          is wrong; `Error::LaunchLimit` when no compiled tile fits; `Error::NoDriver`-family and driver errors from the launch.\n\
-         Returns the plan that ran (tile, split-K, grid).",
+         Returns the plan that ran (tile, split-K, grid), or `None` when M or N is 0 (nothing to do).",
     );
-    let b_n = if b_col {
-        quote!(b.rows)
-    } else {
-        quote!(b.cols)
-    };
     let spec_doc = format!("Compiled variants and dtypes of [`{name_s}`].");
 
     quote! {
@@ -498,7 +545,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             input: #in_dt,
             output: #out_dt,
             b_col: #b_col,
-            pairs: #pairs,
+            accumulate: #accumulate,
             norm_finish: #finish_entry,
             variants: &[#(#variant_values),*],
         };
@@ -513,15 +560,24 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             b: &impl ::fused_gemm::__private::host::gemm::AsMatrix,
             c: &mut impl ::fused_gemm::__private::host::gemm::AsMatrix,
             #sig_params
-        ) -> ::fused_gemm::__private::host::Result<::fused_gemm::__private::host::gemm::GemmPlan> {
+        ) -> ::fused_gemm::__private::host::Result<Option<::fused_gemm::__private::host::plan::Plan>> {
             use ::fused_gemm::__private::host::gemm::{AsMatrix as _, AsVector as _};
-            let a = a.matrix(gpu);
-            let b = b.matrix(gpu);
-            let c = c.matrix(gpu);
-            let m = a.rows;
-            let n = #b_n;
+            let a = a.matrix(gpu)?;
+            let b = b.matrix(gpu)?;
+            let c = c.matrix(gpu)?;
             #(#checks)*
-            ::fused_gemm::__private::host::gemm::launch(gpu, &#spec, &a, &b, &c, |stats: u64| (#params_value, #finish_value))
+            let call = ::fused_gemm::__private::host::validate::GemmCall {
+                a,
+                b,
+                b_layout: #b_layout,
+                c,
+                in_dtype: #in_dt,
+                out_dtype: #out_dt,
+                epilogue: &[#(#operands),*],
+                pair_stage: #pair_stage,
+                row_norm_stage: #norm_stage,
+            };
+            ::fused_gemm::__private::host::gemm::launch(gpu, &#spec, &call, |stats: u64| (#params_value, #finish_value))
         }
     }
 }

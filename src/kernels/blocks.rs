@@ -41,3 +41,9 @@ pub fn bias_f16() {}
 /// known-faults #4: bias then erf GELU, applied once after a split-K reduction.
 #[fused_gemm(epilogue = [bias, gelu], dtype = f16, out = f32)]
 pub fn bias_gelu_f16_f32() {}
+/// known-faults #7: f16 RMSNorm of a row (here the residual) without f16 overflow.
+#[fused_gemm(epilogue = [residual, rms_norm(eps = 1e-6)], dtype = f16)]
+pub fn residual_rms_norm_f16() {}
+/// known-faults #10: SwiGLU with f16 storage at odd output widths.
+#[fused_gemm(epilogue = [swiglu], dtype = f16)]
+pub fn mlp_up_swiglu_f16() {}
