@@ -17,3 +17,4 @@ macro_rules! entry {
 }
 
 pub mod basic;
+pub mod bert;

@@ -1,4 +1,5 @@
 //! Kernel bodies. Entry points (`extern "ptx-kernel"`) live in kernel crates and call these.
 
+pub mod bert;
 pub mod elementwise;
 pub mod naive_gemm;
