@@ -28,12 +28,12 @@ use fused_gemm_host::cudarc;
 
 /// Columns per attention head (the only head size the attention kernel is built for).
 pub const HEAD_DIM: usize = dattn::ATTN_HEAD_DIM as usize;
-/// Largest hidden size d of [`embeddings`] and [`mean_pool_l2`] (1024, BERT-large).
+/// Largest hidden size d of [`embeddings`] (1024, BERT-large).
 pub const MAX_HIDDEN: usize = dembed::EMBED_MAX_HIDDEN as usize;
+/// Largest hidden size of [`mean_pool_l2`] (2048).
+pub const MAX_POOL_HIDDEN: usize = dpool::POOL_MAX_HIDDEN as usize;
 /// ε of the L2 normalization: `x / max(‖x‖, NORM_EPS)` (`torch.nn.functional.normalize`).
 pub const NORM_EPS: f32 = dpool::POOL_NORM_EPS;
-
-const _: () = assert!(dembed::EMBED_MAX_HIDDEN == dpool::POOL_MAX_HIDDEN);
 
 mod sealed {
     pub trait Sealed {}
@@ -445,7 +445,7 @@ pub fn attention<T: BertElement>(
 /// read); `out` is `[B, hidden_size]` f32.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for `hidden_size` outside `1..=MAX_HIDDEN` or buffers of the wrong
+/// [`Error::InvalidArgument`] for `hidden_size` outside `1..=MAX_POOL_HIDDEN` or buffers of the wrong
 /// length; [`Error::LaunchLimit`] for more than 2^31-1 sequences; module-loading and driver
 /// errors.
 pub fn mean_pool_l2<T: BertElement>(

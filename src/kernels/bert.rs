@@ -4,7 +4,7 @@
 //! [`crate::bert`].
 
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
-use crate::device::kernel::bert::{attention, embed, pool};
+use crate::device::kernel::bert::{Ptx, attention, embed, pool};
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
 use crate::device::types::{Bf16, F16};
 
@@ -19,7 +19,7 @@ macro_rules! bert_entries {
                 out: *mut $t,
             ) {
                 unsafe {
-                    embed::embed_layer_norm(&embed::EmbedArgs {
+                    embed::embed_layer_norm::<_, Ptx>(&embed::EmbedArgs {
                         ids, token_types, rows, seq_len, hidden, word, vocab, position, positions,
                         token_type, types, gamma, beta, eps, out,
                     })
@@ -30,7 +30,7 @@ macro_rules! bert_entries {
             #[doc = concat!("Masked attention, head dim 64, ", $dt, " storage. Args: `(qkv, lengths, batch, seq_len, heads, out)`.")]
             $attn = fn $attn_fn(qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32, out: *mut $t) {
                 unsafe {
-                    attention::attention(&attention::AttnArgs { qkv, lengths, batch, seq_len, heads, out })
+                    attention::attention::<_, Ptx>(&attention::AttnArgs { qkv, lengths, batch, seq_len, heads, out })
                 }
             }
         }
@@ -38,7 +38,7 @@ macro_rules! bert_entries {
             #[doc = concat!("Masked mean pooling + L2 normalization, ", $dt, " input, f32 output. Args: `(hidden, lengths, batch, seq_len, hidden_size, out)`.")]
             $pool = fn $pool_fn(hidden: *const $t, lengths: *const u32, batch: u32, seq_len: u32, hidden_size: u32, out: *mut f32) {
                 unsafe {
-                    pool::mean_pool_l2(&pool::PoolArgs { hidden, lengths, batch, seq_len, hidden_size, out })
+                    pool::mean_pool_l2::<_, Ptx>(&pool::PoolArgs { hidden, lengths, batch, seq_len, hidden_size, out })
                 }
             }
         }

@@ -21,11 +21,7 @@
 //! (padding) are written as zeros; a query block entirely in the padding skips the math.
 //! `len` is clamped to T; `len = 0` (which the launcher rejects) would give zero rows, not NaN.
 
-use super::{chunk_aligned, fma, load_chunk, load_partial, store4};
-use crate::arch::shared::dynamic_shared_base;
-use crate::arch::sync::sync_threads;
-use crate::arch::thread::{block_idx_x, thread_idx_x};
-use crate::arch::warp::shfl_xor_f32;
+use super::{Exec, chunk_aligned, fma, load_chunk, load_partial, store4};
 use crate::math;
 use crate::types::Element;
 
@@ -82,13 +78,13 @@ pub const fn attn_ctas(batch: u64, heads: u64, seq_len: u64) -> u64 {
 /// # Safety
 /// Pointers valid for the extents in [`AttnArgs`]; the launch shape above.
 #[inline(always)]
-pub unsafe fn attention<E: Element>(a: &AttnArgs<E>) {
+pub unsafe fn attention<E: Element, X: Exec>(a: &AttnArgs<E>) {
     let t_len = a.seq_len;
     if t_len == 0 || a.heads == 0 {
         return;
     }
     let q_blocks = t_len.div_ceil(ATTN_BQ);
-    let blk = block_idx_x();
+    let blk = X::block_idx_x();
     let qb = blk % q_blocks;
     let h = (blk / q_blocks) % a.heads;
     let b = blk / q_blocks / a.heads;
@@ -96,7 +92,7 @@ pub unsafe fn attention<E: Element>(a: &AttnArgs<E>) {
         return;
     }
     let len = (*a.lengths.add(b as usize)).min(t_len);
-    let tid = thread_idx_x();
+    let tid = X::thread_idx_x();
     let s = tid % SPLIT;
     let qi = qb * ATTN_BQ + tid / SPLIT;
     let d = a.heads * ATTN_HEAD_DIM;
@@ -139,7 +135,7 @@ pub unsafe fn attention<E: Element>(a: &AttnArgs<E>) {
         });
     }
 
-    let k_s = dynamic_shared_base() as *mut F4;
+    let k_s = X::dynamic_shared_base() as *mut F4;
     let v_s = k_s.add((ATTN_BK * ATTN_HEAD_DIM / 4) as usize);
     let mut o = [[0.0f32; 4]; CHUNKS];
     let mut m = f32::NEG_INFINITY;
@@ -148,34 +144,39 @@ pub unsafe fn attention<E: Element>(a: &AttnArgs<E>) {
     let mut kt = 0;
     while kt < len {
         // Stage keys kt..kt+BK: chunk c of the tile is key c/16, columns 4·(c%16).
-        sync_threads();
-        let mut c = tid;
-        while c < ATTN_BK * ATTN_HEAD_DIM / 4 {
+        X::sync_threads();
+        // Loads first, then stores, unrolled: the 16 loads of a thread are in flight together.
+        const {
+            assert!(
+                ATTN_BK * ATTN_HEAD_DIM / 4 == 8 * ATTN_THREADS,
+                "8 chunks per thread"
+            )
+        };
+        let mut kv = [[0.0f32; 4]; 8];
+        let mut vv = [[0.0f32; 4]; 8];
+        unrolled!(r in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let c = tid + r as u32 * ATTN_THREADS;
             let key = kt + c / (ATTN_HEAD_DIM / 4);
-            let (kv, vv) = if key < len {
+            if key < len {
                 let src = a.qkv.add(
                     (row0 + key as usize) * ld
                         + (h * ATTN_HEAD_DIM + 4 * (c % (ATTN_HEAD_DIM / 4))) as usize,
                 );
                 if vector {
-                    (
-                        load_chunk(src.add(d as usize)),
-                        load_chunk(src.add(2 * d as usize)),
-                    )
+                    kv[r] = load_chunk(src.add(d as usize));
+                    vv[r] = load_chunk(src.add(2 * d as usize));
                 } else {
-                    (
-                        load_partial(src.add(d as usize), 4),
-                        load_partial(src.add(2 * d as usize), 4),
-                    )
+                    kv[r] = load_partial(src.add(d as usize), 4);
+                    vv[r] = load_partial(src.add(2 * d as usize), 4);
                 }
-            } else {
-                ([0.0; 4], [0.0; 4])
-            };
-            *k_s.add(c as usize) = F4(kv);
-            *v_s.add(c as usize) = F4(vv);
-            c += ATTN_THREADS;
-        }
-        sync_threads();
+            }
+        });
+        unrolled!(r in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let c = (tid + r as u32 * ATTN_THREADS) as usize;
+            *k_s.add(c) = F4(kv[r]);
+            *v_s.add(c) = F4(vv[r]);
+        });
+        X::sync_threads();
 
         let n_valid = (len - kt).min(ATTN_BK);
         let mut k0 = 0;
@@ -191,7 +192,7 @@ pub unsafe fn attention<E: Element>(a: &AttnArgs<E>) {
                         dot = fma(q[i][e], kc[e], dot);
                     }
                 });
-                dot += shfl_xor_f32(dot, 1);
+                dot += X::shfl_xor_f32(dot, 1);
                 sc[j] = if k0 + (j as u32) < n_valid {
                     dot
                 } else {

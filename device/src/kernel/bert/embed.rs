@@ -9,8 +9,7 @@
 //! bit-identical statistics. A constant row has mean = the constant and M2 = 0 exactly, so its
 //! output is exactly β (known-faults #5), even where a plain f32 sum of the row would overflow.
 
-use super::{chunk_aligned, fma, load4, store4};
-use crate::arch::thread::{block_idx_x, lane_id, warp_id};
+use super::{Exec, chunk_aligned, fma, load4, store4};
 use crate::epilogue::stages::Moments;
 use crate::math;
 use crate::types::Element;
@@ -69,13 +68,13 @@ pub struct EmbedArgs<E> {
 /// Every pointer must be valid for the extents given in [`EmbedArgs`], `hidden` must be at most
 /// [`EMBED_MAX_HIDDEN`], and the launch shape must be the one above.
 #[inline(always)]
-pub unsafe fn embed_layer_norm<E: Element>(a: &EmbedArgs<E>) {
-    let row = block_idx_x() * EMBED_ROWS_PER_CTA + warp_id();
+pub unsafe fn embed_layer_norm<E: Element, X: Exec>(a: &EmbedArgs<E>) {
+    let row = X::block_idx_x() * EMBED_ROWS_PER_CTA + X::thread_idx_x() / 32;
     // Whole warps leave together: nothing below synchronizes across warps.
     if row >= a.rows || a.hidden > EMBED_MAX_HIDDEN || a.seq_len == 0 {
         return;
     }
-    let lane = lane_id();
+    let lane = X::thread_idx_x() % 32;
     let d = a.hidden;
     let id = *a.ids.add(row as usize);
     let ty = if a.token_types.is_null() {
@@ -130,7 +129,11 @@ pub unsafe fn embed_layer_norm<E: Element>(a: &EmbedArgs<E>) {
     });
     let mut m = 16;
     while m > 0 {
-        let o = st.shfl_xor(m);
+        let o = Moments {
+            n: X::shfl_xor_f32(st.n, m),
+            mean: X::shfl_xor_f32(st.mean, m),
+            m2: X::shfl_xor_f32(st.m2, m),
+        };
         st = if lane & m == 0 {
             st.merge(o)
         } else {

@@ -2,23 +2,20 @@
 //! `Normalize`): `e_b = m_b / max(‖m_b‖₂, 1e-12)` with `m_b = (1/len_b)·Σ_{t < len_b} h[b·T + t]`.
 //!
 //! One CTA of [`POOL_THREADS`] threads per sequence. With `nc = ceil(d/4)` column chunks, thread
-//! `tid` sums chunk `tid % nc` over the rows `t ≡ tid / nc (mod 256 / nc)`: every thread has
-//! work even for small d, and consecutive threads read consecutive chunks of a row. Group sums
-//! are combined in shared memory in group order. The norm is computed as `a·‖m/a‖` with
-//! `a = max|m_i|` (two CTA reductions: butterfly shuffles per warp, then warps in order through
-//! shared memory), so squares neither overflow nor depend on reduction order across runs.
+//! `tid` sums chunk `tid % nc` over the rows `t ≡ tid / nc (mod G)`, `G = 512 / nc`: every thread has
+//! work even for small d, consecutive threads read consecutive chunks of a row, and each
+//! thread keeps four row loads in flight. Group sums
+//! are combined in shared memory in group order. The normalization divides by `a = max|m_i|`
+//! first (two CTA reductions: butterfly shuffles per warp, then warps in order through shared
+//! memory), so neither the squares nor the norm overflow, and results are deterministic.
 
-use super::{chunk_aligned, load4};
-use crate::arch::shared::dynamic_shared_base;
-use crate::arch::sync::sync_threads;
-use crate::arch::thread::{block_idx_x, lane_id, thread_idx_x, warp_id};
-use crate::arch::warp::shfl_xor_f32;
+use super::{Exec, chunk_aligned, fma, load4};
 use crate::math;
 use crate::types::Element;
 
 /// Threads per CTA.
-pub const POOL_THREADS: u32 = 256;
-/// Largest hidden size: one 4-element chunk per thread.
+pub const POOL_THREADS: u32 = 512;
+/// Largest hidden size: one 4-element chunk per thread (2048).
 pub const POOL_MAX_HIDDEN: u32 = 4 * POOL_THREADS;
 /// Warps per CTA.
 const POOL_WARPS: u32 = POOL_THREADS / 32;
@@ -57,8 +54,8 @@ pub struct PoolArgs<E> {
 /// Pointers valid for the extents in [`PoolArgs`]; `hidden_size ≤ POOL_MAX_HIDDEN`; the launch
 /// shape above.
 #[inline(always)]
-pub unsafe fn mean_pool_l2<E: Element>(a: &PoolArgs<E>) {
-    let b = block_idx_x();
+pub unsafe fn mean_pool_l2<E: Element, X: Exec>(a: &PoolArgs<E>) {
+    let b = X::block_idx_x();
     let d = a.hidden_size;
     if b >= a.batch || d == 0 || d > POOL_MAX_HIDDEN {
         return;
@@ -69,7 +66,7 @@ pub unsafe fn mean_pool_l2<E: Element>(a: &PoolArgs<E>) {
         return;
     }
     let len = (*a.lengths.add(b as usize)).min(a.seq_len);
-    let tid = thread_idx_x();
+    let tid = X::thread_idx_x();
     let groups = POOL_THREADS / nc;
     let cc = tid % nc;
     let g = tid / nc;
@@ -81,19 +78,28 @@ pub unsafe fn mean_pool_l2<E: Element>(a: &PoolArgs<E>) {
 
     let mut sum = [0.0f32; 4];
     if g < groups {
+        // Rows t, t + G, t + 2G, t + 3G per step: four independent loads in flight.
         let mut t = g;
         while t < len {
-            let v = load4(base.add(t as usize * d as usize), vector, d - c);
-            for e in 0..4 {
-                sum[e] += v[e];
-            }
-            t += groups;
+            let mut v = [[0.0f32; 4]; 4];
+            unrolled!(u in [0, 1, 2, 3] {
+                let tu = t + u as u32 * groups;
+                if tu < len {
+                    v[u] = load4(base.add(tu as usize * d as usize), vector, d - c);
+                }
+            });
+            unrolled!(u in [0, 1, 2, 3] {
+                for e in 0..4 {
+                    sum[e] += v[u][e];
+                }
+            });
+            t += 4 * groups;
         }
     }
-    let part = dynamic_shared_base() as *mut F4;
+    let part = X::dynamic_shared_base() as *mut F4;
     let red = part.add(POOL_THREADS as usize) as *mut f32;
     *part.add(tid as usize) = F4(sum);
-    sync_threads();
+    X::sync_threads();
 
     let mut mean = [0.0f32; 4];
     let mut amax = 0.0f32;
@@ -113,20 +119,27 @@ pub unsafe fn mean_pool_l2<E: Element>(a: &PoolArgs<E>) {
             }
         }
     }
-    // ‖m‖ = a·‖m/a‖ with a = max|m_i|: no overflow of the squares for large hidden values.
-    let amax = cta_reduce(amax, red, |x, y| x.max(y));
-    let scale = if amax > 0.0 { 1.0 / amax } else { 0.0 };
+    // m/‖m‖ = u/‖u‖ with u = m/a, a = max|m_i|: neither the squares nor the norm can overflow
+    // (‖m‖ itself may exceed f32's range when every |m_i| ≤ a does not). The ε guard becomes
+    // max(‖u‖, ε/a); a = 0 gives u = 0 and ε/a = ∞, so a zero output, not NaN.
+    let amax = cta_reduce::<X>(amax, red, |x, y| x.max(y));
+    let mut u = [0.0f32; 4];
     let mut sq = 0.0f32;
-    for x in mean {
-        sq += (x * scale) * (x * scale);
+    if amax > 0.0 {
+        for e in 0..4 {
+            u[e] = mean[e] / amax;
+            sq = fma(u[e], u[e], sq);
+        }
     }
-    let norm = amax * math::sqrt(cta_reduce(sq, red.add(POOL_WARPS as usize), |x, y| x + y));
-    let inv = 1.0 / norm.max(POOL_NORM_EPS);
+    let norm_u = math::sqrt(cta_reduce::<X>(sq, red.add(POOL_WARPS as usize), |x, y| {
+        x + y
+    }));
+    let denom = norm_u.max(POOL_NORM_EPS / amax);
     if tid < nc {
         let out = a.out.add(b as usize * d as usize + c as usize);
         for e in 0..4 {
             if c + (e as u32) < d {
-                *out.add(e) = mean[e] * inv;
+                *out.add(e) = u[e] / denom;
             }
         }
     }
@@ -139,16 +152,17 @@ pub unsafe fn mean_pool_l2<E: Element>(a: &PoolArgs<E>) {
 /// # Safety
 /// All threads of the CTA must call it; `scratch` must be shared memory used by no one else.
 #[inline(always)]
-unsafe fn cta_reduce(mut v: f32, scratch: *mut f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+unsafe fn cta_reduce<X: Exec>(mut v: f32, scratch: *mut f32, op: impl Fn(f32, f32) -> f32) -> f32 {
     let mut m = 16;
     while m > 0 {
-        v = op(v, shfl_xor_f32(v, m));
+        v = op(v, X::shfl_xor_f32(v, m));
         m >>= 1;
     }
-    if lane_id() == 0 {
-        *scratch.add(warp_id() as usize) = v;
+    let tid = X::thread_idx_x();
+    if tid % 32 == 0 {
+        *scratch.add((tid / 32) as usize) = v;
     }
-    sync_threads();
+    X::sync_threads();
     let mut r = *scratch;
     for w in 1..POOL_WARPS {
         r = op(r, *scratch.add(w as usize));
