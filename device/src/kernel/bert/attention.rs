@@ -207,9 +207,7 @@ pub unsafe fn attention<E: Element, X: Exec>(a: &AttnArgs<E>) {
             let corr = math::exp2(m - m_new);
             l *= corr;
             unrolled!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                for e in 0..4 {
-                    o[i][e] *= corr;
-                }
+                o[i] = o[i].map(|x| x * corr);
             });
             unrolled!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
                 let p = math::exp2(sc[j] - m_new);

@@ -84,7 +84,7 @@ pub unsafe fn embed_layer_norm<E: Element, X: Exec>(a: &EmbedArgs<E>) {
     };
     let t = row % a.seq_len;
     let out = a.out.add(row as usize * d as usize);
-    let vector = d % 4 == 0
+    let vector = d.is_multiple_of(4)
         && chunk_aligned(a.word)
         && chunk_aligned(a.position)
         && chunk_aligned(a.token_type)

@@ -186,7 +186,7 @@ pub const fn chunk_bytes<E: Element>() -> u64 {
 /// Whether `p` is aligned for a chunk load or store of `E`.
 #[inline(always)]
 pub fn chunk_aligned<E: Element>(p: *const E) -> bool {
-    (p as u64) % chunk_bytes::<E>() == 0
+    (p as u64).is_multiple_of(chunk_bytes::<E>())
 }
 
 /// Loads elements `p[0..4]`, widened to f32, with one vector load.

@@ -71,7 +71,7 @@ pub unsafe fn mean_pool_l2<E: Element, X: Exec>(a: &PoolArgs<E>) {
     let cc = tid % nc;
     let g = tid / nc;
     let c = 4 * cc;
-    let vector = d % 4 == 0 && chunk_aligned(a.hidden);
+    let vector = d.is_multiple_of(4) && chunk_aligned(a.hidden);
     let base = a
         .hidden
         .add(b as usize * a.seq_len as usize * d as usize + c as usize);
@@ -137,9 +137,9 @@ pub unsafe fn mean_pool_l2<E: Element, X: Exec>(a: &PoolArgs<E>) {
     let denom = norm_u.max(POOL_NORM_EPS / amax);
     if tid < nc {
         let out = a.out.add(b as usize * d as usize + c as usize);
-        for e in 0..4 {
+        for (e, &x) in u.iter().enumerate() {
             if c + (e as u32) < d {
-                *out.add(e) = u[e] / denom;
+                *out.add(e) = x / denom;
             }
         }
     }
