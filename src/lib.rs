@@ -65,6 +65,9 @@ macro_rules! include_ptx {
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod ops;
 
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod bert;
+
 /// Paths used by code that `#[fused_gemm]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {

@@ -134,6 +134,15 @@ fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
     for name in [
         fused_gemm::kernels::basic::AXPY_F32,
         fused_gemm::kernels::basic::GEMM_NAIVE_F32,
+        fused_gemm::kernels::bert::EMBED_LN_F32,
+        fused_gemm::kernels::bert::EMBED_LN_F16,
+        fused_gemm::kernels::bert::EMBED_LN_BF16,
+        fused_gemm::kernels::bert::ATTN_H64_F32,
+        fused_gemm::kernels::bert::ATTN_H64_F16,
+        fused_gemm::kernels::bert::ATTN_H64_BF16,
+        fused_gemm::kernels::bert::POOL_L2_F32,
+        fused_gemm::kernels::bert::POOL_L2_F16,
+        fused_gemm::kernels::bert::POOL_L2_BF16,
     ] {
         for arch in ["sm_80", "sm_90"] {
             assert!(

@@ -20,3 +20,4 @@ pub mod basic;
 pub mod blocks;
 pub mod gemm;
 pub mod stages;
+pub mod bert;

@@ -1,5 +1,6 @@
 //! Kernel bodies. Entry points (`extern "ptx-kernel"`) live in kernel crates and call these.
 
+pub mod bert;
 pub mod elementwise;
 pub mod naive_gemm;
 pub mod norm_finish;
