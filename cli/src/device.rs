@@ -20,6 +20,15 @@ pub enum ResolvedDevice {
     Cpu,
 }
 
+impl ResolvedDevice {
+    /// Short name for messages (`"cpu"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ResolvedDevice::Cpu => "cpu",
+        }
+    }
+}
+
 /// Resolves `choice` given whether a CUDA driver is present
 /// ([`fused_gemm::host::gpu::driver_present`]). Returns the device and, when the choice was
 /// not taken literally, a note for stderr saying why.

@@ -10,7 +10,7 @@
 //! | [`tokenize`] | the model's WordPiece tokenizer, truncation as sentence-transformers does; padded batches |
 //! | [`backend`] | the [`Backend`] trait (one method per fused kernel of a layer), [`forward`], timings |
 //! | [`backend::cpu`] | the f32 CPU backend |
-//! | [`embed`] | loading a model directory, batching by length, [`Embeddings`] |
+//! | [`embed`](mod@embed) | loading a model directory, batching by length, [`Embeddings`] |
 //! | [`input`], [`output`] | reading sentences; writing JSON lines / `.npy` atomically; the similarity table |
 //! | [`device`] | `--device auto|cuda|cpu` resolution |
 //! | [`smoke`] | the GPU smoke test (axpy, naive GEMM) with its CPU fallback |
@@ -19,6 +19,8 @@
 //! tokens (truncated to 256 by default) → BERT → mean pooling over the attention mask → L2
 //! normalization. `cli/tests/` checks the CPU backend against fixtures made by
 //! `scripts/make_fixtures.py` (cosine ≥ 0.9999 per sentence, identical token ids).
+
+#![warn(missing_docs)]
 
 pub mod backend;
 pub mod config;

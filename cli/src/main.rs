@@ -66,9 +66,12 @@ struct EmbedArgs {
     /// Sentences per forward pass (sentences are sorted by length and padded per batch).
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    /// Truncate inputs to this many tokens, [CLS] and [SEP] included (sentence-transformers
-    /// uses 256 for this model).
-    #[arg(long, default_value_t = DEFAULT_MAX_SEQ_LEN)]
+    #[arg(
+        long,
+        default_value_t = DEFAULT_MAX_SEQ_LEN,
+        help = "Truncate inputs to this many tokens, [CLS] and [SEP] included \
+                (sentence-transformers uses 256 for this model)"
+    )]
     max_seq_len: usize,
     /// Print per-stage times (each step synchronized) to stderr.
     #[arg(long)]
@@ -113,6 +116,9 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     } else if !args.sentences.is_empty() {
         args.sentences.clone()
     } else {
+        if std::io::stdin().is_terminal() {
+            eprintln!("fused-gemm: reading sentences from stdin, one per line (end with Ctrl-D)");
+        }
         read_lines_from(std::io::stdin().lock(), "stdin")?
     };
     if sentences.is_empty() {
@@ -175,9 +181,9 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
 
     if args.timings {
         eprintln!(
-            "device {:?}, {} sentences in {} batch(es) of at most {}; model load {:.1} ms, \
+            "device {}, {} sentences in {} batch(es) of at most {}; model load {:.1} ms, \
              embed {:.1} ms ({:.1} sentences/s)",
-            device,
+            device.name(),
             sentences.len(),
             batches,
             args.batch_size,

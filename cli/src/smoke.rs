@@ -93,7 +93,8 @@ pub fn run_smoke(gpu: bool) -> Result<SmokeReport> {
         ("axpy", report.axpy_max_rel_error, AXPY_TOLERANCE),
         ("naive GEMM", report.gemm_max_rel_error, GEMM_TOLERANCE),
     ] {
-        if !(err <= tol) {
+        // NaN fails too.
+        if err.is_nan() || err > tol {
             return Err(Error::SmokeFailed {
                 what,
                 device: report.device.clone(),
