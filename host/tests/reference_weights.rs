@@ -303,10 +303,10 @@ fn bad_shapes_never_panic() {
     // Empty inputs are fine.
     assert_eq!(
         weights::interleave_gate_up::<f32>(&[], &[], 0, 4).unwrap(),
-        vec![]
+        Vec::<f32>::new()
     );
     assert_eq!(
         weights::interleave_gate_up_concat::<f32>(&[], 0, 4).unwrap(),
-        vec![]
+        Vec::<f32>::new()
     );
 }
