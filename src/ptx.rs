@@ -1,6 +1,8 @@
 //! The PTX of the built-in kernels, compiled by `build.rs` and embedded at build time.
 
-use fused_gemm_host::module::{PtxModule, PtxSet};
+#[cfg(not(fused_gemm_ptx_skipped))]
+use fused_gemm_host::module::PtxModule;
+use fused_gemm_host::module::PtxSet;
 
 #[cfg(not(fused_gemm_ptx_skipped))]
 const SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_80.ptx"));

@@ -130,12 +130,28 @@ fn check_set(set: &PtxSet) -> Vec<(String, KernelInfo)> {
     all
 }
 
+/// [`check_set`] of the built-in kernels, run once per test process and shared by the tests
+/// that read it (ptxas over every kernel takes minutes on two cores).
+fn builtin_infos() -> &'static [(String, KernelInfo)] {
+    static INFOS: std::sync::OnceLock<Vec<(String, KernelInfo)>> = std::sync::OnceLock::new();
+    INFOS.get_or_init(|| check_set(&fused_gemm::ptx::BUILTIN))
+}
+
 #[test]
 fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
-    let infos = check_set(&fused_gemm::ptx::BUILTIN);
+    let infos = builtin_infos();
     for name in [
         fused_gemm::kernels::basic::AXPY_F32,
         fused_gemm::kernels::basic::GEMM_NAIVE_F32,
+        fused_gemm::kernels::bert::EMBED_LN_F32,
+        fused_gemm::kernels::bert::EMBED_LN_F16,
+        fused_gemm::kernels::bert::EMBED_LN_BF16,
+        fused_gemm::kernels::bert::ATTN_H64_F32,
+        fused_gemm::kernels::bert::ATTN_H64_F16,
+        fused_gemm::kernels::bert::ATTN_H64_BF16,
+        fused_gemm::kernels::bert::POOL_L2_F32,
+        fused_gemm::kernels::bert::POOL_L2_F16,
+        fused_gemm::kernels::bert::POOL_L2_BF16,
     ] {
         for arch in ["sm_80", "sm_90"] {
             assert!(
@@ -199,7 +215,7 @@ fn ptxas_log_parser_reads_resources() {
 /// slots in registers: no stack frame, no spills.
 #[test]
 fn rowwise_kernels_have_no_stack_or_spills() {
-    let infos = check_set(&fused_gemm::ptx::BUILTIN);
+    let infos = builtin_infos();
     for &name in fused_gemm::kernels::rowwise::ALL {
         for arch in ["sm_80", "sm_90"] {
             let (_, k) = infos

@@ -126,6 +126,7 @@ pub struct PtxBuilder {
     features: Vec<String>,
     watch: Vec<PathBuf>,
     out_dir: Option<PathBuf>,
+    rustflags: Vec<String>,
 }
 
 impl PtxBuilder {
@@ -137,6 +138,7 @@ impl PtxBuilder {
             features: Vec::new(),
             watch: Vec::new(),
             out_dir: None,
+            rustflags: Vec::new(),
         }
     }
 
@@ -158,6 +160,12 @@ impl PtxBuilder {
     /// always watched). Use it for path dependencies that hold device code.
     pub fn watch(mut self, path: impl Into<PathBuf>) -> Self {
         self.watch.push(path.into());
+        self
+    }
+
+    /// Passes an extra flag to rustc for the device build (e.g. `-Cllvm-args=...`).
+    pub fn rustflag(mut self, flag: impl Into<String>) -> Self {
+        self.rustflags.push(flag.into());
         self
     }
 
@@ -237,7 +245,12 @@ impl PtxBuilder {
             cmd.arg("--")
                 .arg("--emit=asm")
                 .arg(format!("-Ctarget-cpu={}", arch.name()))
-                .arg("-Clinker=/bin/true");
+                .arg("-Clinker=/bin/true")
+                // Register arrays indexed by loop counters (accumulator fragments) stay in
+                // registers only when their loops are fully unrolled; the default threshold gives
+                // up on large tiles and the arrays go to local memory.
+                .arg("-Cllvm-args=-unroll-threshold=4000")
+                .args(&self.rustflags);
             // The host build's flags and wrappers (clippy-driver, coverage, sanitizers) must not
             // leak into the device build.
             for var in [
@@ -277,7 +290,9 @@ impl PtxBuilder {
                 path: src.clone(),
                 source,
             })?;
+            let text = apply_launch_bounds(&text);
             let path = out_dir.join(format!("{crate_name}.{}.ptx", arch.name()));
+
             std::fs::write(&path, text).map_err(|source| BuildError::Io {
                 path: path.clone(),
                 source,
@@ -286,6 +301,71 @@ impl PtxBuilder {
         }
         Ok(artifacts)
     }
+}
+
+/// Prefix of the statics that carry launch bounds (see [`apply_launch_bounds`]).
+pub const LAUNCH_BOUNDS_PREFIX: &str = "__fg_launch_bounds__";
+
+/// Rust cannot attach `__launch_bounds__` to a kernel, so kernel crates export a static
+/// `__fg_launch_bounds__<entry>: [u32; 2] = [max_threads, min_ctas_per_sm]` next to each entry
+/// point (`#[fused_gemm]` does). This turns each into the PTX directives `.maxntid` and
+/// `.minnctapersm` on `<entry>` (PTX ISA §11.4, performance-tuning directives) and removes the
+/// static, so ptxas caps registers for the intended occupancy.
+pub fn apply_launch_bounds(ptx: &str) -> String {
+    let mut bounds: Vec<(String, u32, u32)> = Vec::new();
+    let mut kept = String::with_capacity(ptx.len());
+    for line in ptx.lines() {
+        if let Some(rest) = line
+            .split(LAUNCH_BOUNDS_PREFIX)
+            .nth(1)
+            .filter(|_| line.contains(".global"))
+        {
+            // `.visible .global .align 4 .b8 __fg_launch_bounds__NAME[8] = {0, 1, 0, 0, 2, 0, 0, 0};`
+            let name = rest.split('[').next().unwrap_or("").to_owned();
+            let mut bytes: Vec<u32> = rest
+                .split('{')
+                .nth(1)
+                .and_then(|b| b.split('}').next())
+                .map(|b| b.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+                .unwrap_or_default();
+            // PTX initializers omit trailing zero bytes.
+            if !bytes.is_empty() && bytes.len() <= 8 {
+                bytes.resize(8, 0);
+                let word = |i: usize| {
+                    bytes[i] | bytes[i + 1] << 8 | bytes[i + 2] << 16 | bytes[i + 3] << 24
+                };
+                bounds.push((name, word(0), word(4)));
+                continue;
+            }
+        }
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    if bounds.is_empty() {
+        return kept;
+    }
+    let mut out = String::with_capacity(kept.len() + bounds.len() * 48);
+    let mut pending: Option<(u32, u32)> = None;
+    for line in kept.lines() {
+        if let Some(rest) = line
+            .strip_prefix(".visible .entry ")
+            .or_else(|| line.strip_prefix(".entry "))
+        {
+            let name = rest.split('(').next().unwrap_or("").trim();
+            pending = bounds
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map(|(_, t, c)| (*t, *c));
+        }
+        if line == "{" {
+            if let Some((threads, ctas)) = pending.take() {
+                out.push_str(&format!(".maxntid {threads}, 1, 1\n.minnctapersm {ctas}\n"));
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 fn env(name: &'static str) -> Result<String, BuildError> {
@@ -330,6 +410,21 @@ fn newest_asm(dir: &Path, crate_name: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launch_bounds_statics_become_directives() {
+        let ptx = ".version 7.8\n.target sm_90\n\
+            .visible .global .align 4 .b8 __fg_launch_bounds__k1[8] = {0, 1, 0, 0, 2};\n\
+            .visible .entry k1(\n\t.param .u64 k1_param_0\n)\n{\n\tret;\n}\n\
+            .visible .entry k2()\n{\n\tret;\n}\n";
+        let out = apply_launch_bounds(ptx);
+        assert!(!out.contains("__fg_launch_bounds__"));
+        assert!(
+            out.contains(")\n.maxntid 256, 1, 1\n.minnctapersm 2\n{\n\tret;"),
+            "{out}"
+        );
+        assert_eq!(out.matches(".maxntid").count(), 1, "only k1 gets bounds");
+    }
 
     #[test]
     fn package_name_is_read_from_the_package_table() {

@@ -7,6 +7,7 @@
 //! the same on both sides by construction. Intrinsics called on the host panic: they exist there
 //! only so generic kernel code compiles.
 #![no_std]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(
@@ -23,10 +24,12 @@
 extern crate std;
 
 pub mod arch;
+pub mod copy;
 pub mod epilogue;
 pub mod gemm;
 pub mod kernel;
 pub mod math;
+pub mod mma;
 pub mod params;
 pub mod types;
 

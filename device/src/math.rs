@@ -15,7 +15,7 @@ pub fn exp2(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
     unsafe {
         let y: f32;
-        core::arch::asm!("ex2.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x);
+        core::arch::asm!("ex2.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack));
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -28,7 +28,7 @@ pub fn log2(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
     unsafe {
         let y: f32;
-        core::arch::asm!("lg2.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x);
+        core::arch::asm!("lg2.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack));
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -46,6 +46,23 @@ pub fn exp(x: f32) -> f32 {
     libm::expf(x)
 }
 
+/// a/b to 2 ulp (`div.full.f32`). IEEE division (`div.rn.f32`) has a slow path that ptxas
+/// emits as a subroutine call; inside an unrolled epilogue holding the accumulator tile in
+/// registers, that call forces spills.
+#[inline(always)]
+pub fn div(a: f32, b: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!("div.full.f32 {y}, {a}, {b};", y = out(reg32) y, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack));
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        a / b
+    }
+}
+
 /// IEEE square root (`sqrt.rn.f32`).
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {
@@ -57,10 +74,19 @@ pub fn sqrt(x: f32) -> f32 {
     libm::sqrtf(x)
 }
 
-/// 1/sqrt(x), correctly rounded division of a correctly rounded root.
+/// 1/sqrt(x) (`rsqrt.approx.f32`, max relative error 2^-22.9 on the device).
 #[inline(always)]
 pub fn rsqrt(x: f32) -> f32 {
-    1.0 / sqrt(x)
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!("rsqrt.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack));
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        1.0 / libm::sqrtf(x)
+    }
 }
 
 /// Complementary error function, erfc(x) = 1 − erf(x).
@@ -70,7 +96,7 @@ pub fn rsqrt(x: f32) -> f32 {
 #[inline(always)]
 pub fn erfc(x: f32) -> f32 {
     let z = if x < 0.0 { -x } else { x };
-    let t = 1.0 / (1.0 + 0.5 * z);
+    let t = div(1.0, 1.0 + 0.5 * z);
     let p = -1.265_512_2
         + t * (1.000_023_7
             + t * (0.374_091_96
@@ -99,7 +125,7 @@ pub fn tanh(x: f32) -> f32 {
         a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0 + a2 * (-17.0 / 315.0))))
     } else {
         let e = exp(2.0 * a.min(20.0));
-        1.0 - 2.0 / (e + 1.0)
+        1.0 - div(2.0, e + 1.0)
     };
     if x < 0.0 { -r } else { r }
 }
@@ -107,7 +133,7 @@ pub fn tanh(x: f32) -> f32 {
 /// Logistic sigmoid 1/(1+e^-x).
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+    div(1.0, 1.0 + exp(-x))
 }
 
 /// GELU with the exact normal CDF: x·Φ(x) = ½x·erfc(−x/√2). What BERT configs call `gelu`.
@@ -143,8 +169,8 @@ pub fn sincos(x: f32) -> (f32, f32) {
         let r = (x - k * TWO_PI_HI) - k * TWO_PI_LO;
         let (s, c): (f32, f32);
         unsafe {
-            core::arch::asm!("sin.approx.f32 {s}, {r};", s = out(reg32) s, r = in(reg32) r);
-            core::arch::asm!("cos.approx.f32 {c}, {r};", c = out(reg32) c, r = in(reg32) r);
+            core::arch::asm!("sin.approx.f32 {s}, {r};", s = out(reg32) s, r = in(reg32) r, options(pure, nomem, nostack));
+            core::arch::asm!("cos.approx.f32 {c}, {r};", c = out(reg32) c, r = in(reg32) r, options(pure, nomem, nostack));
         }
         (s, c)
     }
@@ -158,7 +184,7 @@ pub fn round(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
     unsafe {
         let y: f32;
-        core::arch::asm!("cvt.rni.f32.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x);
+        core::arch::asm!("cvt.rni.f32.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack));
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]

@@ -87,7 +87,7 @@ impl Element for Bf16 {
         #[cfg(target_arch = "nvptx64")]
         unsafe {
             let h: u16;
-            core::arch::asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x);
+            core::arch::asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack));
             Bf16(h)
         }
         #[cfg(not(target_arch = "nvptx64"))]
@@ -98,7 +98,7 @@ impl Element for Bf16 {
         #[cfg(target_arch = "nvptx64")]
         unsafe {
             let w: u32;
-            core::arch::asm!("cvt.rn.bf16x2.f32 {w}, {hi}, {lo};", w = out(reg32) w, hi = in(reg32) hi, lo = in(reg32) lo);
+            core::arch::asm!("cvt.rn.bf16x2.f32 {w}, {hi}, {lo};", w = out(reg32) w, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack));
             w
         }
         #[cfg(not(target_arch = "nvptx64"))]
@@ -119,7 +119,7 @@ impl Element for F16 {
         #[cfg(target_arch = "nvptx64")]
         unsafe {
             let x: f32;
-            core::arch::asm!("cvt.f32.f16 {x}, {h};", x = out(reg32) x, h = in(reg16) self.0);
+            core::arch::asm!("cvt.f32.f16 {x}, {h};", x = out(reg32) x, h = in(reg16) self.0, options(pure, nomem, nostack));
             x
         }
         #[cfg(not(target_arch = "nvptx64"))]
@@ -130,7 +130,7 @@ impl Element for F16 {
         #[cfg(target_arch = "nvptx64")]
         unsafe {
             let h: u16;
-            core::arch::asm!("cvt.rn.f16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x);
+            core::arch::asm!("cvt.rn.f16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack));
             F16(h)
         }
         #[cfg(not(target_arch = "nvptx64"))]
@@ -141,7 +141,7 @@ impl Element for F16 {
         #[cfg(target_arch = "nvptx64")]
         unsafe {
             let w: u32;
-            core::arch::asm!("cvt.rn.f16x2.f32 {w}, {hi}, {lo};", w = out(reg32) w, hi = in(reg32) hi, lo = in(reg32) lo);
+            core::arch::asm!("cvt.rn.f16x2.f32 {w}, {hi}, {lo};", w = out(reg32) w, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack));
             w
         }
         #[cfg(not(target_arch = "nvptx64"))]

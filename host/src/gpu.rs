@@ -34,23 +34,80 @@ pub struct DeviceProps {
     pub max_grid_y: u32,
 }
 
-/// A CUDA device ready to launch kernels: primary context, one stream, and a cache of the PTX
-/// modules and functions loaded so far (loading is done once per kernel crate and device).
-pub struct Gpu {
+impl DeviceProps {
+    /// The values an NVIDIA H200 (132 SMs, compute capability 9.0) reports, for planning and
+    /// CPU tests without a device.
+    pub const fn h200() -> Self {
+        DeviceProps {
+            compute_capability: 90,
+            sm_count: 132,
+            smem_per_block_optin: 232_448,
+            smem_per_sm: 233_472,
+            regs_per_sm: 65_536,
+            max_threads_per_sm: 2048,
+            max_blocks_per_sm: 32,
+            l2_bytes: 62_914_560,
+            max_grid_y: 65_535,
+        }
+    }
+}
+
+/// What all handles of one device share: context, limits, module and function caches.
+pub(crate) struct Shared {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
     props: DeviceProps,
     name: String,
     modules: Mutex<HashMap<usize, (Arc<CudaModule>, &'static str)>>,
     functions: Mutex<HashMap<(usize, String), CudaFunction>>,
+    workspace: crate::gemm::WorkspaceCell,
+}
+
+/// A CUDA device ready to launch kernels: primary context, the stream launches go to, and a
+/// cache of the PTX modules and functions loaded so far (loading is done once per kernel crate
+/// and device).
+///
+/// Cloning is cheap and shares the caches and the stream. [`Gpu::on`] gives a handle that
+/// launches on another [`Stream`] of the same device; [`Gpu::capture`](crate::graph) records
+/// launches into a CUDA graph.
+#[derive(Clone)]
+pub struct Gpu {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) stream: Arc<CudaStream>,
 }
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gpu")
-            .field("name", &self.name)
-            .field("props", &self.props)
+            .field("name", &self.shared.name)
+            .field("props", &self.shared.props)
+            .field("stream", &self.stream.cu_stream())
             .finish()
+    }
+}
+
+/// A CUDA stream of a [`Gpu`]'s device (non-blocking with respect to the legacy default
+/// stream). Launch on it with [`Gpu::on`]; order it against other streams with
+/// [`Stream::wait_for`].
+#[derive(Clone, Debug)]
+pub struct Stream {
+    pub(crate) inner: Arc<CudaStream>,
+}
+
+impl Stream {
+    /// The cudarc stream.
+    pub fn cuda(&self) -> &Arc<CudaStream> {
+        &self.inner
+    }
+
+    /// Makes all later work on this stream wait until the work queued so far on `other` is
+    /// done (an event recorded on `other`, waited on here). Does not block the host.
+    pub fn wait_for(&self, other: &Stream) -> Result<()> {
+        Ok(self.inner.join(&other.inner)?)
+    }
+
+    /// Blocks the host until all work on this stream is done.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.inner.synchronize()?)
     }
 }
 
@@ -95,33 +152,63 @@ impl Gpu {
         };
         let name = ctx.name()?;
         Ok(Gpu {
-            ctx,
+            shared: Arc::new(Shared {
+                ctx,
+                props,
+                name,
+                modules: Mutex::new(HashMap::new()),
+                functions: Mutex::new(HashMap::new()),
+                workspace: Default::default(),
+            }),
             stream,
-            props,
-            name,
-            modules: Mutex::new(HashMap::new()),
-            functions: Mutex::new(HashMap::new()),
         })
     }
 
     /// The device's name as the driver reports it.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.shared.name
     }
 
     /// Limits read off the device.
     pub fn props(&self) -> &DeviceProps {
-        &self.props
+        &self.shared.props
     }
 
     /// The cudarc context.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        &self.shared.ctx
     }
 
-    /// The stream launches go to.
+    /// The stream launches go to: the context's default stream for a `Gpu` from [`Gpu::new`],
+    /// the chosen stream for one from [`Gpu::on`].
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// This handle's stream as a [`Stream`].
+    pub fn current_stream(&self) -> Stream {
+        Stream {
+            inner: self.stream.clone(),
+        }
+    }
+
+    /// A new stream on this device.
+    ///
+    /// Note: the first extra stream switches cudarc into multi-stream mode, where buffers
+    /// passed to launches record events so that other streams wait for them.
+    pub fn new_stream(&self) -> Result<Stream> {
+        Ok(Stream {
+            inner: self.shared.ctx.new_stream()?,
+        })
+    }
+
+    /// A handle to the same device (same caches) whose launches, uploads and downloads go to
+    /// `stream`. Order it against this handle's stream with [`Stream::wait_for`].
+    pub fn on(&self, stream: &Stream) -> Gpu {
+        Gpu {
+            shared: self.shared.clone(),
+            stream: stream.inner.clone(),
+        }
     }
 
     /// Waits for all work on the stream.
@@ -130,8 +217,12 @@ impl Gpu {
     }
 
     /// The arch of the module that `set` loads on this device (`sm_90`, ...).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArch`] when every module in `set` targets a newer arch than the
+    /// device (or an `a` arch of another device), [`Error::PtxNotBuilt`] for an empty set.
     pub fn module_arch(&self, set: &'static PtxSet) -> Result<&'static str> {
-        Ok(set.select(self.props.compute_capability)?.arch)
+        Ok(set.select(self.shared.props.compute_capability)?.arch)
     }
 
     /// Looks up kernel `name` in `set`, loading the module for this device's arch on first use.
@@ -142,6 +233,7 @@ impl Gpu {
     pub fn function(&self, set: &'static PtxSet, name: &str) -> Result<CudaFunction> {
         let key = (set as *const PtxSet as usize, name.to_owned());
         if let Some(f) = self
+            .shared
             .functions
             .lock()
             .expect("function cache poisoned")
@@ -161,7 +253,8 @@ impl Gpu {
                 Error::Driver(e)
             }
         })?;
-        self.functions
+        self.shared
+            .functions
             .lock()
             .expect("function cache poisoned")
             .insert(key, f.clone());
@@ -170,28 +263,46 @@ impl Gpu {
 
     fn module(&self, set: &'static PtxSet) -> Result<(Arc<CudaModule>, &'static str)> {
         let key = set as *const PtxSet as usize;
-        let mut modules = self.modules.lock().expect("module cache poisoned");
+        let mut modules = self.shared.modules.lock().expect("module cache poisoned");
         if let Some(m) = modules.get(&key) {
             return Ok(m.clone());
         }
-        let chosen = set.select(self.props.compute_capability)?;
+        let chosen = set.select(self.shared.props.compute_capability)?;
         let module = self
+            .shared
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(chosen.ptx))?;
         modules.insert(key, (module.clone(), chosen.arch));
         Ok((module, chosen.arch))
     }
 
+    /// Scratch buffers reused by GEMM launches on this device (split-K partials, counters, row
+    /// statistics).
+    pub fn workspace(&self) -> &crate::gemm::WorkspaceCell {
+        &self.shared.workspace
+    }
+
     /// Copies `data` to a new device buffer.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the device cannot hold it (checked first, and mapped from the
+    /// driver's `CUDA_ERROR_OUT_OF_MEMORY`).
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>> {
-        self.check_alloc::<T>(data.len())?;
-        Ok(self.stream.clone_htod(data)?)
+        let bytes = self.check_alloc::<T>(data.len())?;
+        self.stream
+            .clone_htod(data)
+            .map_err(|e| Error::from_alloc(e, bytes))
     }
 
     /// A new zeroed device buffer of `len` elements.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] as [`Gpu::upload`].
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>> {
-        self.check_alloc::<T>(len)?;
-        Ok(self.stream.alloc_zeros(len)?)
+        let bytes = self.check_alloc::<T>(len)?;
+        self.stream
+            .alloc_zeros(len)
+            .map_err(|e| Error::from_alloc(e, bytes))
     }
 
     /// Copies a device buffer back to the host (synchronizes the stream).
@@ -199,14 +310,48 @@ impl Gpu {
         Ok(self.stream.clone_dtoh(buf)?)
     }
 
-    fn check_alloc<T>(&self, len: usize) -> Result<()> {
+    /// Bytes of `len` elements of `T`, or [`Error::OutOfMemory`] when that exceeds the device's
+    /// free memory (or `usize`).
+    pub(crate) fn check_alloc<T>(&self, len: usize) -> Result<usize> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
-        let (free, _) = self.ctx.mem_get_info()?;
+        let (free, _) = self.shared.ctx.mem_get_info()?;
         if bytes > free {
             return Err(Error::OutOfMemory { bytes });
         }
-        Ok(())
+        Ok(bytes)
+    }
+}
+
+impl Gpu {
+    /// Median time of one call of `launch`, milliseconds, measured with CUDA events on this
+    /// handle's stream: `warmup` untimed calls, then `reps` timed ones (at least one).
+    ///
+    /// # Errors
+    /// The first error `launch` returns; driver errors.
+    pub fn time_ms(
+        &self,
+        warmup: usize,
+        reps: usize,
+        mut launch: impl FnMut(&Gpu) -> Result<()>,
+    ) -> Result<f32> {
+        for _ in 0..warmup {
+            launch(self)?;
+        }
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut events = Vec::with_capacity(reps.max(1));
+        for _ in 0..reps.max(1) {
+            let start = self.stream.record_event(timing)?;
+            launch(self)?;
+            let end = self.stream.record_event(timing)?;
+            events.push((start, end));
+        }
+        let mut ms = events
+            .iter()
+            .map(|(s, e)| s.elapsed_ms(e))
+            .collect::<std::result::Result<Vec<f32>, _>>()?;
+        ms.sort_by(f32::total_cmp);
+        Ok(ms[ms.len() / 2])
     }
 }

@@ -91,22 +91,28 @@ impl LaunchShape {
     }
 }
 
+/// Registers per thread the driver allocated for `func` (`CU_FUNC_ATTRIBUTE_NUM_REGS`): the
+/// measured value for [`crate::plan::Planner::with_registers`].
+///
+/// # Errors
+/// Driver errors.
+pub fn registers_per_thread(func: &CudaFunction) -> Result<u32> {
+    // SAFETY: a `CudaFunction` is a loaded function whose module it keeps alive.
+    let regs = unsafe {
+        cudarc::driver::result::function::get_function_attribute(
+            func.cu_function(),
+            FnAttr::CU_FUNC_ATTRIBUTE_NUM_REGS,
+        )
+    }?;
+    Ok(regs.max(0) as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn h200() -> DeviceProps {
-        DeviceProps {
-            compute_capability: 90,
-            sm_count: 132,
-            smem_per_block_optin: 232_448,
-            smem_per_sm: 233_472,
-            regs_per_sm: 65_536,
-            max_threads_per_sm: 2048,
-            max_blocks_per_sm: 32,
-            l2_bytes: 62_914_560,
-            max_grid_y: 65_535,
-        }
+        DeviceProps::h200()
     }
 
     // known-faults #12: element counts 1, 1024, 1025, 2^26+1.

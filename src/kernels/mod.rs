@@ -17,4 +17,8 @@ macro_rules! entry {
 }
 
 pub mod basic;
+pub mod bert;
+pub mod blocks;
+pub mod gemm;
 pub mod rowwise;
+pub mod stages;

@@ -31,7 +31,9 @@ pub mod ops;
 pub mod stages;
 pub mod store;
 
+use crate::arch::fence_value;
 use crate::params::KernelParam;
+
 use crate::types::Element;
 
 /// The per-thread accumulator tile: `MI × NI` m16n8 fragments of 4 f32 each.
@@ -72,6 +74,8 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
                     }
                     let [a, b] = self.v[mi][ni].get_disjoint_mut([2 * h, 2 * h + 1]).unwrap();
                     f(row, col, a, b);
+                    *a = fence_value(*a);
+                    *b = fence_value(*b);
                 }
             }
         }
@@ -92,11 +96,13 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
                     if ctx.paired {
                         if col < ctx.n {
                             f(row, col / 2, &mut self.v[mi][ni][2 * h]);
+                            self.v[mi][ni][2 * h] = fence_value(self.v[mi][ni][2 * h]);
                         }
                     } else {
                         for e in 0..2 {
                             if col + (e as u32) < ctx.n {
                                 f(row, col + e as u32, &mut self.v[mi][ni][2 * h + e]);
+                                self.v[mi][ni][2 * h + e] = fence_value(self.v[mi][ni][2 * h + e]);
                             }
                         }
                     }
@@ -111,7 +117,7 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         for mi in 0..MI {
             for ni in 0..NI {
                 for e in 0..4 {
-                    self.v[mi][ni][e] = f(self.v[mi][ni][e]);
+                    self.v[mi][ni][e] = fence_value(f(self.v[mi][ni][e]));
                 }
             }
         }

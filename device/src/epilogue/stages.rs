@@ -299,7 +299,7 @@ fn glu<const MI: usize, const NI: usize>(
         for ni in 0..NI {
             for h in 0..2 {
                 let v = &mut acc.v[mi][ni];
-                v[2 * h] = act(v[2 * h]) * v[2 * h + 1];
+                v[2 * h] = crate::arch::fence_value(act(v[2 * h]) * v[2 * h + 1]);
             }
         }
     }
@@ -340,7 +340,7 @@ impl Stage for Rope {
         ctx: &mut TileCtx,
     ) {
         let log2_theta = math::log2(p.theta);
-        let inv_rot = 1.0 / p.rotary_dim as f32;
+        let inv_rot = math::div(1.0, p.rotary_dim as f32);
         acc.for_each_pair(ctx, |r, c, x, y| {
             let j = c % p.head_dim;
             if j < p.rotary_dim {
@@ -375,7 +375,7 @@ impl Moments {
     pub fn push(&mut self, x: f32) {
         self.n += 1.0;
         let d = x - self.mean;
-        self.mean += d / self.n;
+        self.mean += math::div(d, self.n);
         self.m2 += d * (x - self.mean);
     }
 
@@ -390,7 +390,7 @@ impl Moments {
             return o;
         }
         let d = o.mean - self.mean;
-        let w = o.n / n;
+        let w = math::div(o.n, n);
         Moments {
             n,
             mean: self.mean + d * w,
@@ -420,11 +420,23 @@ pub trait RowNorm {
     const OF_SQUARES: bool;
     /// The partial-statistics workspace (`ceil(N/BN)` entries of 16 bytes per row), or 0.
     fn stats(p: &Self::Params) -> u64;
-    /// The normalized value of `x` at column `c` given the row's full statistics.
+    /// Per-row factors `(shift, scale)` from the row's full statistics, so that the normalized
+    /// value is `(x − shift)·scale`.
+    fn row_factors(p: &Self::Params, row: &Moments) -> RowFactors;
+    /// The normalized value of `x` at column `c`: `(x − shift)·scale·γ[c] (+ β[c])`.
     ///
     /// # Safety
     /// The gamma/beta vectors must hold column `c`.
-    unsafe fn normalize<Out: Element>(p: &Self::Params, row: &Moments, c: u32, x: f32) -> f32;
+    unsafe fn normalize<Out: Element>(p: &Self::Params, row: &RowFactors, c: u32, x: f32) -> f32;
+}
+
+/// A row's normalization: `(x − shift)·scale`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RowFactors {
+    /// Subtracted first (the mean for LayerNorm, 0 for RMSNorm).
+    pub shift: f32,
+    /// Then multiplied (1/√(var + ε) or 1/√(mean(x²) + ε)).
+    pub scale: f32,
 }
 
 params!(
@@ -468,10 +480,21 @@ impl RowNorm for LayerNorm {
         p.stats
     }
     #[inline(always)]
-    unsafe fn normalize<Out: Element>(p: &LayerNormParams, row: &Moments, c: u32, x: f32) -> f32 {
-        let var = row.m2 / row.n;
-        let rstd = math::rsqrt(var + p.eps);
-        (x - row.mean) * rstd * load::<Out>(p.gamma, c) + load::<Out>(p.beta, c)
+    fn row_factors(p: &LayerNormParams, row: &Moments) -> RowFactors {
+        let var = math::div(row.m2, row.n);
+        RowFactors {
+            shift: row.mean,
+            scale: math::rsqrt(var + p.eps),
+        }
+    }
+    #[inline(always)]
+    unsafe fn normalize<Out: Element>(
+        p: &LayerNormParams,
+        row: &RowFactors,
+        c: u32,
+        x: f32,
+    ) -> f32 {
+        (x - row.shift) * row.scale * load::<Out>(p.gamma, c) + load::<Out>(p.beta, c)
     }
 }
 
@@ -487,8 +510,15 @@ impl RowNorm for RmsNorm {
         p.stats
     }
     #[inline(always)]
-    unsafe fn normalize<Out: Element>(p: &RmsNormParams, row: &Moments, c: u32, x: f32) -> f32 {
-        x * math::rsqrt(row.mean + p.eps) * load::<Out>(p.gamma, c)
+    fn row_factors(p: &RmsNormParams, row: &Moments) -> RowFactors {
+        RowFactors {
+            shift: 0.0,
+            scale: math::rsqrt(row.mean + p.eps),
+        }
+    }
+    #[inline(always)]
+    unsafe fn normalize<Out: Element>(p: &RmsNormParams, row: &RowFactors, c: u32, x: f32) -> f32 {
+        x * row.scale * load::<Out>(p.gamma, c)
     }
 }
 
@@ -512,7 +542,7 @@ impl<K: RowNorm> Stage for Norm<K> {
             let mut k = 0;
             for mi in 0..MI {
                 for h in 0..2 {
-                    let st = rows[k];
+                    let st = K::row_factors(p, &rows[k]);
                     k += 1;
                     for ni in 0..NI {
                         let c = ctx.col_of(ni);

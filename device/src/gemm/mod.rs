@@ -126,6 +126,18 @@ impl TileShape {
         self.mi() * self.ni() * 4
     }
 
+    /// CTAs per SM the kernel is compiled for (PTX `.minnctapersm`): as many as 64K registers
+    /// allow at `acc_registers() + 64` registers per thread (at least 128), so ptxas caps its
+    /// register use there instead of trading occupancy for epilogue ILP.
+    pub const fn min_ctas_per_sm(&self) -> u32 {
+        let mut regs = self.acc_registers() + 64;
+        if regs < 128 {
+            regs = 128;
+        }
+        let n = 65536 / (self.threads() * regs);
+        if n == 0 { 1 } else { n }
+    }
+
     /// Why this shape cannot be instantiated, or `None`.
     pub const fn check(&self) -> Option<&'static str> {
         if self.warps_m == 0 || self.warps_n == 0 || self.stages < 2 {

@@ -1,6 +1,8 @@
 //! Kernel bodies. Entry points (`extern "ptx-kernel"`) live in kernel crates and call these.
 
+pub mod bert;
 pub mod elementwise;
 pub mod naive_gemm;
+pub mod norm_finish;
 pub mod rowwise;
 pub mod timing;

@@ -1,0 +1,42 @@
+//! # fused-gemm-cli
+//!
+//! Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer post-LayerNorm BERT, d = 384), the main
+//! job of fused-gemm on real input, plus the library behind the `fused-gemm` tool.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`config`] | hyper-parameters from `config.json`; the GELU variants |
+//! | [`weights`] | `model.safetensors` → checked f32 tensors; packed QKV; f16/bf16 copies |
+//! | [`tokenize`] | the model's WordPiece tokenizer, truncation as sentence-transformers does; padded batches |
+//! | [`backend`] | the [`Backend`] trait (one method per fused kernel of a layer), [`forward`], timings |
+//! | [`backend::cpu`] | the f32 CPU backend |
+//! | [`embed`](mod@embed) | loading a model directory, batching by length, [`Embeddings`] |
+//! | [`input`], [`output`] | reading sentences; writing JSON lines / `.npy` atomically; the similarity table |
+//! | [`device`] | `--device auto|cuda|cpu` resolution |
+//! | [`smoke`] | the GPU smoke test (axpy, naive GEMM) with its CPU fallback |
+//!
+//! The pipeline matches sentence-transformers' `SentenceTransformer("all-MiniLM-L6-v2")`:
+//! tokens (truncated to 256 by default) → BERT → mean pooling over the attention mask → L2
+//! normalization. `cli/tests/` checks the CPU backend against fixtures made by
+//! `scripts/make_fixtures.py` (cosine ≥ 0.9999 per sentence, identical token ids).
+
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod config;
+pub mod device;
+pub mod embed;
+pub mod error;
+pub mod input;
+pub mod output;
+pub mod smoke;
+pub mod tokenize;
+pub mod weights;
+
+pub use backend::cpu::CpuBackend;
+pub use backend::{Backend, Dtype, Stage, Timings, forward};
+pub use config::{Activation, MiniLmConfig};
+pub use embed::{Embeddings, Model, default_model_dir, embed};
+pub use error::{Error, Result};
+pub use tokenize::{DEFAULT_MAX_SEQ_LEN, MiniLmTokenizer, TokenBatch};
+pub use weights::ModelWeights;

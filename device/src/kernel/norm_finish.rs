@@ -1,0 +1,117 @@
+//! The finishing step of a row norm whose rows span several CTA tiles (CODA's partial
+//! statistics): merges each row's per-tile [`Moments`], normalizes the pre-norm values the GEMM
+//! stored in C, runs the stages written after the norm, and stores C again.
+
+use crate::arch::thread::{block_idx_x, thread_idx_x};
+use crate::epilogue::ops::load_pair;
+use crate::epilogue::stages::{Moments, RowFactors, RowNorm};
+use crate::epilogue::store::store_tile;
+use crate::epilogue::{Acc, Stage, TileCtx};
+use crate::params::KernelParam;
+use crate::types::Element;
+
+/// Arguments of the finishing kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NormFinishArgs {
+    /// C: M×N, holding the pre-norm values; overwritten with the result.
+    pub c: u64,
+    /// Rows.
+    pub m: u32,
+    /// Columns (the norm's width).
+    pub n: u32,
+    /// Leading dimension of C (elements).
+    pub ldc: u32,
+    /// Partial statistics per row (the GEMM's `ceil(N/BN)`).
+    pub tiles_n: u32,
+}
+
+unsafe impl KernelParam for NormFinishArgs {}
+
+/// Threads per CTA of the finishing kernel (4 warps, 16 rows each).
+pub const THREADS: u32 = 128;
+/// Rows per CTA.
+pub const ROWS_PER_CTA: u32 = 64;
+
+/// Columns a warp handles per step (`NI = 8` fragments of 8).
+const COLS_PER_STEP: u32 = 64;
+
+/// Launch: block `(128, 1, 1)`, grid `(ceil(M/64), 1, 1)`, no shared memory. `norm` must carry
+/// the statistics workspace the GEMM wrote.
+///
+/// # Safety
+/// As the GEMM that produced C: validated pointers and extents; `Post` holds no row reductions.
+#[inline(always)]
+pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
+    args: &NormFinishArgs,
+    norm: &K::Params,
+    post: &Post::Params,
+) {
+    let tid = thread_idx_x();
+    let lane = tid & 31;
+    let row0 = block_idx_x() * ROWS_PER_CTA + (tid >> 5) * 16;
+    if row0 >= args.m {
+        return;
+    }
+    let (g, t) = (lane >> 2, lane & 3);
+    let stats = K::stats(norm) as *const [f32; 4];
+    let mut rows = [RowFactors::default(); 2];
+    for (h, f) in rows.iter_mut().enumerate() {
+        let r = row0 + g + 8 * h as u32;
+        if r < args.m {
+            let mut st = Moments::default();
+            for j in 0..args.tiles_n {
+                let v = *stats.add(r as usize * args.tiles_n as usize + j as usize);
+                st = st.merge(Moments {
+                    n: v[0],
+                    mean: v[1],
+                    m2: v[2],
+                });
+            }
+            *f = K::row_factors(norm, &st);
+        }
+    }
+    let mut col0 = 0;
+    while col0 < args.n {
+        let mut ctx = TileCtx {
+            m: args.m,
+            n: args.n,
+            warp_row: row0,
+            warp_col: col0,
+            cta_row: row0,
+            cta_col: col0,
+            bm: 16,
+            bn: COLS_PER_STEP,
+            g,
+            t,
+            warp_n: 0,
+            warps_n: 1,
+            warp_m: 0,
+            tile_n: 0,
+            tiles_n: 1,
+            paired: false,
+            deferred: false,
+            c: args.c,
+            ldc: args.ldc,
+            scratch: core::ptr::null_mut(),
+            scratch_bytes: 0,
+        };
+        let mut acc = Acc::<1, 8>::zero();
+        for ni in 0..8 {
+            for h in 0..2 {
+                let (r, c) = (ctx.row_of(0, h), ctx.col_of(ni));
+                if r < args.m && c < args.n {
+                    let (a, b) = load_pair::<Out>(args.c, args.ldc, r, c, args.n);
+                    let st = &rows[h];
+                    acc.v[0][ni][2 * h] = K::normalize::<Out>(norm, st, c, a);
+                    if c + 1 < args.n {
+                        acc.v[0][ni][2 * h + 1] = K::normalize::<Out>(norm, st, c + 1, b);
+                    }
+                }
+            }
+        }
+        Post::apply::<Out, 1, 8>(post, &mut acc, &mut ctx);
+        store_tile::<Out, 1, 8>(&acc, &ctx);
+        col0 += COLS_PER_STEP;
+    }
+}

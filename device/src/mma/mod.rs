@@ -1,0 +1,3 @@
+//! Tensor-core matrix multiply-accumulate instructions.
+
+pub mod sm80;

@@ -1,0 +1,321 @@
+//! Optional autotuning: time the planner's top-k candidates on the device, keep the fastest,
+//! and cache the choice on disk so later runs (and other shapes of the same class) reuse it
+//! without timing.
+//!
+//! The cache is one JSON file, [`CACHE_FILE`], in the directory named by the environment
+//! variable [`CACHE_ENV`] (`FUSED_GEMM_CACHE_DIR`), by default `fused-gemm/` under the user's
+//! cache directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux). Entries are keyed by
+//! [`TuneKey`]: device name and compute capability, kernel name, shape class and dtype. A
+//! missing, unreadable or corrupt file is ignored with a warning (never a panic or an error);
+//! writes go to a temporary file renamed over the cache, merged with entries other processes
+//! wrote meanwhile.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fused_gemm_device::gemm::TileShape;
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{Plan, Planner, Problem};
+use crate::{Error, Result};
+
+/// Environment variable naming the cache directory.
+pub const CACHE_ENV: &str = "FUSED_GEMM_CACHE_DIR";
+
+/// The cache file's name in that directory.
+pub const CACHE_FILE: &str = "autotune-v1.json";
+
+const VERSION: u32 = 1;
+
+/// M rounded up to a power of two (1, 2, 4, ..., 2³¹): token counts vary, and a tile choice
+/// changes slowly with M.
+pub fn m_class(m: u32) -> u32 {
+    m.max(1).checked_next_power_of_two().unwrap_or(1 << 31)
+}
+
+/// N or K rounded up to a multiple of 128 (layer widths are fixed per model; 128 keeps
+/// different tile counts apart).
+pub fn nk_class(x: u32) -> u32 {
+    x.div_ceil(128).saturating_mul(128)
+}
+
+/// What a cached choice is valid for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TuneKey {
+    /// Device name as the driver reports it.
+    pub device: String,
+    /// Compute capability, major·10 + minor.
+    pub compute_capability: u32,
+    /// Kernel name (the `#[fused_gemm]` item, which fixes the epilogue).
+    pub kernel: String,
+    /// dtype of A and B.
+    pub dtype: String,
+    /// [`m_class`] of M.
+    pub m_class: u32,
+    /// [`nk_class`] of N.
+    pub n_class: u32,
+    /// [`nk_class`] of K.
+    pub k_class: u32,
+    /// N and K multiples of 8 (the 16-byte vector path is possible for 16-bit types).
+    pub aligned: bool,
+}
+
+impl TuneKey {
+    /// The key of `problem` run by `kernel` on a device.
+    pub fn new(device: &str, compute_capability: u32, kernel: &str, problem: &Problem) -> Self {
+        TuneKey {
+            device: device.to_owned(),
+            compute_capability,
+            kernel: kernel.to_owned(),
+            dtype: problem.in_dtype.name().to_owned(),
+            m_class: m_class(problem.m),
+            n_class: nk_class(problem.n),
+            k_class: nk_class(problem.k),
+            aligned: problem.n.is_multiple_of(8) && problem.k.is_multiple_of(8),
+        }
+    }
+}
+
+impl std::fmt::Display for TuneKey {
+    /// The key as it appears in the cache file:
+    /// `device|sm_CC|kernel|dtype|mM|nN|kK|aligned`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}|sm_{}|{}|{}|m{}|n{}|k{}|{}",
+            self.device,
+            self.compute_capability,
+            self.kernel,
+            self.dtype,
+            self.m_class,
+            self.n_class,
+            self.k_class,
+            if self.aligned { "aligned" } else { "unaligned" }
+        )
+    }
+}
+
+/// One cached choice.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The key, spelled out.
+    pub key: TuneKey,
+    /// `(BM, BN, BK, warps_m, warps_n, stages)` of the winner.
+    pub tile: (u32, u32, u32, u32, u32, u32),
+    /// Its split-K factor.
+    pub splits: u32,
+    /// Its time on the shape it was tuned on, ms.
+    pub measured_ms: f32,
+    /// The shape it was tuned on.
+    pub tuned_on: (u32, u32, u32),
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CacheFile {
+    version: u32,
+    entries: BTreeMap<String, Entry>,
+}
+
+fn tile_tuple(t: &TileShape) -> (u32, u32, u32, u32, u32, u32) {
+    (t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages)
+}
+
+/// The default cache directory: `$FUSED_GEMM_CACHE_DIR`, else `fused-gemm` under the user's
+/// cache directory, else under the system temporary directory.
+pub fn default_cache_dir() -> PathBuf {
+    match std::env::var_os(CACHE_ENV) {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("fused-gemm"),
+    }
+}
+
+/// Times top-k candidates and caches winners (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Autotuner {
+    dir: PathBuf,
+    top_k: usize,
+    entries: BTreeMap<String, Entry>,
+    warnings: Vec<String>,
+}
+
+impl Autotuner {
+    /// An autotuner caching in [`default_cache_dir`], timing the top 4 candidates.
+    pub fn from_env() -> Self {
+        Self::new(default_cache_dir())
+    }
+
+    /// An autotuner caching in `dir` (created on first save), timing the top 4 candidates. The
+    /// cache is read now; problems reading it become [`Autotuner::warnings`].
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let mut t = Autotuner {
+            dir: dir.into(),
+            top_k: 4,
+            entries: BTreeMap::new(),
+            warnings: Vec::new(),
+        };
+        t.entries = t.read_file(true);
+        t
+    }
+
+    /// Times the `k` (≥ 1) fastest predicted candidates.
+    pub fn with_top_k(mut self, k: usize) -> Self {
+        self.top_k = k.max(1);
+        self
+    }
+
+    /// The cache file.
+    pub fn cache_path(&self) -> PathBuf {
+        self.dir.join(CACHE_FILE)
+    }
+
+    /// Warnings so far (corrupt or unreadable cache, failed saves, failed candidates). Each is
+    /// also printed to stderr when it happens.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn warn(&mut self, msg: String) {
+        eprintln!("fused-gemm autotune: warning: {msg}");
+        self.warnings.push(msg);
+    }
+
+    fn read_file(&mut self, report: bool) -> BTreeMap<String, Entry> {
+        let path = self.cache_path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return BTreeMap::new(),
+            Err(e) => {
+                if report {
+                    self.warn(format!("cannot read {}: {e}; ignoring it", path.display()));
+                }
+                return BTreeMap::new();
+            }
+        };
+        match serde_json::from_str::<CacheFile>(&text) {
+            Ok(f) if f.version == VERSION => f.entries,
+            Ok(f) => {
+                if report {
+                    self.warn(format!(
+                        "{} has version {}, expected {VERSION}; ignoring it",
+                        path.display(),
+                        f.version
+                    ));
+                }
+                BTreeMap::new()
+            }
+            Err(e) => {
+                if report {
+                    self.warn(format!(
+                        "{} is corrupt ({e}); ignoring it (it is rewritten on the next save)",
+                        path.display()
+                    ));
+                }
+                BTreeMap::new()
+            }
+        }
+    }
+
+    /// The cached entry for `key`, if any.
+    pub fn entry(&self, key: &TuneKey) -> Option<&Entry> {
+        self.entries.get(&key.to_string())
+    }
+
+    /// The cached choice for `key` as a plan for `problem`: the candidate of `planner` with the
+    /// cached tile and split-K factor, if that candidate can launch for `problem`.
+    pub fn lookup(&self, planner: &Planner, key: &TuneKey, problem: &Problem) -> Option<Plan> {
+        let e = self.entry(key)?;
+        let (bm, bn, bk, wm, wn, st) = e.tile;
+        planner.evaluate(problem, &TileShape::new(bm, bn, bk, wm, wn, st), e.splits)
+    }
+
+    /// The plan for `problem`: the cached choice when there is one, else the fastest of the
+    /// planner's top-k candidates as timed by `time_ms` (ms per launch), which is then cached
+    /// and saved. Candidates whose timing fails are skipped with a warning.
+    ///
+    /// # Errors
+    /// The planner's errors; [`Error::Timing`] when every candidate fails or a time is not
+    /// finite and positive. A failure to save the cache is only a warning.
+    pub fn tune(
+        &mut self,
+        planner: &Planner,
+        key: &TuneKey,
+        problem: &Problem,
+        mut time_ms: impl FnMut(&Plan) -> Result<f32>,
+    ) -> Result<Plan> {
+        if let Some(p) = self.lookup(planner, key, problem) {
+            return Ok(p);
+        }
+        let mut best: Option<(Plan, f32)> = None;
+        let mut failures = Vec::new();
+        for plan in planner.top_k(problem, self.top_k)? {
+            match time_ms(&plan) {
+                Ok(ms) if ms.is_finite() && ms > 0.0 => {
+                    if best.as_ref().is_none_or(|(_, b)| ms < *b) {
+                        best = Some((plan, ms));
+                    }
+                }
+                Ok(ms) => {
+                    return Err(Error::Timing {
+                        what: format!("{} {:?}/s{}", key, plan.tile, plan.splits),
+                        detail: format!("timer returned {ms} ms"),
+                    });
+                }
+                Err(e) => {
+                    failures.push(format!("{:?}/s{}: {e}", plan.tile, plan.splits));
+                }
+            }
+        }
+        for f in &failures {
+            self.warn(format!("candidate failed: {f}"));
+        }
+        let Some((plan, ms)) = best else {
+            return Err(Error::Timing {
+                what: key.to_string(),
+                detail: format!("every candidate failed: {}", failures.join("; ")),
+            });
+        };
+        self.entries.insert(
+            key.to_string(),
+            Entry {
+                key: key.clone(),
+                tile: tile_tuple(&plan.tile),
+                splits: plan.splits,
+                measured_ms: ms,
+                tuned_on: (problem.m, problem.n, problem.k),
+            },
+        );
+        if let Err(e) = self.save() {
+            self.warn(format!("cannot save the cache: {e}"));
+        }
+        Ok(plan)
+    }
+
+    /// Writes the cache (merged with entries written meanwhile by other processes; ours win).
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file.
+    pub fn save(&mut self) -> Result<()> {
+        let io = |path: &Path, source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(|e| io(&self.dir, e))?;
+        // A corrupt file was reported when it was first read; here it is just replaced.
+        let mut merged = self.read_file(false);
+        merged.extend(self.entries.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.entries = merged;
+        let file = CacheFile {
+            version: VERSION,
+            entries: self.entries.clone(),
+        };
+        let text = serde_json::to_string_pretty(&file).expect("cache serializes");
+        let path = self.cache_path();
+        let tmp = self
+            .dir
+            .join(format!("{CACHE_FILE}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
+    }
+}

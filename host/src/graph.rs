@@ -1,0 +1,107 @@
+//! CUDA graphs: record a sequence of launches once, replay it with one call.
+//!
+//! [`Gpu::capture`] runs a closure that launches through the [`Gpu`] handle it is given; the
+//! launches are recorded (stream capture, `cuStreamBeginCapture` in relaxed mode, on a stream
+//! of its own because the legacy default stream cannot be captured), not run, and instantiated
+//! as a [`Graph`]. [`Graph::replay`] runs the whole sequence, ordered after the work already
+//! queued on the capturing `Gpu`'s stream and before the work queued after it.
+//!
+//! # Hazards
+//! - A graph holds the device addresses its launches were given, not the buffers: every buffer
+//!   used inside the closure must outlive the graph, and replays see the buffers' current
+//!   contents (that is the point: refill inputs, replay, read outputs).
+//! - Inside the closure launch only through the handle passed in. Allocations there become
+//!   graph nodes; allocate workspaces before capturing. Host↔device copies of pageable memory
+//!   cannot be captured (the driver's error is returned).
+//! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
+//!   outside a capture are illegal inside it); it is restored afterwards, also on error.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
+
+use crate::{Error, Gpu, Result};
+
+/// An instantiated CUDA graph, replayable on the stream of the [`Gpu`] that captured it.
+pub struct Graph {
+    graph: CudaGraph,
+    capture: Arc<CudaStream>,
+    origin: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("exec", &self.graph.cu_graph_exec())
+            .finish()
+    }
+}
+
+/// Re-enables event tracking when dropped, if it was on.
+struct Tracking<'a>(&'a CudaContext, bool);
+
+impl Drop for Tracking<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            // SAFETY: restores the state found before the capture.
+            unsafe { self.0.enable_event_tracking() };
+        }
+    }
+}
+
+impl Gpu {
+    /// Records the launches `record` makes through the handle it is given into a CUDA graph.
+    /// Nothing runs on the device until [`Graph::replay`]. See the [module docs](crate::graph)
+    /// for what a closure may do.
+    ///
+    /// # Errors
+    /// The closure's error (the partial capture is discarded); [`Error::Capture`] when the
+    /// driver invalidates the capture or returns no graph; driver errors.
+    pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
+        let ctx = self.context();
+        let stream = ctx.new_stream()?;
+        let tracking = Tracking(ctx, ctx.is_event_tracking());
+        // SAFETY: during the capture all recorded work is on one stream, so cudarc need not
+        // order buffers across streams; `tracking` restores the flag.
+        unsafe { ctx.disable_event_tracking() };
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+        let handle = Gpu {
+            shared: self.shared.clone(),
+            stream: stream.clone(),
+        };
+        let recorded = record(&handle);
+        let ended = stream.end_capture(CUgraphInstantiate_flags(0));
+        drop(tracking);
+        recorded?;
+        match ended {
+            Ok(Some(graph)) => Ok(Graph {
+                graph,
+                capture: stream,
+                origin: self.stream.clone(),
+            }),
+            Ok(None) => Err(Error::Capture("the driver returned no graph".into())),
+            Err(e) => Err(Error::Capture(format!("ending the capture failed: {e}"))),
+        }
+    }
+}
+
+impl Graph {
+    /// Runs the recorded launches once, ordered after the work queued so far on the capturing
+    /// `Gpu`'s stream; work queued there afterwards waits for the replay. Does not block the
+    /// host.
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn replay(&self) -> Result<()> {
+        self.capture.join(&self.origin)?;
+        self.graph.launch()?;
+        self.origin.join(&self.capture)?;
+        Ok(())
+    }
+
+    /// Uploads the graph's resources so the first replay does not pay for it.
+    pub fn upload(&self) -> Result<()> {
+        Ok(self.graph.upload()?)
+    }
+}

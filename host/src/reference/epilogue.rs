@@ -1,0 +1,516 @@
+//! f64 reference of the whole fused operation `C = epilogue(A·B)`, and of each stage alone.
+//!
+//! A fused kernel is described here as a plain list of [`RefStage`]s, applied in order to the
+//! f64 product, exactly as `#[fused_gemm(epilogue = [...])]` applies its stages to the f32
+//! accumulator tile (`fused_gemm_device::epilogue::stages` gives the device formulas, which
+//! these mirror). [`fused_gemm_reference`] is the entry point; [`apply_stages`] runs only the
+//! epilogue on a given M×N matrix; [`fused_gemm_split_k_reference`] sums split-K partial
+//! products first and applies the epilogue once.
+//!
+//! Shapes: A is M×K row-major; B is K×N row-major, or N×K row-major (PyTorch `Linear`
+//! weights) with `b_col_major`; every matrix in and out is row-major. The *width* of the tile
+//! is N until a pair-reducing stage (SwiGLU, GeGLU) halves it; vectors and matrices read by
+//! later stages are sized by the width at their position.
+//!
+//! Inputs are f64. To check a kernel, widen what it was given with [`to_f64`] (f32, f16, bf16
+//! host buffers), run the reference, and compare, possibly after [`round_slice`] to the output
+//! dtype. Pass every vector and tile as the kernel stored it: bias, residual, gamma, beta and
+//! `c_in` in the output dtype, scale vectors in f32 (as `fused_gemm_device::epilogue::stages`
+//! reads them), each widened with [`to_f64`]. Standalone stages: [`layer_norm_rows`], [`rms_norm_rows`], [`rope`], [`swiglu`],
+//! [`geglu`], [`gelu_erf`], [`gelu_tanh`].
+//!
+//! Every function returns a [`ReferenceError`] on bad input rather than panicking.
+
+pub mod activation;
+pub mod dtype;
+pub mod gated;
+pub mod norm;
+pub mod rotary;
+
+use std::ops::Range;
+
+use fused_gemm_device::types::DType;
+
+pub use activation::{Activation, gelu_erf, gelu_tanh, relu, sigmoid, silu};
+pub use dtype::{HostElement, from_f64, round_slice, round_to, to_f64, unit_roundoff};
+pub use gated::{geglu, glu, swiglu};
+pub use norm::{
+    RowMoments, layer_norm_rows, layer_norm_rows_tiled, merge_row_moments, partial_row_moments,
+    rms_norm_rows, rms_norm_rows_tiled,
+};
+pub use rotary::{RopeConfig, rope};
+
+/// Bad input to a reference function.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ReferenceError {
+    /// A buffer's length does not match its shape.
+    #[error("`{what}` has {actual} elements, expected {expected}")]
+    Length {
+        /// The buffer.
+        what: &'static str,
+        /// Length its shape implies.
+        expected: usize,
+        /// Length given.
+        actual: usize,
+    },
+    /// A dimension that must be positive is 0.
+    #[error("{what} must be at least 1")]
+    ZeroDim {
+        /// The dimension.
+        what: &'static str,
+    },
+    /// RoPE rotates pairs, so the rotary dimension must be even.
+    #[error("rotary dimension {rotary_dim} is odd: RoPE rotates pairs of columns")]
+    OddRotaryDim {
+        /// The dimension given.
+        rotary_dim: usize,
+    },
+    /// The rotary dimension is wider than a head.
+    #[error("rotary dimension {rotary_dim} exceeds head_dim {head_dim}")]
+    RotaryDimTooLarge {
+        /// The rotary dimension.
+        rotary_dim: usize,
+        /// The head dimension.
+        head_dim: usize,
+    },
+    /// RoPE's base must be finite and positive.
+    #[error("RoPE theta must be finite and > 0, got {theta}")]
+    InvalidTheta {
+        /// The base given.
+        theta: f64,
+    },
+    /// RoPE's input rows must hold whole heads.
+    #[error("row width {width} is not a multiple of head_dim {head_dim}")]
+    WidthNotMultipleOfHead {
+        /// Columns per row.
+        width: usize,
+        /// Columns per head.
+        head_dim: usize,
+    },
+    /// A pair-reducing stage (SwiGLU, GeGLU) needs an even number of columns.
+    #[error("a gated unit needs an even width (gate and up halves), got {width}")]
+    OddPairWidth {
+        /// The width it got.
+        width: usize,
+    },
+    /// A stage is not allowed where it is in the list.
+    #[error("stage `{stage}` at position {index}: {reason}")]
+    StageOrder {
+        /// The stage.
+        stage: &'static str,
+        /// Its index in the list.
+        index: usize,
+        /// Why.
+        reason: &'static str,
+    },
+    /// `accumulate` is in the list but no `c_in` was given.
+    #[error("stage `accumulate` reads the output buffer, but no c_in was given")]
+    MissingCIn,
+    /// A model config names an activation that has no stage.
+    #[error(
+        "unknown activation `{0}` (known: gelu, gelu_python, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish, sigmoid)"
+    )]
+    UnknownActivation(String),
+}
+
+pub(crate) fn check_len(
+    what: &'static str,
+    expected: usize,
+    actual: usize,
+) -> Result<(), ReferenceError> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(ReferenceError::Length {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+/// Which columns of a row form the pairs of a pairwise stage (RoPE, SwiGLU, GeGLU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PairLayout {
+    /// Pair i is columns `(2i, 2i + 1)`: what the fused kernel computes (one thread holds both).
+    Interleaved,
+    /// Pair i is columns `(i, i + d/2)` of a block of d columns (a RoPE head's rotary part, or
+    /// a `[gate | up]` row): what checkpoints and unfused PyTorch code use.
+    HalfSplit,
+}
+
+/// One epilogue stage, in f64. `x` is the value entering the stage at output element `(r, c)`
+/// and W the tile width at that point (N, or N/2 after a pair-reducing stage).
+#[derive(Clone, Debug)]
+pub enum RefStage {
+    /// `scale(alpha)`: x·alpha.
+    Scale(f64),
+    /// `scale(row)`: `x·s[r]`, s of length M.
+    ScaleRow(Vec<f64>),
+    /// `scale(col)`: `x·s[c]`, s of length W.
+    ScaleCol(Vec<f64>),
+    /// `bias`: `x + b[c]`, b of length W (per column, broadcast down the rows: `Linear`'s bias).
+    BiasCol(Vec<f64>),
+    /// `bias(row)`: `x + b[r]`, b of length M.
+    BiasRow(Vec<f64>),
+    /// `relu`: max(x, 0).
+    Relu,
+    /// `gelu`: erf-GELU ([`gelu_erf`]).
+    Gelu,
+    /// `gelu_tanh`: tanh-approximate GELU ([`gelu_tanh`]).
+    GeluTanh,
+    /// `silu`: x·sigmoid(x).
+    Silu,
+    /// `sigmoid`: 1/(1 + e^−x).
+    Sigmoid,
+    /// `residual`: `x + R[r, c]`, R an M×W row-major matrix.
+    Residual(Vec<f64>),
+    /// `accumulate`: `c_in[r, c]` + x, `c_in` the output buffer's prior contents (M×W).
+    /// Must be the last stage.
+    Accumulate,
+    /// `layer_norm(eps)` over each row's W values ([`layer_norm_rows`]); gamma, beta of
+    /// length W.
+    LayerNorm {
+        /// Scale γ.
+        gamma: Vec<f64>,
+        /// Shift β.
+        beta: Vec<f64>,
+        /// ε added to the variance.
+        eps: f64,
+    },
+    /// `rms_norm(eps)` over each row's W values ([`rms_norm_rows`]); gamma of length W.
+    RmsNorm {
+        /// Scale γ.
+        gamma: Vec<f64>,
+        /// ε added to the mean square.
+        eps: f64,
+    },
+    /// `swiglu`: silu(gate)·up over column pairs in the given layout ([`swiglu`]); W halves.
+    /// The device stage is [`PairLayout::Interleaved`].
+    SwiGlu(PairLayout),
+    /// `geglu`: gelu(gate)·up ([`geglu`]); W halves.
+    GeGlu(PairLayout),
+    /// `rope(theta)` ([`rope`]); the device stage is [`PairLayout::Interleaved`]. Must come
+    /// before any pair-reducing stage.
+    Rope(RopeConfig),
+    /// `cast(dtype)`: rounds x to the dtype and back ([`round_to`]).
+    Cast(DType),
+    /// A user element-wise function.
+    User(fn(f64) -> f64),
+}
+
+impl RefStage {
+    /// The stage's name in the `#[fused_gemm(epilogue = [...])]` vocabulary.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RefStage::Scale(_) => "scale",
+            RefStage::ScaleRow(_) => "scale(row)",
+            RefStage::ScaleCol(_) => "scale(col)",
+            RefStage::BiasCol(_) => "bias",
+            RefStage::BiasRow(_) => "bias(row)",
+            RefStage::Relu => "relu",
+            RefStage::Gelu => "gelu",
+            RefStage::GeluTanh => "gelu_tanh",
+            RefStage::Silu => "silu",
+            RefStage::Sigmoid => "sigmoid",
+            RefStage::Residual(_) => "residual",
+            RefStage::Accumulate => "accumulate",
+            RefStage::LayerNorm { .. } => "layer_norm",
+            RefStage::RmsNorm { .. } => "rms_norm",
+            RefStage::SwiGlu(_) => "swiglu",
+            RefStage::GeGlu(_) => "geglu",
+            RefStage::Rope(_) => "rope",
+            RefStage::Cast(_) => "cast",
+            RefStage::User(_) => "user",
+        }
+    }
+
+    /// Whether the stage halves the width.
+    pub fn pairs(&self) -> bool {
+        matches!(self, RefStage::SwiGlu(_) | RefStage::GeGlu(_))
+    }
+}
+
+/// Output columns of the fused operation: N, halved by a pair-reducing stage (integer
+/// division; an odd N is rejected when the stage runs).
+pub fn output_width(n: usize, stages: &[RefStage]) -> usize {
+    if stages.iter().any(RefStage::pairs) {
+        n / 2
+    } else {
+        n
+    }
+}
+
+fn check_order(stages: &[RefStage]) -> Result<(), ReferenceError> {
+    let mut paired = false;
+    for (index, s) in stages.iter().enumerate() {
+        let err = |reason| {
+            Err(ReferenceError::StageOrder {
+                stage: s.name(),
+                index,
+                reason,
+            })
+        };
+        match s {
+            RefStage::Accumulate if index + 1 != stages.len() => {
+                return err("`accumulate` must be the last stage");
+            }
+            RefStage::Rope(_) if paired => {
+                return err("`rope` works on column pairs and must come before swiglu/geglu");
+            }
+            RefStage::SwiGlu(_) | RefStage::GeGlu(_) if paired => {
+                return err("at most one pair-reducing stage (swiglu/geglu) per epilogue");
+            }
+            _ => {}
+        }
+        paired |= s.pairs();
+    }
+    Ok(())
+}
+
+/// Applies `stages` in order to the M×N row-major matrix `x` (the accumulator). `c_in` is the
+/// output buffer's prior contents, M × [`output_width`], read by [`RefStage::Accumulate`].
+/// Returns M × [`output_width`]`(n, stages)`, row-major.
+///
+/// # Errors
+/// [`ReferenceError::Length`] for any vector or matrix not sized for its position,
+/// [`ReferenceError::StageOrder`] (`accumulate` not last, `rope` after a pair reduction, two
+/// pair reductions), [`ReferenceError::MissingCIn`], and the errors of [`rope`], [`swiglu`],
+/// [`layer_norm_rows`], [`rms_norm_rows`].
+pub fn apply_stages(
+    m: usize,
+    n: usize,
+    x: &[f64],
+    stages: &[RefStage],
+    c_in: Option<&[f64]>,
+) -> Result<Vec<f64>, ReferenceError> {
+    check_len("accumulator", m * n, x.len())?;
+    check_order(stages)?;
+    let mut w = n;
+    let mut t = x.to_vec();
+    let map = |t: &mut Vec<f64>, f: &dyn Fn(f64) -> f64| t.iter_mut().for_each(|v| *v = f(*v));
+    for s in stages {
+        match s {
+            RefStage::Scale(alpha) => map(&mut t, &|v| v * alpha),
+            RefStage::ScaleRow(sv) => {
+                check_len("scale(row) vector", m, sv.len())?;
+                for (row, s) in t.chunks_exact_mut(w.max(1)).zip(sv) {
+                    row.iter_mut().for_each(|v| *v *= s);
+                }
+            }
+            RefStage::ScaleCol(sv) => {
+                check_len("scale(col) vector", w, sv.len())?;
+                for row in t.chunks_exact_mut(w.max(1)) {
+                    row.iter_mut().zip(sv).for_each(|(v, s)| *v *= s);
+                }
+            }
+            RefStage::BiasCol(b) => {
+                check_len("bias", w, b.len())?;
+                for row in t.chunks_exact_mut(w.max(1)) {
+                    row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+                }
+            }
+            RefStage::BiasRow(b) => {
+                check_len("bias(row)", m, b.len())?;
+                for (row, b) in t.chunks_exact_mut(w.max(1)).zip(b) {
+                    row.iter_mut().for_each(|v| *v += b);
+                }
+            }
+            RefStage::Relu => map(&mut t, &relu),
+            RefStage::Gelu => map(&mut t, &gelu_erf),
+            RefStage::GeluTanh => map(&mut t, &gelu_tanh),
+            RefStage::Silu => map(&mut t, &silu),
+            RefStage::Sigmoid => map(&mut t, &sigmoid),
+            RefStage::Residual(r) => {
+                check_len("residual", m * w, r.len())?;
+                t.iter_mut().zip(r).for_each(|(v, r)| *v += r);
+            }
+            RefStage::Accumulate => {
+                let c = c_in.ok_or(ReferenceError::MissingCIn)?;
+                check_len("c_in", m * w, c.len())?;
+                t.iter_mut().zip(c).for_each(|(v, c)| *v += c);
+            }
+            RefStage::LayerNorm { gamma, beta, eps } => {
+                t = layer_norm_rows(m, w, &t, gamma, beta, *eps)?;
+            }
+            RefStage::RmsNorm { gamma, eps } => t = rms_norm_rows(m, w, &t, gamma, *eps)?,
+            RefStage::SwiGlu(layout) => {
+                t = swiglu(m, w, &t, *layout)?;
+                w /= 2;
+            }
+            RefStage::GeGlu(layout) => {
+                t = geglu(m, w, &t, *layout)?;
+                w /= 2;
+            }
+            RefStage::Rope(cfg) => t = rope(m, w, &t, cfg)?,
+            RefStage::Cast(dtype) => map(&mut t, &|v| round_to(*dtype, v)),
+            RefStage::User(f) => map(&mut t, f),
+        }
+    }
+    Ok(t)
+}
+
+fn check_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Result<(), ReferenceError> {
+    check_len("A (M×K)", m * k, a.len())?;
+    check_len("B (K×N or N×K)", k * n, b.len())
+}
+
+/// The fused operation in f64: `C = stages(A·B)`, stages applied in list order (so
+/// `[Scale(a), BiasCol(b)]` is `a·AB + b` and `[BiasCol(b), Scale(a)]` is `a·(AB + b)`).
+///
+/// A is M×K row-major; B is K×N row-major, or N×K row-major when `b_col_major` (PyTorch
+/// `Linear` weight). `c_in` (M × output width) is read by [`RefStage::Accumulate`] only.
+/// Returns M × [`output_width`]`(n, stages)`, row-major.
+///
+/// # Errors
+/// [`ReferenceError::Length`] if A or B does not match its shape, and those of
+/// [`apply_stages`].
+#[allow(clippy::too_many_arguments)]
+pub fn fused_gemm_reference(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    b_col_major: bool,
+    stages: &[RefStage],
+    c_in: Option<&[f64]>,
+) -> Result<Vec<f64>, ReferenceError> {
+    check_gemm(m, n, k, a, b)?;
+    let acc = super::gemm(m, n, k, a, b, b_col_major);
+    apply_stages(m, n, &acc, stages, c_in)
+}
+
+/// The K ranges of a `splits`-way split-K: chunks of ceil(K/splits), the last ones shorter or
+/// empty when `splits` does not divide K (an empty chunk contributes a zero partial).
+///
+/// # Errors
+/// [`ReferenceError::ZeroDim`] if `splits` is 0.
+pub fn split_k_ranges(k: usize, splits: usize) -> Result<Vec<Range<usize>>, ReferenceError> {
+    if splits == 0 {
+        return Err(ReferenceError::ZeroDim { what: "splits" });
+    }
+    let chunk = k.div_ceil(splits);
+    Ok((0..splits)
+        .map(|i| (i * chunk).min(k)..((i + 1) * chunk).min(k))
+        .collect())
+}
+
+/// Partial product over `ks` ⊆ 0..K: `P[i, j] = Σ_{κ ∈ ks} A[i, κ]·B[κ, j]`, M×N row-major,
+/// layouts as [`fused_gemm_reference`].
+///
+/// # Errors
+/// [`ReferenceError::Length`] on mis-sized A or B, [`ReferenceError::Length`] (`what` = "K
+/// range") if `ks` reaches past K.
+pub fn gemm_k_slice(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    b_col_major: bool,
+    ks: Range<usize>,
+) -> Result<Vec<f64>, ReferenceError> {
+    check_gemm(m, n, k, a, b)?;
+    if ks.end > k {
+        return Err(ReferenceError::Length {
+            what: "K range",
+            expected: k,
+            actual: ks.end,
+        });
+    }
+    let mut p = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            p[i * n + j] = ks
+                .clone()
+                .map(|kk| {
+                    let bkj = if b_col_major {
+                        b[j * k + kk]
+                    } else {
+                        b[kk * n + j]
+                    };
+                    a[i * k + kk] * bkj
+                })
+                .sum();
+        }
+    }
+    Ok(p)
+}
+
+/// The fused operation computed as a `splits`-way split-K kernel must compute it: partial
+/// products over the [`split_k_ranges`], summed in split order, then the epilogue applied
+/// **once** to the sum (bias and activation are not linear in the partials; applying them per
+/// split is known-faults #4). Equals [`fused_gemm_reference`] up to f64 rounding of the sum
+/// order.
+///
+/// # Errors
+/// Those of [`split_k_ranges`] and [`fused_gemm_reference`].
+#[allow(clippy::too_many_arguments)]
+pub fn fused_gemm_split_k_reference(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    b_col_major: bool,
+    splits: usize,
+    stages: &[RefStage],
+    c_in: Option<&[f64]>,
+) -> Result<Vec<f64>, ReferenceError> {
+    check_gemm(m, n, k, a, b)?;
+    let mut acc = vec![0.0; m * n];
+    for ks in split_k_ranges(k, splits)? {
+        let p = gemm_k_slice(m, n, k, a, b, b_col_major, ks)?;
+        acc.iter_mut().zip(p).for_each(|(s, p)| *s += p);
+    }
+    apply_stages(m, n, &acc, stages, c_in)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_ranges_cover_k_once() {
+        for k in [0, 1, 2, 7, 4096] {
+            for splits in [1, 2, 3, 4, 9] {
+                let r = split_k_ranges(k, splits).unwrap();
+                assert_eq!(r.len(), splits);
+                assert_eq!(r[0].start, 0);
+                assert_eq!(r.last().unwrap().end, k);
+                for w in r.windows(2) {
+                    assert_eq!(w[0].end, w[1].start);
+                }
+            }
+        }
+        assert!(split_k_ranges(4, 0).is_err());
+    }
+
+    #[test]
+    fn stage_order_is_checked() {
+        let x = vec![0.0; 4];
+        let rope = RefStage::Rope(RopeConfig::new(1e4, 2, 1, PairLayout::Interleaved));
+        let cases: [&[RefStage]; 3] = [
+            &[RefStage::Accumulate, RefStage::Relu],
+            &[RefStage::SwiGlu(PairLayout::Interleaved), rope],
+            &[
+                RefStage::SwiGlu(PairLayout::Interleaved),
+                RefStage::GeGlu(PairLayout::Interleaved),
+            ],
+        ];
+        for stages in cases {
+            assert!(
+                matches!(
+                    apply_stages(1, 4, &x, stages, Some(&x)),
+                    Err(ReferenceError::StageOrder { .. })
+                ),
+                "{stages:?}"
+            );
+        }
+        assert_eq!(
+            apply_stages(1, 4, &x, &[RefStage::Accumulate], None),
+            Err(ReferenceError::MissingCIn)
+        );
+    }
+}

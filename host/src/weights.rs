@@ -1,0 +1,470 @@
+//! Host-side weight layouts for the fused kernels' pairwise stages.
+//!
+//! A fused epilogue sees the output tile in registers, each thread holding pairs of adjacent
+//! columns `(2i, 2i + 1)` (`fused_gemm_device::epilogue`). SwiGLU/GeGLU and RoPE combine two
+//! output columns that checkpoints place far apart:
+//!
+//! - **SwiGLU/GeGLU** (Shazeer 2020, "GLU Variants Improve Transformer"): `out = act(x·W_gᵀ) ⊙
+//!   (x·W_uᵀ)`, gate and up projections N×K each (or one `[gate | up]` 2N×K `gate_up_proj`).
+//!   Interleaving their rows, `[g0, u0, g1, u1, …]`, puts gate column i next to up column i:
+//!   [`interleave_gate_up`], [`interleave_gate_up_concat`], [`interleave_gate_up_bias`].
+//! - **RoPE** (Su et al. 2021, "RoFormer"): Hugging Face checkpoints of LLaMA-family models
+//!   rotate pairs `(i, i + d/2)` of each head (the half-split layout, `rotate_half`).
+//!   Permuting the rows of the Q and K projections (and biases) per head so that row i moves to
+//!   2i and row i + d/2 to 2i + 1 makes the same rotation act on adjacent columns:
+//!   [`rope_weight_to_interleaved`], [`rope_bias_to_interleaved`]. Q and K get the same
+//!   permutation, so attention scores `q·k` are unchanged; V and the output projection are
+//!   untouched.
+//!
+//! Weights are PyTorch `Linear` weights: `out_features × in_features` (N×K) row-major, so an
+//! output column is a weight *row* and these functions permute rows (a bias is the
+//! `cols = 1` case). For a weight stored K×N (output features as columns) apply the same
+//! permutation to columns with [`permute_cols`]. Every function is generic over the element
+//! type (f32, `half::f16`, `half::bf16`, anything `Copy`), moves elements without arithmetic,
+//! and returns a [`WeightLayoutError`] on a bad shape instead of panicking. Each forward
+//! transform has an inverse (`deinterleave_*`, `*_to_half_split`).
+
+/// A weight or bias whose shape does not fit the requested layout change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WeightLayoutError {
+    /// A buffer's length does not match its shape.
+    #[error("`{what}` has {actual} elements, expected {expected}")]
+    Length {
+        /// The buffer.
+        what: &'static str,
+        /// Length its shape implies.
+        expected: usize,
+        /// Length given.
+        actual: usize,
+    },
+    /// A dimension that must be positive is 0.
+    #[error("{what} must be at least 1")]
+    ZeroDim {
+        /// The dimension.
+        what: &'static str,
+    },
+    /// A block split into two halves must have an even number of rows.
+    #[error("block of {block} rows cannot be split into two halves (odd)")]
+    OddBlock {
+        /// The block size.
+        block: usize,
+    },
+    /// The rows do not divide into whole blocks (heads).
+    #[error("{rows} rows are not a whole number of blocks of {block}")]
+    RowsNotMultipleOfBlock {
+        /// Rows of the matrix.
+        rows: usize,
+        /// Rows per block (head_dim, or 2N for gate/up).
+        block: usize,
+    },
+    /// RoPE rotates pairs, so the rotary dimension must be even.
+    #[error("rotary dimension {rotary_dim} is odd: RoPE rotates pairs of columns")]
+    OddRotaryDim {
+        /// The dimension given.
+        rotary_dim: usize,
+    },
+    /// The rotary dimension is wider than a head.
+    #[error("rotary dimension {rotary_dim} exceeds head_dim {head_dim}")]
+    RotaryDimTooLarge {
+        /// The rotary dimension.
+        rotary_dim: usize,
+        /// The head dimension.
+        head_dim: usize,
+    },
+    /// The index list is not a permutation of `0..len`.
+    #[error("not a permutation of 0..{len}: {reason}")]
+    NotAPermutation {
+        /// Its length.
+        len: usize,
+        /// What is wrong (an index out of range or repeated).
+        reason: String,
+    },
+}
+
+/// `Result` with [`WeightLayoutError`].
+pub type Result<T, E = WeightLayoutError> = std::result::Result<T, E>;
+
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(WeightLayoutError::Length {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+fn check_perm(perm: &[usize]) -> Result<()> {
+    let mut seen = vec![false; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        if p >= perm.len() {
+            return Err(WeightLayoutError::NotAPermutation {
+                len: perm.len(),
+                reason: format!("entry {i} is {p}"),
+            });
+        }
+        if std::mem::replace(&mut seen[p], true) {
+            return Err(WeightLayoutError::NotAPermutation {
+                len: perm.len(),
+                reason: format!("{p} appears twice"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The row permutation that interleaves the two halves of every block of `block` rows:
+/// `perm[new] = old`, with, inside each block, new row `2i` ← old row `i` and new row `2i + 1`
+/// ← old row `i + block/2`. Length `rows`.
+///
+/// # Errors
+/// [`WeightLayoutError::ZeroDim`] if `block` is 0, [`WeightLayoutError::OddBlock`],
+/// [`WeightLayoutError::RowsNotMultipleOfBlock`].
+pub fn interleave_halves_permutation(rows: usize, block: usize) -> Result<Vec<usize>> {
+    if block == 0 {
+        return Err(WeightLayoutError::ZeroDim { what: "block" });
+    }
+    if !block.is_multiple_of(2) {
+        return Err(WeightLayoutError::OddBlock { block });
+    }
+    if !rows.is_multiple_of(block) {
+        return Err(WeightLayoutError::RowsNotMultipleOfBlock { rows, block });
+    }
+    let half = block / 2;
+    Ok((0..rows)
+        .map(|new| {
+            let (start, j) = (new - new % block, new % block);
+            start + j / 2 + (j % 2) * half
+        })
+        .collect())
+}
+
+/// The row permutation taking a Q/K projection from the half-split RoPE layout to interleaved
+/// pairs, per head: within each head of `head_dim` rows, the first `rotary_dim` rows are
+/// interleaved as in [`interleave_halves_permutation`] (pair `(i, i + rotary_dim/2)` →
+/// `(2i, 2i + 1)`) and rows `rotary_dim..head_dim` stay in place. `perm[new] = old`, length
+/// `rows` (= heads × head_dim).
+///
+/// # Errors
+/// [`WeightLayoutError::ZeroDim`] if `head_dim` is 0, [`WeightLayoutError::OddRotaryDim`],
+/// [`WeightLayoutError::RotaryDimTooLarge`], [`WeightLayoutError::RowsNotMultipleOfBlock`].
+pub fn rope_interleave_permutation(
+    rows: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+) -> Result<Vec<usize>> {
+    if head_dim == 0 {
+        return Err(WeightLayoutError::ZeroDim { what: "head_dim" });
+    }
+    if !rotary_dim.is_multiple_of(2) {
+        return Err(WeightLayoutError::OddRotaryDim { rotary_dim });
+    }
+    if rotary_dim > head_dim {
+        return Err(WeightLayoutError::RotaryDimTooLarge {
+            rotary_dim,
+            head_dim,
+        });
+    }
+    if !rows.is_multiple_of(head_dim) {
+        return Err(WeightLayoutError::RowsNotMultipleOfBlock {
+            rows,
+            block: head_dim,
+        });
+    }
+    let half = rotary_dim / 2;
+    Ok((0..rows)
+        .map(|new| {
+            let (start, j) = (new - new % head_dim, new % head_dim);
+            if j < rotary_dim {
+                start + j / 2 + (j % 2) * half
+            } else {
+                new
+            }
+        })
+        .collect())
+}
+
+/// The inverse permutation: `inv[perm[i]] = i`.
+///
+/// # Errors
+/// [`WeightLayoutError::NotAPermutation`] if `perm` is not a permutation of `0..perm.len()`.
+pub fn invert_permutation(perm: &[usize]) -> Result<Vec<usize>> {
+    check_perm(perm)?;
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    Ok(inv)
+}
+
+/// Row `i` of the result is row `perm[i]` of `w` (rows × cols, row-major).
+///
+/// # Errors
+/// [`WeightLayoutError::Length`] if `w` is not rows × cols or `perm` not of length `rows`,
+/// [`WeightLayoutError::NotAPermutation`].
+pub fn permute_rows<T: Copy>(w: &[T], rows: usize, cols: usize, perm: &[usize]) -> Result<Vec<T>> {
+    check_len("weight", rows * cols, w.len())?;
+    check_len("permutation", rows, perm.len())?;
+    check_perm(perm)?;
+    let mut out = Vec::with_capacity(w.len());
+    for &p in perm {
+        out.extend_from_slice(&w[p * cols..(p + 1) * cols]);
+    }
+    Ok(out)
+}
+
+/// Column `j` of the result is column `perm[j]` of `w` (rows × cols, row-major): for weights
+/// stored K×N, and for permuting a GEMM's output columns.
+///
+/// # Errors
+/// [`WeightLayoutError::Length`] if `w` is not rows × cols or `perm` not of length `cols`,
+/// [`WeightLayoutError::NotAPermutation`].
+pub fn permute_cols<T: Copy>(w: &[T], rows: usize, cols: usize, perm: &[usize]) -> Result<Vec<T>> {
+    check_len("weight", rows * cols, w.len())?;
+    check_len("permutation", cols, perm.len())?;
+    check_perm(perm)?;
+    let mut out = Vec::with_capacity(w.len());
+    if cols == 0 {
+        return Ok(out);
+    }
+    for row in w.chunks_exact(cols) {
+        out.extend(perm.iter().map(|&p| row[p]));
+    }
+    Ok(out)
+}
+
+/// Interleaves the halves of every block of `block` rows of `w` (rows × cols, row-major):
+/// `[a0 … a(h−1) | b0 … b(h−1)]` → `[a0, b0, a1, b1, …]` per block, h = block/2. With
+/// `block = head_dim` this is the full-rotary RoPE permutation; with `block = rows` it turns a
+/// concatenated `[gate | up]` weight into interleaved gate/up rows.
+///
+/// # Errors
+/// Those of [`interleave_halves_permutation`] and [`permute_rows`].
+pub fn interleave_halves<T: Copy>(
+    w: &[T],
+    rows: usize,
+    cols: usize,
+    block: usize,
+) -> Result<Vec<T>> {
+    permute_rows(w, rows, cols, &interleave_halves_permutation(rows, block)?)
+}
+
+/// Inverse of [`interleave_halves`]: `[a0, b0, a1, b1, …]` → `[a… | b…]` per block.
+///
+/// # Errors
+/// As [`interleave_halves`].
+pub fn deinterleave_halves<T: Copy>(
+    w: &[T],
+    rows: usize,
+    cols: usize,
+    block: usize,
+) -> Result<Vec<T>> {
+    let perm = invert_permutation(&interleave_halves_permutation(rows, block)?)?;
+    permute_rows(w, rows, cols, &perm)
+}
+
+/// Gate and up projection weights, N×K each (PyTorch `gate_proj.weight`, `up_proj.weight`), to
+/// one 2N×K weight with rows `[g0, u0, g1, u1, …]`: GEMM output column `2i` is gate i and
+/// `2i + 1` is up i, the layout of the fused `swiglu`/`geglu` stages.
+///
+/// # Errors
+/// [`WeightLayoutError::Length`] if `gate` or `up` is not N×K.
+pub fn interleave_gate_up<T: Copy>(gate: &[T], up: &[T], n: usize, k: usize) -> Result<Vec<T>> {
+    check_len("gate weight", n * k, gate.len())?;
+    check_len("up weight", n * k, up.len())?;
+    let mut out = Vec::with_capacity(2 * n * k);
+    if k == 0 {
+        return Ok(out);
+    }
+    for (g, u) in gate.chunks_exact(k).zip(up.chunks_exact(k)) {
+        out.extend_from_slice(g);
+        out.extend_from_slice(u);
+    }
+    Ok(out)
+}
+
+/// A concatenated `[gate | up]` weight (2N×K: rows 0..N gate, N..2N up; e.g. Phi-3's
+/// `gate_up_proj`) to interleaved rows `[g0, u0, g1, u1, …]`.
+///
+/// # Errors
+/// [`WeightLayoutError::Length`] if `w` is not 2N×K.
+pub fn interleave_gate_up_concat<T: Copy>(w: &[T], n: usize, k: usize) -> Result<Vec<T>> {
+    check_len("[gate | up] weight", 2 * n * k, w.len())?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    interleave_halves(w, 2 * n, k, 2 * n)
+}
+
+/// Inverse of [`interleave_gate_up`]: an interleaved 2N×K weight back to (gate, up), N×K each.
+///
+/// # Errors
+/// [`WeightLayoutError::Length`] if `w` is not 2N×K.
+pub fn deinterleave_gate_up<T: Copy>(w: &[T], n: usize, k: usize) -> Result<(Vec<T>, Vec<T>)> {
+    check_len("interleaved gate/up weight", 2 * n * k, w.len())?;
+    let (mut gate, mut up) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    if k == 0 {
+        return Ok((gate, up));
+    }
+    for pair in w.chunks_exact(2 * k) {
+        gate.extend_from_slice(&pair[..k]);
+        up.extend_from_slice(&pair[k..]);
+    }
+    Ok((gate, up))
+}
+
+/// Gate and up biases (length N each) to the interleaved bias `[bg0, bu0, bg1, bu1, …]`
+/// (length 2N) matching [`interleave_gate_up`].
+///
+/// # Errors
+/// [`WeightLayoutError::Length`] if the lengths differ.
+pub fn interleave_gate_up_bias<T: Copy>(gate: &[T], up: &[T]) -> Result<Vec<T>> {
+    interleave_gate_up(gate, up, gate.len(), 1)
+}
+
+/// A Q or K projection weight (rows = heads × head_dim, `cols` = K, row-major) from the
+/// checkpoint's half-split RoPE layout to interleaved pairs per head
+/// ([`rope_interleave_permutation`]). Use with the fused `rope` stage; the bias gets
+/// [`rope_bias_to_interleaved`].
+///
+/// # Errors
+/// Those of [`rope_interleave_permutation`] and [`permute_rows`].
+pub fn rope_weight_to_interleaved<T: Copy>(
+    w: &[T],
+    rows: usize,
+    cols: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+) -> Result<Vec<T>> {
+    permute_rows(
+        w,
+        rows,
+        cols,
+        &rope_interleave_permutation(rows, head_dim, rotary_dim)?,
+    )
+}
+
+/// Inverse of [`rope_weight_to_interleaved`].
+///
+/// # Errors
+/// As [`rope_weight_to_interleaved`].
+pub fn rope_weight_to_half_split<T: Copy>(
+    w: &[T],
+    rows: usize,
+    cols: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+) -> Result<Vec<T>> {
+    let perm = invert_permutation(&rope_interleave_permutation(rows, head_dim, rotary_dim)?)?;
+    permute_rows(w, rows, cols, &perm)
+}
+
+/// A Q or K projection bias (length heads × head_dim) to the interleaved RoPE layout, matching
+/// [`rope_weight_to_interleaved`].
+///
+/// # Errors
+/// As [`rope_weight_to_interleaved`].
+pub fn rope_bias_to_interleaved<T: Copy>(
+    b: &[T],
+    head_dim: usize,
+    rotary_dim: usize,
+) -> Result<Vec<T>> {
+    rope_weight_to_interleaved(b, b.len(), 1, head_dim, rotary_dim)
+}
+
+/// Inverse of [`rope_bias_to_interleaved`].
+///
+/// # Errors
+/// As [`rope_weight_to_interleaved`].
+pub fn rope_bias_to_half_split<T: Copy>(
+    b: &[T],
+    head_dim: usize,
+    rotary_dim: usize,
+) -> Result<Vec<T>> {
+    rope_weight_to_half_split(b, b.len(), 1, head_dim, rotary_dim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_permutations_by_hand() {
+        assert_eq!(
+            interleave_halves_permutation(8, 4).unwrap(),
+            vec![0, 2, 1, 3, 4, 6, 5, 7]
+        );
+        // head_dim 5, rotary 4: rows 0..4 interleaved, row 4 in place; two heads.
+        assert_eq!(
+            rope_interleave_permutation(10, 5, 4).unwrap(),
+            vec![0, 2, 1, 3, 4, 5, 7, 6, 8, 9]
+        );
+        let w = [10, 11, 20, 21, 30, 31, 40, 41]; // 4 rows × 2
+        assert_eq!(
+            interleave_gate_up_concat(&w, 2, 2).unwrap(),
+            vec![10, 11, 30, 31, 20, 21, 40, 41]
+        );
+        assert_eq!(
+            interleave_gate_up_bias(&[1, 2, 3], &[7, 8, 9]).unwrap(),
+            vec![1, 7, 2, 8, 3, 9]
+        );
+        assert_eq!(
+            permute_cols(&[1, 2, 3, 4, 5, 6], 2, 3, &[2, 0, 1]).unwrap(),
+            vec![3, 1, 2, 6, 4, 5]
+        );
+    }
+
+    #[test]
+    fn bad_shapes_are_typed_errors() {
+        let w = [0.0f32; 12];
+        assert_eq!(
+            interleave_halves(&w, 4, 3, 3),
+            Err(WeightLayoutError::OddBlock { block: 3 })
+        );
+        assert_eq!(
+            interleave_halves(&w, 6, 2, 4),
+            Err(WeightLayoutError::RowsNotMultipleOfBlock { rows: 6, block: 4 })
+        );
+        assert_eq!(
+            interleave_halves(&w, 4, 2, 2),
+            Err(WeightLayoutError::Length {
+                what: "weight",
+                expected: 8,
+                actual: 12
+            })
+        );
+        assert_eq!(
+            rope_weight_to_interleaved(&w, 12, 1, 6, 5),
+            Err(WeightLayoutError::OddRotaryDim { rotary_dim: 5 })
+        );
+        assert_eq!(
+            rope_weight_to_interleaved(&w, 12, 1, 6, 8),
+            Err(WeightLayoutError::RotaryDimTooLarge {
+                rotary_dim: 8,
+                head_dim: 6
+            })
+        );
+        assert!(matches!(
+            rope_bias_to_interleaved(&w, 0, 0),
+            Err(WeightLayoutError::ZeroDim { .. })
+        ));
+        assert!(matches!(
+            invert_permutation(&[0, 2, 2]),
+            Err(WeightLayoutError::NotAPermutation { .. })
+        ));
+        assert!(matches!(
+            permute_rows(&w, 3, 4, &[0, 1, 3]),
+            Err(WeightLayoutError::NotAPermutation { .. })
+        ));
+        assert!(matches!(
+            interleave_gate_up(&w, &w[..8], 4, 3),
+            Err(WeightLayoutError::Length { .. })
+        ));
+        assert!(matches!(
+            interleave_gate_up_bias(&w[..2], &w[..3]),
+            Err(WeightLayoutError::Length { .. })
+        ));
+    }
+}

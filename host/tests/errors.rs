@@ -1,0 +1,195 @@
+//! Every `Error` variant, produced through the public API on the CPU (no GPU), or named as
+//! GPU-only with the GPU test that produces it. `kind` matches without a wildcard, so a new
+//! variant does not compile until it is listed here.
+
+use std::collections::BTreeSet;
+
+use cudarc::driver::DriverError;
+use cudarc::driver::sys::CUresult;
+use fused_gemm_device::types::DType;
+use fused_gemm_host::autotune::{Autotuner, TuneKey};
+use fused_gemm_host::gpu::DeviceProps;
+use fused_gemm_host::launch::LaunchShape;
+use fused_gemm_host::module::{PtxModule, PtxSet};
+use fused_gemm_host::plan::{Planner, Problem};
+use fused_gemm_host::validate::{BLayout, EpilogueArg, GemmCall, Operand, check_gemm};
+use fused_gemm_host::{Error, Gpu, MatrixDesc, VectorDesc};
+
+fn kind(e: &Error) -> &'static str {
+    match e {
+        Error::NoDriver => "NoDriver",
+        Error::NoDevice { .. } => "NoDevice",
+        Error::PtxNotBuilt { .. } => "PtxNotBuilt",
+        Error::UnsupportedArch { .. } => "UnsupportedArch",
+        Error::KernelNotFound { .. } => "KernelNotFound",
+        Error::InvalidArgument { .. } => "InvalidArgument",
+        Error::ShapeMismatch { .. } => "ShapeMismatch",
+        Error::DtypeMismatch { .. } => "DtypeMismatch",
+        Error::LeadingDimension { .. } => "LeadingDimension",
+        Error::Misaligned { .. } => "Misaligned",
+        Error::NullPointer { .. } => "NullPointer",
+        Error::TooLarge { .. } => "TooLarge",
+        Error::Aliasing { .. } => "Aliasing",
+        Error::OutOfRange { .. } => "OutOfRange",
+        Error::HostLength { .. } => "HostLength",
+        Error::LaunchLimit(_) => "LaunchLimit",
+        Error::OutOfMemory { .. } => "OutOfMemory",
+        Error::Capture(_) => "Capture",
+        Error::Io { .. } => "Io",
+        Error::Timing { .. } => "Timing",
+        Error::Driver(_) => "Driver",
+    }
+}
+
+/// Variants that need a device, and the GPU test that produces each.
+const GPU_ONLY: &[(&str, &str)] = &[
+    (
+        "KernelNotFound",
+        "tests/gpu_runtime.rs: missing_kernel_is_named",
+    ),
+    (
+        "Capture",
+        "tests/gpu_runtime.rs: failed_capture_leaves_the_gpu_usable",
+    ),
+    (
+        "OutOfRange",
+        "tests/gpu_runtime.rs: views_upload_download_and_range_errors (also unit tests)",
+    ),
+    (
+        "HostLength",
+        "tests/gpu_runtime.rs: views_upload_download_and_range_errors (also unit tests)",
+    ),
+];
+
+fn gemm(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, ep: &[EpilogueArg]) -> Error {
+    check_gemm(&GemmCall {
+        a,
+        b,
+        b_layout: BLayout::NxK,
+        c,
+        in_dtype: DType::Bf16,
+        out_dtype: DType::Bf16,
+        epilogue: ep,
+        pair_stage: None,
+        row_norm_stage: None,
+    })
+    .unwrap_err()
+}
+
+#[test]
+fn every_error_kind_is_produced_and_named() {
+    let m = |p, r, c| MatrixDesc::contiguous(p, r, c, DType::Bf16);
+    let (a, b, c) = (m(0x1000, 8, 16), m(0x2000, 8, 16), m(0x3000, 8, 8));
+    let mut errors: Vec<Error> = Vec::new();
+
+    // Without a driver `Gpu::new` is NoDriver; with one, a missing ordinal is NoDevice.
+    errors.push(Gpu::new(usize::MAX).unwrap_err());
+    errors.push(Error::NoDevice {
+        ordinal: 1,
+        count: 1,
+    });
+    errors.push(PtxSet::new("empty", &[]).select(90).unwrap_err());
+    static NEWER: PtxSet = PtxSet::new(
+        "newer",
+        &[PtxModule {
+            compute_capability: 90,
+            arch: "sm_90",
+            ptx: "",
+        }],
+    );
+    errors.push(NEWER.select(80).unwrap_err());
+    errors.push(LaunchShape::linear(1, 0, 1).unwrap_err());
+    errors.push(gemm(a, m(0x2000, 8, 15), c, &[]));
+    errors.push(gemm(
+        MatrixDesc {
+            dtype: DType::F16,
+            ..a
+        },
+        b,
+        c,
+        &[],
+    ));
+    errors.push(gemm(MatrixDesc { ld: 4, ..a }, b, c, &[]));
+    errors.push(gemm(m(0x1001, 8, 16), b, c, &[]));
+    errors.push(gemm(m(0, 8, 16), b, c, &[]));
+    errors.push(gemm(MatrixDesc { ld: 1 << 33, ..a }, b, c, &[]));
+    errors.push(gemm(a, b, m(0x1000, 8, 8), &[]));
+    let bad_bias = [EpilogueArg {
+        name: "bias",
+        stage: 0,
+        operand: Operand::Bias(VectorDesc::new(0x4000, 7, DType::Bf16)),
+    }];
+    errors.push(gemm(a, b, c, &bad_bias));
+    errors.push(
+        LaunchShape {
+            grid: (1, 70_000, 1),
+            block: (32, 1, 1),
+            smem_bytes: 0,
+        }
+        .check(&DeviceProps::h200())
+        .unwrap_err(),
+    );
+    errors.push(
+        Planner::new(DeviceProps::h200())
+            .plan(&Problem::gemm(u32::MAX, 8, 8, DType::Bf16))
+            .unwrap_err(),
+    );
+    errors.push(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY).into());
+    errors.push(DriverError(CUresult::CUDA_ERROR_LAUNCH_FAILED).into());
+
+    // Autotune: saving into a path that is a file is Io; a timer returning NaN is Timing.
+    let file = std::env::temp_dir().join(format!("fused-gemm-errors-{}", std::process::id()));
+    std::fs::write(&file, b"not a directory").unwrap();
+    let mut tuner = Autotuner::new(&file);
+    errors.push(tuner.save().unwrap_err());
+    std::fs::remove_file(&file).unwrap();
+    let planner = Planner::new(DeviceProps::h200());
+    let p = Problem::gemm(64, 64, 64, DType::Bf16);
+    let key = TuneKey::new("cpu", 90, "k", &p);
+    let dir = std::env::temp_dir().join(format!("fused-gemm-errors-dir-{}", std::process::id()));
+    let mut tuner = Autotuner::new(&dir);
+    errors.push(
+        tuner
+            .tune(&planner, &key, &p, |_| Ok(f32::NAN))
+            .unwrap_err(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut seen = BTreeSet::new();
+    for e in &errors {
+        println!("{:>16}: {e}", kind(e));
+        assert!(!e.to_string().is_empty());
+        seen.insert(kind(e));
+    }
+    // Gpu::new(usize::MAX) gives one of the two, depending on the machine.
+    seen.insert("NoDriver");
+    seen.insert("NoDevice");
+    for (k, _) in GPU_ONLY {
+        seen.insert(k);
+    }
+    let all = [
+        "NoDriver",
+        "NoDevice",
+        "PtxNotBuilt",
+        "UnsupportedArch",
+        "KernelNotFound",
+        "InvalidArgument",
+        "ShapeMismatch",
+        "DtypeMismatch",
+        "LeadingDimension",
+        "Misaligned",
+        "NullPointer",
+        "TooLarge",
+        "Aliasing",
+        "OutOfRange",
+        "HostLength",
+        "LaunchLimit",
+        "OutOfMemory",
+        "Capture",
+        "Io",
+        "Timing",
+        "Driver",
+    ];
+    let missing: Vec<_> = all.iter().filter(|k| !seen.contains(*k)).collect();
+    assert!(missing.is_empty(), "not produced: {missing:?}");
+}

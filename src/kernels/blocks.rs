@@ -1,0 +1,49 @@
+//! The fused GEMMs of Transformer blocks (BERT, GPT, LLaMA).
+
+use crate::fused_gemm;
+
+/// BERT/GPT FFN up: gelu(A·W + b), erf GELU (BERT's "gelu").
+#[fused_gemm(epilogue = [bias, gelu])]
+pub fn ffn_up_bias_gelu() {}
+/// FFN up with f16 inputs.
+#[fused_gemm(epilogue = [bias, gelu], dtype = f16)]
+pub fn ffn_up_bias_gelu_f16() {}
+/// GPT-2 FFN up: gelu_tanh(A·W + b).
+#[fused_gemm(epilogue = [bias, gelu_tanh])]
+pub fn ffn_up_bias_gelu_tanh() {}
+/// BERT (post-norm) out-proj / FFN down: LayerNorm(A·W + b + residual), BERT's eps.
+#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)])]
+pub fn proj_bias_residual_layer_norm() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = f16)]
+pub fn proj_bias_residual_layer_norm_f16() {}
+/// GPT/LLaMA (pre-norm) out-proj / FFN down: A·W + b + residual.
+#[fused_gemm(epilogue = [bias, residual])]
+pub fn proj_bias_residual() {}
+/// LLaMA MLP up: silu(gate)·up on interleaved gate/up weight rows (width N/2).
+#[fused_gemm(epilogue = [swiglu])]
+pub fn mlp_up_swiglu() {}
+/// LLaMA RMSNorm folded into the next GEMM (CODA): diag(r)·(A·W), r the rows' 1/rms.
+#[fused_gemm(epilogue = [scale(row)])]
+pub fn rms_scaled_gemm() {}
+/// Q/K projection with rotary embedding (interleaved pairs, θ = 500000 as LLaMA-3).
+#[fused_gemm(epilogue = [rope(theta = 500000.0)])]
+pub fn qk_proj_rope() {}
+/// known-faults #1: `scale` before `bias` scales only the product.
+#[fused_gemm(epilogue = [scale(alpha), bias])]
+pub fn scale_then_bias() {}
+/// known-faults #1: `scale` after `bias` scales both.
+#[fused_gemm(epilogue = [bias, scale(alpha)])]
+pub fn bias_then_scale() {}
+/// known-faults #3: f16 GEMM + bias (any alignment).
+#[fused_gemm(epilogue = [bias], dtype = f16)]
+pub fn bias_f16() {}
+/// known-faults #4: bias then erf GELU, applied once after a split-K reduction.
+#[fused_gemm(epilogue = [bias, gelu], dtype = f16, out = f32)]
+pub fn bias_gelu_f16_f32() {}
+/// known-faults #7: f16 RMSNorm of a row (here the residual) without f16 overflow.
+#[fused_gemm(epilogue = [residual, rms_norm(eps = 1e-6)], dtype = f16)]
+pub fn residual_rms_norm_f16() {}
+/// known-faults #10: SwiGLU with f16 storage at odd output widths.
+#[fused_gemm(epilogue = [swiglu], dtype = f16)]
+pub fn mlp_up_swiglu_f16() {}

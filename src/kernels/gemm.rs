@@ -1,0 +1,23 @@
+//! Plain GEMMs (empty epilogue), one per input dtype, B layout and output dtype.
+
+use crate::fused_gemm;
+
+/// C = A·B, bf16 in and out, B stored N×K.
+#[fused_gemm(epilogue = [], dtype = bf16)]
+pub fn gemm_bf16() {}
+
+/// C = A·B, f16 in and out, B stored N×K.
+#[fused_gemm(epilogue = [], dtype = f16)]
+pub fn gemm_f16() {}
+
+/// C = A·B, bf16 in and out, B stored K×N.
+#[fused_gemm(epilogue = [], dtype = bf16, b_layout = row)]
+pub fn gemm_bf16_brow() {}
+
+/// C = A·B, f16 in and out, B stored K×N.
+#[fused_gemm(epilogue = [], dtype = f16, b_layout = row)]
+pub fn gemm_f16_brow() {}
+
+/// C = A·B, bf16 in, f32 out, B stored N×K.
+#[fused_gemm(epilogue = [], dtype = bf16, out = f32)]
+pub fn gemm_bf16_f32() {}

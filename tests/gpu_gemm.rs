@@ -1,0 +1,1157 @@
+//! GPU tests of the fused tensor-core GEMM: every epilogue stage and the Transformer-block
+//! combinations, against the f64 reference of the stored inputs, at awkward shapes, with the
+//! output poisoned (NaN) before each launch; and the known-faults cases that reach the GEMM.
+//! Without a GPU every test prints why it is skipped and passes.
+//!
+//! Thresholds (relative Frobenius error vs f64): bf16 inputs < 1e-2, f16 inputs < 2e-3.
+
+use fused_gemm::device::gemm::TileShape;
+use fused_gemm::device::types::DType;
+use fused_gemm::host::gemm::{Overrides, RopeArgs, with_overrides};
+use fused_gemm::host::plan::Plan;
+use fused_gemm::host::reference::epilogue::{
+    PairLayout, RefStage, RopeConfig, apply_stages, round_slice,
+};
+use fused_gemm::host::reference::rel_frobenius_error;
+use fused_gemm::host::testing::{gpu_or_skip, rng};
+use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::kernels::{blocks, gemm, stages};
+use rand::RngExt;
+use rand::rngs::StdRng;
+
+/// The shapes of the device-GEMM issue: (M, N, K).
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (17, 33, 65),
+    (127, 3072, 768),
+    (4096, 384, 384),
+    (4095, 4097, 63),
+];
+
+fn threshold(input: DType) -> f64 {
+    match input {
+        DType::Bf16 => 1e-2,
+        DType::F16 => 2e-3,
+        DType::F32 => 1e-5,
+    }
+}
+
+/// Test context: the device, a seeded generator, host copies of what was uploaded.
+struct Fx {
+    gpu: Gpu,
+    rng: StdRng,
+}
+
+/// A device tensor and the f64 values it holds (after rounding to its dtype).
+struct Dev {
+    t: Tensor,
+    v: Vec<f64>,
+}
+
+impl Fx {
+    fn new(test: &str) -> Option<Fx> {
+        Some(Fx {
+            gpu: gpu_or_skip(test)?,
+            rng: rng(test),
+        })
+    }
+
+    fn upload(&self, rows: usize, cols: usize, dtype: DType, data: Vec<f64>) -> Dev {
+        let v = round_slice(dtype, &data);
+        let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        Dev {
+            t: Tensor::from_f32(&self.gpu, rows, cols, dtype, &f).unwrap(),
+            v,
+        }
+    }
+
+    fn random(&mut self, rows: usize, cols: usize, dtype: DType, scale: f64) -> Dev {
+        let data = (0..rows * cols)
+            .map(|_| self.rng.random_range(-1.0..1.0) * scale)
+            .collect();
+        self.upload(rows, cols, dtype, data)
+    }
+
+    fn poisoned(&self, rows: usize, cols: usize, dtype: DType) -> Tensor {
+        let mut t = Tensor::zeros(&self.gpu, rows, cols, dtype).unwrap();
+        t.poison(&self.gpu).unwrap();
+        t
+    }
+
+    fn get(&self, t: &Tensor) -> Vec<f64> {
+        t.download_f32(&self.gpu)
+            .unwrap()
+            .iter()
+            .map(|&x| x as f64)
+            .collect()
+    }
+}
+
+/// A×B in f64 over 16 threads (the reference GEMM of large shapes).
+fn gemm64(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], b_col: bool) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    let threads = std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .min(32);
+    let rows_per = m.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (ci, chunk) in c.chunks_mut(rows_per * n).enumerate() {
+            s.spawn(move || {
+                for (r, row) in chunk.chunks_mut(n).enumerate() {
+                    let i = ci * rows_per + r;
+                    for (j, out) in row.iter_mut().enumerate() {
+                        let mut acc = 0.0;
+                        for kk in 0..k {
+                            let bv = if b_col { b[j * k + kk] } else { b[kk * n + j] };
+                            acc += a[i * k + kk] * bv;
+                        }
+                        *out = acc;
+                    }
+                }
+            });
+        }
+    });
+    c
+}
+
+/// One case: random A (M×K) and B (N×K, or K×N for `b_col = false`), the launcher given the
+/// tensors, the reference stages, and the tolerance of the input dtype.
+#[allow(clippy::too_many_arguments)]
+fn case(
+    fx: &mut Fx,
+    label: &str,
+    (m, n, k): (usize, usize, usize),
+    input: DType,
+    output: DType,
+    b_col: bool,
+    stages: Vec<RefStage>,
+    c_in: Option<&Dev>,
+    launch: impl FnOnce(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>>,
+) -> f64 {
+    let a = fx.random(m, k, input, 1.0);
+    let b = if b_col {
+        fx.random(n, k, input, 1.0)
+    } else {
+        fx.random(k, n, input, 1.0)
+    };
+    let width = fused_gemm::host::reference::epilogue::output_width(n, &stages);
+    let mut c = match c_in {
+        Some(ci) => {
+            let f: Vec<f32> = ci.v.iter().map(|&x| x as f32).collect();
+            Tensor::from_f32(&fx.gpu, m, width, output, &f).unwrap()
+        }
+        None => fx.poisoned(m, width, output),
+    };
+    let plan = launch(&fx.gpu, &a.t, &b.t, &mut c)
+        .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}: launch failed: {e}"));
+    let got = fx.get(&c);
+    let acc = gemm64(m, n, k, &a.v, &b.v, b_col);
+    let want = apply_stages(m, n, &acc, &stages, c_in.map(|c| c.v.as_slice())).unwrap();
+    let err = rel_frobenius_error(&got, &want);
+    let p = plan
+        .map(|p| {
+            format!(
+                "tile {}x{}x{} splits {}",
+                p.tile.bm, p.tile.bn, p.tile.bk, p.splits
+            )
+        })
+        .unwrap_or_default();
+    println!(
+        "{label:<34} {m:>5}x{n:>5}x{k:>5} {:>5}->{:<5} rel err {err:.2e}  [{p}]",
+        input.name(),
+        output.name()
+    );
+    assert!(
+        err < threshold(input),
+        "{label} {m}x{n}x{k}: relative error {err:e} over {}",
+        threshold(input)
+    );
+    err
+}
+
+fn vecf(fx: &mut Fx, len: usize, dtype: DType) -> Dev {
+    fx.random(1, len, dtype, 1.0)
+}
+
+#[test]
+fn plain_gemm_all_layouts_and_dtypes() {
+    let Some(mut fx) = Fx::new("plain_gemm") else {
+        return;
+    };
+    for &s in SHAPES {
+        case(
+            &mut fx,
+            "gemm_bf16",
+            s,
+            DType::Bf16,
+            DType::Bf16,
+            true,
+            vec![],
+            None,
+            |g, a, b, c| gemm::gemm_bf16(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "gemm_f16",
+            s,
+            DType::F16,
+            DType::F16,
+            true,
+            vec![],
+            None,
+            |g, a, b, c| gemm::gemm_f16(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "gemm_bf16_brow",
+            s,
+            DType::Bf16,
+            DType::Bf16,
+            false,
+            vec![],
+            None,
+            |g, a, b, c| gemm::gemm_bf16_brow(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "gemm_f16_brow",
+            s,
+            DType::F16,
+            DType::F16,
+            false,
+            vec![],
+            None,
+            |g, a, b, c| gemm::gemm_f16_brow(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "gemm_bf16_f32",
+            s,
+            DType::Bf16,
+            DType::F32,
+            true,
+            vec![],
+            None,
+            |g, a, b, c| gemm::gemm_bf16_f32(g, a, b, c),
+        );
+    }
+}
+
+#[test]
+fn every_stage_alone() {
+    let Some(mut fx) = Fx::new("every_stage") else {
+        return;
+    };
+    let bf = DType::Bf16;
+    for &(m, n, k) in SHAPES {
+        let s = (m, n, k);
+        case(
+            &mut fx,
+            "scale(alpha)",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Scale(-0.75)],
+            None,
+            |g, a, b, c| stages::stage_scale(g, a, b, c, -0.75),
+        );
+        let rs = fx.random(1, m, DType::F32, 1.0);
+        case(
+            &mut fx,
+            "scale(row)",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::ScaleRow(rs.v.clone())],
+            None,
+            |g, a, b, c| stages::stage_scale_row(g, a, b, c, &rs.t),
+        );
+        let cs = fx.random(1, n, DType::F32, 1.0);
+        case(
+            &mut fx,
+            "scale(col)",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::ScaleCol(cs.v.clone())],
+            None,
+            |g, a, b, c| stages::stage_scale_col(g, a, b, c, &cs.t),
+        );
+        let bias = vecf(&mut fx, n, bf);
+        case(
+            &mut fx,
+            "bias",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::BiasCol(bias.v.clone())],
+            None,
+            |g, a, b, c| stages::stage_bias(g, a, b, c, &bias.t),
+        );
+        let rb = vecf(&mut fx, m, bf);
+        case(
+            &mut fx,
+            "bias(row)",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::BiasRow(rb.v.clone())],
+            None,
+            |g, a, b, c| stages::stage_bias_row(g, a, b, c, &rb.t),
+        );
+        case(
+            &mut fx,
+            "relu",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Relu],
+            None,
+            |g, a, b, c| stages::stage_relu(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "gelu",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Gelu],
+            None,
+            |g, a, b, c| stages::stage_gelu(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "gelu_tanh",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::GeluTanh],
+            None,
+            |g, a, b, c| stages::stage_gelu_tanh(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "silu",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Silu],
+            None,
+            |g, a, b, c| stages::stage_silu(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "sigmoid",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Sigmoid],
+            None,
+            |g, a, b, c| stages::stage_sigmoid(g, a, b, c),
+        );
+        let r = fx.random(m, n, bf, 1.0);
+        case(
+            &mut fx,
+            "residual",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Residual(r.v.clone())],
+            None,
+            |g, a, b, c| stages::stage_residual(g, a, b, c, &r.t),
+        );
+        let c0 = fx.random(m, n, bf, 1.0);
+        case(
+            &mut fx,
+            "accumulate",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::Accumulate],
+            Some(&c0),
+            |g, a, b, c| stages::stage_accumulate(g, a, b, c),
+        );
+        let (gamma, beta) = (vecf(&mut fx, n, bf), vecf(&mut fx, n, bf));
+        let ln = RefStage::LayerNorm {
+            gamma: gamma.v.clone(),
+            beta: beta.v.clone(),
+            eps: 1e-5,
+        };
+        case(
+            &mut fx,
+            "layer_norm",
+            s,
+            bf,
+            bf,
+            true,
+            vec![ln],
+            None,
+            |g, a, b, c| stages::stage_layer_norm(g, a, b, c, &gamma.t, &beta.t),
+        );
+        let rms = RefStage::RmsNorm {
+            gamma: gamma.v.clone(),
+            eps: 1e-6,
+        };
+        case(
+            &mut fx,
+            "rms_norm",
+            s,
+            bf,
+            bf,
+            true,
+            vec![rms],
+            None,
+            |g, a, b, c| stages::stage_rms_norm(g, a, b, c, &gamma.t),
+        );
+        let ne = n + n % 2;
+        case(
+            &mut fx,
+            "swiglu",
+            (m, ne, k),
+            bf,
+            bf,
+            true,
+            vec![RefStage::SwiGlu(PairLayout::Interleaved)],
+            None,
+            |g, a, b, c| stages::stage_swiglu(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "geglu",
+            (m, ne, k),
+            bf,
+            bf,
+            true,
+            vec![RefStage::GeGlu(PairLayout::Interleaved)],
+            None,
+            |g, a, b, c| stages::stage_geglu(g, a, b, c),
+        );
+        let head_dim = if n % 64 == 0 { 64 } else { n };
+        let rot = if head_dim % 2 == 0 {
+            head_dim
+        } else {
+            head_dim - 1
+        };
+        let seq_len = m.clamp(1, 128);
+        let rope = RopeArgs {
+            head_dim: head_dim as u32,
+            rotary_dim: rot.max(2) as u32,
+            seq_len: seq_len as u32,
+            pos_offset: 3,
+        };
+        if rot >= 2 {
+            let cfg = RopeConfig {
+                theta: 10000.0,
+                head_dim,
+                rotary_dim: rot,
+                seq_len,
+                pos_offset: 3,
+                layout: PairLayout::Interleaved,
+            };
+            case(
+                &mut fx,
+                "rope",
+                s,
+                bf,
+                bf,
+                true,
+                vec![RefStage::Rope(cfg)],
+                None,
+                |g, a, b, c| stages::stage_rope(g, a, b, c, rope),
+            );
+        }
+        case(
+            &mut fx,
+            "cast(f16)",
+            s,
+            bf,
+            DType::F32,
+            true,
+            vec![RefStage::Cast(DType::F16)],
+            None,
+            |g, a, b, c| stages::stage_cast_f16(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "user fn",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::User(|x| x * x + 1.0)],
+            None,
+            |g, a, b, c| stages::stage_user(g, a, b, c),
+        );
+    }
+}
+
+#[test]
+fn transformer_block_combinations() {
+    let Some(mut fx) = Fx::new("blocks") else {
+        return;
+    };
+    let shapes: &[(usize, usize, usize)] = &[
+        (17, 33, 65),
+        (128, 384, 384),
+        (4096, 384, 1536),
+        (127, 3072, 768),
+        (512, 768, 3072),
+        (300, 4096, 512),
+    ];
+    for &(m, n, k) in shapes {
+        let s = (m, n, k);
+        for (dt, name) in [(DType::Bf16, "bf16"), (DType::F16, "f16")] {
+            let bias = vecf(&mut fx, n, dt);
+            let st = vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu];
+            if dt == DType::Bf16 {
+                case(
+                    &mut fx,
+                    "bias+gelu",
+                    s,
+                    dt,
+                    dt,
+                    true,
+                    st,
+                    None,
+                    |g, a, b, c| blocks::ffn_up_bias_gelu(g, a, b, c, &bias.t),
+                );
+            } else {
+                case(
+                    &mut fx,
+                    "bias+gelu f16",
+                    s,
+                    dt,
+                    dt,
+                    true,
+                    st,
+                    None,
+                    |g, a, b, c| blocks::ffn_up_bias_gelu_f16(g, a, b, c, &bias.t),
+                );
+            }
+            let (r, gamma, beta) = (
+                fx.random(m, n, dt, 1.0),
+                vecf(&mut fx, n, dt),
+                vecf(&mut fx, n, dt),
+            );
+            let st = vec![
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Residual(r.v.clone()),
+                RefStage::LayerNorm {
+                    gamma: gamma.v.clone(),
+                    beta: beta.v.clone(),
+                    eps: 1e-12,
+                },
+            ];
+            let label = format!("bias+residual+layer_norm {name}");
+            if dt == DType::Bf16 {
+                case(&mut fx, &label, s, dt, dt, true, st, None, |g, a, b, c| {
+                    blocks::proj_bias_residual_layer_norm(
+                        g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
+                    )
+                });
+            } else {
+                case(&mut fx, &label, s, dt, dt, true, st, None, |g, a, b, c| {
+                    blocks::proj_bias_residual_layer_norm_f16(
+                        g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
+                    )
+                });
+            }
+        }
+        let bf = DType::Bf16;
+        let bias = vecf(&mut fx, n, bf);
+        case(
+            &mut fx,
+            "bias+gelu_tanh",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
+            None,
+            |g, a, b, c| blocks::ffn_up_bias_gelu_tanh(g, a, b, c, &bias.t),
+        );
+        let r = fx.random(m, n, bf, 1.0);
+        case(
+            &mut fx,
+            "bias+residual",
+            s,
+            bf,
+            bf,
+            true,
+            vec![
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Residual(r.v.clone()),
+            ],
+            None,
+            |g, a, b, c| blocks::proj_bias_residual(g, a, b, c, &bias.t, &r.t),
+        );
+        let ne = n + n % 2;
+        case(
+            &mut fx,
+            "swiglu",
+            (m, ne, k),
+            bf,
+            bf,
+            true,
+            vec![RefStage::SwiGlu(PairLayout::Interleaved)],
+            None,
+            |g, a, b, c| blocks::mlp_up_swiglu(g, a, b, c),
+        );
+        let rs = fx.random(1, m, DType::F32, 1.0);
+        case(
+            &mut fx,
+            "scale(row) (RMSNorm-scale)",
+            s,
+            bf,
+            bf,
+            true,
+            vec![RefStage::ScaleRow(rs.v.clone())],
+            None,
+            |g, a, b, c| blocks::rms_scaled_gemm(g, a, b, c, &rs.t),
+        );
+    }
+}
+
+/// The residual may be C itself (in-place residual add: each element is read before the same
+/// thread writes it).
+#[test]
+fn residual_aliasing_the_output() {
+    let Some(mut fx) = Fx::new("residual_alias") else {
+        return;
+    };
+    let (m, n, k) = (257, 384, 96);
+    let a = fx.random(m, k, DType::Bf16, 1.0);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = vecf(&mut fx, n, DType::Bf16);
+    let c = fx.random(m, n, DType::Bf16, 1.0);
+    let mut out = c.t.view();
+    let res = c.t.view();
+    blocks::proj_bias_residual(&fx.gpu, &a.t, &b.t, &mut out, &bias.t, &res).unwrap();
+    let got = fx.get(&c.t);
+    let acc = gemm64(m, n, k, &a.v, &b.v, true);
+    let want = apply_stages(
+        m,
+        n,
+        &acc,
+        &[
+            RefStage::BiasCol(bias.v.clone()),
+            RefStage::Residual(c.v.clone()),
+        ],
+        None,
+    )
+    .unwrap();
+    let err = rel_frobenius_error(&got, &want);
+    println!("residual aliasing C: rel err {err:.2e}");
+    assert!(err < 1e-2);
+    // A partial overlap is rejected.
+    let shifted = c.t.slice(1..m, 0..n).unwrap();
+    let mut out = c.t.slice(0..m - 1, 0..n).unwrap();
+    let a2 = fx.random(m - 1, k, DType::Bf16, 1.0);
+    let e =
+        blocks::proj_bias_residual(&fx.gpu, &a2.t, &b.t, &mut out, &bias.t, &shifted).unwrap_err();
+    println!("residual overlapping C by one row: {e}");
+}
+
+/// Split-K runs the epilogue once, after the whole reduction (known-faults #4), and gives the
+/// same result as no split.
+#[test]
+fn split_k_applies_the_epilogue_once() {
+    let Some(mut fx) = Fx::new("split_k") else {
+        return;
+    };
+    let tile = TileShape::new(64, 64, 32, 2, 2, 4);
+    // A = 0, bias = 0.1, K = 4096 split 2 and 4 ways: exactly bf16(0.1) everywhere.
+    let (m, n, k) = (64, 64, 4096);
+    let a = fx.upload(m, k, DType::Bf16, vec![0.0; m * k]);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = fx.upload(1, n, DType::Bf16, vec![0.1; n]);
+    for splits in [1, 2, 4] {
+        let mut c = fx.poisoned(m, n, DType::Bf16);
+        let plan = with_overrides(
+            Overrides {
+                tile: Some(tile),
+                splits: Some(splits),
+            },
+            || stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(plan.splits, splits);
+        let got = fx.get(&c);
+        assert!(
+            got.iter().all(|&x| x == bias.v[0]),
+            "splits {splits}: not exactly bias: {:?}",
+            &got[..4]
+        );
+        println!(
+            "split-K {splits}: A=0 → every output is exactly bias {}",
+            bias.v[0]
+        );
+    }
+    // Partial sums +3 and −3 from two K chunks, bias 0.5, then erf-GELU: 0.3457312.
+    let (m, n, k) = (1, 1, 64);
+    let a = fx.upload(m, k, DType::F16, vec![1.0; k]);
+    let bvals: Vec<f64> = (0..k)
+        .map(|i| if i < 32 { 3.0 / 32.0 } else { -3.0 / 32.0 })
+        .collect();
+    let b = fx.upload(n, k, DType::F16, bvals);
+    let bias = fx.upload(1, 1, DType::F32, vec![0.5]);
+    let tile = TileShape::new(32, 64, 64, 1, 2, 3);
+    for (t, splits) in [(TileShape::new(64, 64, 32, 2, 2, 4), 2), (tile, 1)] {
+        let mut c = fx.poisoned(1, 1, DType::F32);
+        with_overrides(
+            Overrides {
+                tile: Some(t),
+                splits: Some(splits),
+            },
+            || blocks::bias_gelu_f16_f32(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
+        )
+        .unwrap();
+        let got = fx.get(&c)[0];
+        println!("split-K {splits}: (+3) + (−3) + 0.5 → GELU = {got}");
+        assert!((got - 0.345_731_2).abs() < 1e-6, "splits {splits}: {got}");
+    }
+    // Random data: split and unsplit agree to f32 rounding.
+    let (m, n, k) = (96, 160, 3000);
+    let a = fx.random(m, k, DType::Bf16, 1.0);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = vecf(&mut fx, n, DType::Bf16);
+    let mut outs = Vec::new();
+    for splits in [1, 3, 8] {
+        let mut c = fx.poisoned(m, n, DType::Bf16);
+        with_overrides(
+            Overrides {
+                tile: Some(TileShape::new(64, 64, 32, 2, 2, 4)),
+                splits: Some(splits),
+            },
+            || blocks::ffn_up_bias_gelu(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
+        )
+        .unwrap();
+        outs.push(fx.get(&c));
+    }
+    let acc = gemm64(m, n, k, &a.v, &b.v, true);
+    let want = apply_stages(
+        m,
+        n,
+        &acc,
+        &[RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+        None,
+    )
+    .unwrap();
+    for (o, s) in outs.iter().zip([1, 3, 8]) {
+        let err = rel_frobenius_error(o, &want);
+        println!("split-K {s} bias+gelu 96x160x3000: rel err {err:.2e}");
+        assert!(err < 1e-2);
+    }
+}
+
+/// known-faults #1: stage order of scale and bias.
+#[test]
+fn scale_and_bias_order() {
+    let Some(fx) = Fx::new("scale_bias_order") else {
+        return;
+    };
+    let a = fx.upload(16, 16, DType::Bf16, vec![1.0; 256]);
+    let b = fx.upload(16, 16, DType::Bf16, vec![1.0; 256]);
+    let bias = fx.upload(1, 16, DType::Bf16, vec![2.0; 16]);
+    let mut c = fx.poisoned(16, 16, DType::Bf16);
+    blocks::scale_then_bias(&fx.gpu, &a.t, &b.t, &mut c, 0.5, &bias.t).unwrap();
+    assert!(
+        fx.get(&c).iter().all(|&x| x == 10.0),
+        "[scale, bias] must give 0.5·16 + 2 = 10"
+    );
+    blocks::bias_then_scale(&fx.gpu, &a.t, &b.t, &mut c, &bias.t, 0.5).unwrap();
+    assert!(
+        fx.get(&c).iter().all(|&x| x == 9.0),
+        "[bias, scale] must give 0.5·(16 + 2) = 9"
+    );
+    println!("scale/bias order: 10.0 and 9.0 as specified");
+}
+
+/// known-faults #3: f16, M=1, N=3073, K=17, A and bias starting one element into their buffers.
+#[test]
+fn misaligned_operands_take_the_scalar_path() {
+    let Some(mut fx) = Fx::new("misaligned") else {
+        return;
+    };
+    let (m, n, k) = (1, 3073, 17);
+    let a_buf = fx.random(1, k + 1, DType::F16, 1.0);
+    let b = fx.random(n, k, DType::F16, 1.0);
+    let bias_buf = fx.random(1, n + 1, DType::F16, 1.0);
+    let a_view = a_buf.t.slice(0..1, 1..k + 1).unwrap();
+    let bias_view = bias_buf.t.slice(0..1, 1..n + 1).unwrap();
+    let mut c = fx.poisoned(m, n, DType::F16);
+    let plan = blocks::bias_f16(&fx.gpu, &a_view, &b.t, &mut c, &bias_view)
+        .unwrap()
+        .unwrap();
+    let got = fx.get(&c);
+    let a: Vec<f64> = a_buf.v[1..].to_vec();
+    let acc = gemm64(m, n, k, &a, &b.v, true);
+    let want = apply_stages(
+        m,
+        n,
+        &acc,
+        &[RefStage::BiasCol(bias_buf.v[1..].to_vec())],
+        None,
+    )
+    .unwrap();
+    let err = rel_frobenius_error(&got, &want);
+    println!(
+        "misaligned f16 1x3073x17 + bias: rel err {err:.2e} (tile {:?})",
+        plan.tile
+    );
+    assert!(err < 2e-3);
+}
+
+/// known-faults #5, #6, #7 through the GEMM epilogue's row norms.
+#[test]
+fn row_norm_extremes() {
+    let Some(mut fx) = Fx::new("row_norm_extremes") else {
+        return;
+    };
+    let (m, n, k) = (4, 384, 16);
+    let zeros_a = |fx: &Fx, dt| fx.upload(m, k, dt, vec![0.0; m * k]);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let zero_bias = fx.upload(1, n, DType::Bf16, vec![0.0; n]);
+    let gamma = vecf(&mut fx, n, DType::Bf16);
+    let beta = vecf(&mut fx, n, DType::Bf16);
+    let a = zeros_a(&fx, DType::Bf16);
+    for (what, row) in [("1234.0", 1234.0), ("zeros", 0.0), ("8.5e37", 8.5e37)] {
+        let mut res = vec![row; m * n];
+        res[2 * n + 7] = f64::NAN;
+        let r = fx.upload(m, n, DType::Bf16, res);
+        for tile in [None, Some(TileShape::new(64, 64, 32, 2, 2, 4))] {
+            let mut c = fx.poisoned(m, n, DType::Bf16);
+            with_overrides(Overrides { tile, splits: None }, || {
+                blocks::proj_bias_residual_layer_norm(
+                    &fx.gpu,
+                    &a.t,
+                    &b.t,
+                    &mut c,
+                    &zero_bias.t,
+                    &r.t,
+                    &gamma.t,
+                    &beta.t,
+                )
+            })
+            .unwrap();
+            let got = fx.get(&c);
+            for row_i in 0..m {
+                let row = &got[row_i * n..(row_i + 1) * n];
+                if row_i == 2 {
+                    assert!(
+                        row.iter().all(|x| x.is_nan()),
+                        "{what}: the row with a NaN must be NaN"
+                    );
+                } else {
+                    assert_eq!(
+                        row,
+                        &beta.v[..],
+                        "{what} tile {tile:?}: constant row {row_i} must give exactly beta"
+                    );
+                }
+            }
+        }
+        println!(
+            "layer_norm of constant rows ({what}) = beta exactly; NaN stays in its row (in-CTA and partial paths)"
+        );
+    }
+    // #6: N = 3, x = [1, 2, 3].
+    let a1 = fx.upload(1, 1, DType::Bf16, vec![1.0]);
+    let b3 = fx.upload(3, 1, DType::Bf16, vec![1.0, 2.0, 3.0]);
+    let ones = fx.upload(1, 3, DType::Bf16, vec![1.0; 3]);
+    let zero3 = fx.upload(1, 3, DType::Bf16, vec![0.0; 3]);
+    let mut c = fx.poisoned(1, 3, DType::Bf16);
+    stages::stage_layer_norm(&fx.gpu, &a1.t, &b3.t, &mut c, &ones.t, &zero3.t).unwrap();
+    let got = fx.get(&c);
+    let want = [-1.224_735_7, 0.0, 1.224_735_7];
+    println!("layer_norm N=3 of [1,2,3]: {got:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-2, "{got:?}");
+    }
+    // #6: one row of x_i = i over N = 384, split across 64-wide N tiles (partial statistics).
+    let a0 = fx.upload(1, 16, DType::F16, vec![0.0; 16]);
+    let bf = fx.random(n, 16, DType::F16, 1.0);
+    let xi = fx.upload(1, n, DType::F16, (0..n).map(|i| i as f64).collect());
+    let g1 = fx.upload(1, n, DType::F16, vec![1.0; n]);
+    let b0 = fx.upload(1, n, DType::F16, vec![0.0; n]);
+    let mut c = fx.poisoned(1, n, DType::F16);
+    with_overrides(
+        Overrides {
+            tile: Some(TileShape::new(64, 64, 32, 2, 2, 4)),
+            splits: None,
+        },
+        || {
+            blocks::proj_bias_residual_layer_norm_f16(
+                &fx.gpu, &a0.t, &bf.t, &mut c, &b0.t, &xi.t, &g1.t, &b0.t,
+            )
+        },
+    )
+    .unwrap();
+    let got = fx.get(&c);
+    let want = apply_stages(
+        1,
+        n,
+        &vec![0.0; n],
+        &[
+            RefStage::Residual(xi.v.clone()),
+            RefStage::LayerNorm {
+                gamma: g1.v.clone(),
+                beta: b0.v.clone(),
+                eps: 1e-12,
+            },
+        ],
+        None,
+    )
+    .unwrap();
+    let err = rel_frobenius_error(&got, &want);
+    println!("layer_norm of x_i = i, N=384 over six 64-wide tiles: rel err {err:.2e}");
+    assert!(err < 2e-3);
+    // #7: f16 RMSNorm of 384 × 300.0 → 1.0; f16 LayerNorm of ±300 → ±1.0.
+    let a0 = fx.upload(1, 16, DType::F16, vec![0.0; 16]);
+    let r300 = fx.upload(1, n, DType::F16, vec![300.0; n]);
+    let mut c = fx.poisoned(1, n, DType::F16);
+    blocks::residual_rms_norm_f16(&fx.gpu, &a0.t, &bf.t, &mut c, &r300.t, &g1.t).unwrap();
+    assert!(
+        fx.get(&c).iter().all(|&x| x == 1.0),
+        "f16 RMSNorm of 300s must be exactly 1.0"
+    );
+    let alt = fx.upload(
+        1,
+        n,
+        DType::F16,
+        (0..n)
+            .map(|i| if i % 2 == 0 { 300.0 } else { -300.0 })
+            .collect(),
+    );
+    let mut c = fx.poisoned(1, n, DType::F16);
+    blocks::proj_bias_residual_layer_norm_f16(
+        &fx.gpu, &a0.t, &bf.t, &mut c, &b0.t, &alt.t, &g1.t, &b0.t,
+    )
+    .unwrap();
+    let got = fx.get(&c);
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, &x)| (x - if i % 2 == 0 { 1.0 } else { -1.0 }).abs() < 1e-3),
+        "{:?}",
+        &got[..4]
+    );
+    println!("f16 RMSNorm(300s) = 1.0 and LayerNorm(±300) = ±1.0");
+}
+
+/// known-faults #8 and #9 through the `rope` stage.
+#[test]
+fn rope_values_dimensions_and_offsets() {
+    let Some(fx) = Fx::new("rope") else { return };
+    // Rows 0 and 1 hold x = [1..8] at positions 0 and 1 (seq_len 2).
+    let a = fx.upload(2, 1, DType::Bf16, vec![1.0, 1.0]);
+    let b = fx.upload(8, 1, DType::Bf16, (1..=8).map(|i| i as f64).collect());
+    let mut c = fx.poisoned(2, 8, DType::Bf16);
+    let args = RopeArgs {
+        head_dim: 8,
+        rotary_dim: 8,
+        seq_len: 2,
+        pos_offset: 0,
+    };
+    stages::stage_rope(&fx.gpu, &a.t, &b.t, &mut c, args).unwrap();
+    let got = fx.get(&c);
+    let want1 = [
+        -1.14264, 1.92208, 2.58568, 4.27952, 4.93975, 6.04970, 6.99200, 8.00700,
+    ];
+    println!("rope position 1: {:?}", &got[8..]);
+    for i in 0..8 {
+        assert_eq!(got[i], (i + 1) as f64, "position 0 is the identity");
+        assert!(
+            (got[8 + i] - want1[i]).abs() <= 0.02 * want1[i].abs().max(1.0),
+            "{:?}",
+            &got[8..]
+        );
+    }
+    // Odd rotary dimension: rejected.
+    let mut c = fx.poisoned(2, 8, DType::Bf16);
+    let err = stages::stage_rope(
+        &fx.gpu,
+        &a.t,
+        &b.t,
+        &mut c,
+        RopeArgs {
+            rotary_dim: 7,
+            ..args
+        },
+    )
+    .unwrap_err();
+    println!("odd rotary dim: {err}");
+    assert!(err.to_string().contains("rotary"), "{err}");
+    // Rotary 64 on head_dim 65 leaves the last element untouched.
+    let b65 = fx.upload(
+        65,
+        1,
+        DType::Bf16,
+        (0..65).map(|i| (i % 7) as f64 - 3.0).collect(),
+    );
+    let mut c = fx.poisoned(2, 65, DType::Bf16);
+    stages::stage_rope(
+        &fx.gpu,
+        &a.t,
+        &b65.t,
+        &mut c,
+        RopeArgs {
+            head_dim: 65,
+            rotary_dim: 64,
+            seq_len: 2,
+            pos_offset: 0,
+        },
+    )
+    .unwrap();
+    let got = fx.get(&c);
+    assert_eq!(
+        got[65 + 64],
+        b65.v[64],
+        "element 64 of head_dim 65 is not rotated"
+    );
+    // One token at offset 5 equals row 5 of a 6-token rotation; offsets 5 and 6 differ.
+    let a6 = fx.upload(6, 1, DType::Bf16, vec![1.0; 6]);
+    let mut six = fx.poisoned(6, 8, DType::Bf16);
+    stages::stage_rope(
+        &fx.gpu,
+        &a6.t,
+        &b.t,
+        &mut six,
+        RopeArgs {
+            head_dim: 8,
+            rotary_dim: 8,
+            seq_len: 6,
+            pos_offset: 0,
+        },
+    )
+    .unwrap();
+    let a1 = fx.upload(1, 1, DType::Bf16, vec![1.0]);
+    let mut one = fx.poisoned(1, 8, DType::Bf16);
+    stages::stage_rope(
+        &fx.gpu,
+        &a1.t,
+        &b.t,
+        &mut one,
+        RopeArgs {
+            head_dim: 8,
+            rotary_dim: 8,
+            seq_len: 1,
+            pos_offset: 5,
+        },
+    )
+    .unwrap();
+    let mut one6 = fx.poisoned(1, 8, DType::Bf16);
+    stages::stage_rope(
+        &fx.gpu,
+        &a1.t,
+        &b.t,
+        &mut one6,
+        RopeArgs {
+            head_dim: 8,
+            rotary_dim: 8,
+            seq_len: 1,
+            pos_offset: 6,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fx.get(&one),
+        fx.get(&six)[5 * 8..],
+        "offset 5 must equal row 5"
+    );
+    assert_ne!(fx.get(&one), fx.get(&one6), "offsets 5 and 6 must differ");
+    println!("rope: offsets and dimensions as specified");
+}
+
+/// known-faults #10: SwiGLU at odd output widths (f16); the half-split [gate | up] checkpoint
+/// layout is interleaved on the host first.
+#[test]
+fn swiglu_odd_widths() {
+    let Some(mut fx) = Fx::new("swiglu_odd") else {
+        return;
+    };
+    for d in [3usize, 1537, 3420] {
+        let k = 8;
+        let gate: Vec<f64> = (0..d * k)
+            .map(|i| [0.0, 1.0, -1.0][(i / k) % 3] * (if i % k == 0 { 1.0 } else { 0.0 }))
+            .collect();
+        let up: Vec<f64> = (0..d * k)
+            .map(|i| if i % k == 0 { 2.0 } else { 0.0 })
+            .collect();
+        let mut w = Vec::with_capacity(2 * d * k);
+        w.extend_from_slice(&gate);
+        w.extend_from_slice(&up);
+        let inter = fused_gemm::host::weights::interleave_gate_up_concat(&w, d, k).unwrap();
+        let a = fx.upload(
+            3,
+            k,
+            DType::F16,
+            (0..3 * k)
+                .map(|i| if i % k == 0 { 1.0 } else { 0.0 })
+                .collect(),
+        );
+        let b = fx.upload(2 * d, k, DType::F16, inter);
+        let mut c = fx.poisoned(3, d, DType::F16);
+        blocks::mlp_up_swiglu_f16(&fx.gpu, &a.t, &b.t, &mut c).unwrap();
+        let got = fx.get(&c);
+        let want = [0.0, 1.462_117_2, -0.537_882_8];
+        for (i, &g) in got.iter().enumerate() {
+            let w = want[(i % d) % 3];
+            assert!((g - w).abs() < 2e-3, "d={d} element {i}: {g} vs {w}");
+        }
+        let _ = fx.random(1, 1, DType::F16, 1.0);
+        println!("swiglu d={d}: correct at every column, rows start at r·d");
+    }
+}
+
+/// K = 0 gives epilogue(0); M = 0 launches nothing; bad shapes are typed errors.
+#[test]
+fn degenerate_and_bad_shapes() {
+    let Some(mut fx) = Fx::new("degenerate") else {
+        return;
+    };
+    let a = fx.upload(5, 0, DType::Bf16, vec![]);
+    let b = fx.upload(7, 0, DType::Bf16, vec![]);
+    let bias = vecf(&mut fx, 7, DType::Bf16);
+    let mut c = fx.poisoned(5, 7, DType::Bf16);
+    stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap();
+    let got = fx.get(&c);
+    assert!(
+        got.chunks(7).all(|r| r == &bias.v[..]),
+        "K = 0: C = 0 + bias"
+    );
+    let a = fx.random(0, 16, DType::Bf16, 1.0);
+    let b = fx.random(7, 16, DType::Bf16, 1.0);
+    let mut c = fx.poisoned(0, 7, DType::Bf16);
+    assert!(
+        stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
+            .unwrap()
+            .is_none(),
+        "M = 0 is a no-op"
+    );
+    let a = fx.random(4, 16, DType::Bf16, 1.0);
+    let mut c = fx.poisoned(4, 8, DType::Bf16);
+    let e = stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap_err();
+    println!("C of the wrong width: {e}");
+    let a16 = fx.random(4, 16, DType::F16, 1.0);
+    let mut c = fx.poisoned(4, 7, DType::Bf16);
+    let e = stages::stage_bias(&fx.gpu, &a16.t, &b.t, &mut c, &bias.t).unwrap_err();
+    println!("A of the wrong dtype: {e}");
+    let short_bias = vecf(&mut fx, 6, DType::Bf16);
+    let e = stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &short_bias.t).unwrap_err();
+    println!("bias of the wrong length: {e}");
+    assert!(e.to_string().contains("bias"), "{e}");
+}
