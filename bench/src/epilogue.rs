@@ -39,9 +39,14 @@ pub enum Epilogue {
     /// `out[r, j] = silu(C[r, 2j])·C[r, 2j + 1]`: gate/up weight rows interleaved
     /// `[g0, u0, g1, u1, …]`; N even, output M×N/2 (LLaMA MLP up-projection).
     Swiglu,
-    /// CODA's RMSNorm-scale producer: `out = C` (M×N) and `rstd[r] = 1/√(mean_c C[r, c]² + ε)`
-    /// (f32, length M; ε = 1e-5, LLaMA-3), the `diag(r)` the next GEMM applies as a row scale.
+    /// CODA's RMSNorm-scale (the GEMM that consumes a normalized input): `out = RMSNorm(A)·Bᵀ
+    /// = diag(r)·(A·Bᵀ)` with `r[m] = 1/√(mean_k A[m, k]² + ε)` (ε = 1e-5, LLaMA-3) and γ folded
+    /// into B offline, as CODA does. Ours: r by a row kernel, then a GEMM whose epilogue scales
+    /// rows by r. Unfused: the RMSNorm materialized (`rms_norm`, unit γ), then the GEMM.
     RmsnormScale,
+    /// The producer side of RMSNorm-scale: `out = C` (M×N) and `rstd[r] = 1/√(mean_c C[r, c]²
+    /// + ε)` (f32, length M; ε = 1e-5), the `r` the next GEMM applies as a row scale.
+    RmsRstd,
 }
 
 /// What cuBLASLt runs for an epilogue in the "cublaslt" column.
@@ -68,13 +73,15 @@ pub struct Operands {
     pub gamma: bool,
     /// β, length N.
     pub beta: bool,
-    /// Per-row f32 output, length M.
+    /// Per-row f32 buffer, length M (rms-rstd's output; rmsnorm-scale's r).
     pub rstd: bool,
+    /// rmsnorm-scale: the unfused path's normalized copy of A (M×K) and its unit γ (length K).
+    pub normalized_input: bool,
 }
 
 impl Epilogue {
     /// Every epilogue.
-    pub const ALL: [Epilogue; 7] = [
+    pub const ALL: [Epilogue; 8] = [
         Epilogue::BiasGelu,
         Epilogue::BiasGeluTanh,
         Epilogue::BiasRelu,
@@ -82,6 +89,7 @@ impl Epilogue {
         Epilogue::BiasResidualLayernorm,
         Epilogue::Swiglu,
         Epilogue::RmsnormScale,
+        Epilogue::RmsRstd,
     ];
 
     /// The command-line and JSON name.
@@ -94,6 +102,7 @@ impl Epilogue {
             Epilogue::BiasResidualLayernorm => "bias-residual-layernorm",
             Epilogue::Swiglu => "swiglu",
             Epilogue::RmsnormScale => "rmsnorm-scale",
+            Epilogue::RmsRstd => "rms-rstd",
         }
     }
 
@@ -111,10 +120,15 @@ impl Epilogue {
                 residual: true,
                 gamma: true,
                 beta: true,
-                rstd: false,
+                ..Operands::default()
             },
             Epilogue::Swiglu => Operands::default(),
             Epilogue::RmsnormScale => Operands {
+                rstd: true,
+                normalized_input: true,
+                ..Operands::default()
+            },
+            Epilogue::RmsRstd => Operands {
                 rstd: true,
                 ..Operands::default()
             },
@@ -130,20 +144,23 @@ impl Epilogue {
     pub fn eps(self) -> f32 {
         match self {
             Epilogue::BiasResidualLayernorm => 1e-12,
-            Epilogue::RmsnormScale => 1e-5,
+            Epilogue::RmsnormScale | Epilogue::RmsRstd => 1e-5,
             _ => 0.0,
         }
     }
 
-    /// Why a GEMM of width `n` cannot take this epilogue, or `None`.
-    pub fn check_width(self, n: usize, max_row: usize) -> Option<String> {
+    /// Why a GEMM of width `n` and depth `k` cannot take this epilogue, or `None`.
+    pub fn check_width(self, n: usize, k: usize, max_row: usize) -> Option<String> {
         match self {
             Epilogue::Swiglu if !n.is_multiple_of(2) => {
                 Some(format!("SwiGLU needs an even N, got {n}"))
             }
-            Epilogue::BiasResidualLayernorm | Epilogue::RmsnormScale if n > max_row => Some(
-                format!("row kernels hold at most {max_row} columns, N = {n}"),
-            ),
+            Epilogue::BiasResidualLayernorm | Epilogue::RmsRstd if n > max_row => Some(format!(
+                "row kernels hold at most {max_row} columns, N = {n}"
+            )),
+            Epilogue::RmsnormScale if k > max_row => Some(format!(
+                "row kernels hold at most {max_row} columns, K = {k}"
+            )),
             _ => None,
         }
     }
@@ -169,9 +186,10 @@ impl Epilogue {
             Epilogue::BiasGeluTanh => (LtEpilogue::BiasGelu, "full"),
             Epilogue::BiasRelu => (LtEpilogue::BiasRelu, "full"),
             Epilogue::Bias => (LtEpilogue::Bias, "full"),
-            Epilogue::BiasResidualLayernorm | Epilogue::Swiglu | Epilogue::RmsnormScale => {
-                (LtEpilogue::None, "GEMM only")
-            }
+            Epilogue::BiasResidualLayernorm
+            | Epilogue::Swiglu
+            | Epilogue::RmsnormScale
+            | Epilogue::RmsRstd => (LtEpilogue::None, "GEMM only"),
         }
     }
 
@@ -186,7 +204,7 @@ impl Epilogue {
             e += (m * n) as f64;
         }
         let mut bytes = e * elem as f64;
-        if o.rstd {
+        if self == Epilogue::RmsRstd {
             bytes += 4.0 * m as f64;
         }
         bytes
@@ -216,6 +234,12 @@ pub fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
 
+/// `1/√(mean(v²) + ε)` in f64.
+pub fn inverse_rms(v: &[f64], eps: f32) -> f64 {
+    let ms = v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64;
+    1.0 / (ms + eps as f64).sqrt()
+}
+
 /// One row of C = A·Bᵀ in f64: `a_row` has K values, `b` is N×K row-major.
 pub fn gemm_row(a_row: &[f64], b: &[f64], n: usize) -> Vec<f64> {
     let k = a_row.len();
@@ -233,6 +257,8 @@ pub fn gemm_row(a_row: &[f64], b: &[f64], n: usize) -> Vec<f64> {
 /// The operands of one output row, as f64.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RowInputs<'a> {
+    /// The row of A, K values.
+    pub a_row: &'a [f64],
     /// Bias, N values.
     pub bias: &'a [f64],
     /// The residual's row, N values.
@@ -280,12 +306,13 @@ impl Epilogue {
                     .collect()
             }
             Epilogue::Swiglu => c.chunks_exact(2).map(|p| silu(p[0]) * p[1]).collect(),
-            Epilogue::RmsnormScale => c.to_vec(),
+            Epilogue::RmsnormScale => {
+                let r = inverse_rms(x.a_row, self.eps());
+                c.iter().map(|v| v * r).collect()
+            }
+            Epilogue::RmsRstd => c.to_vec(),
         };
-        let rstd = (self == Epilogue::RmsnormScale).then(|| {
-            let ms = c.iter().map(|v| v * v).sum::<f64>() / c.len() as f64;
-            1.0 / (ms + self.eps() as f64).sqrt()
-        });
+        let rstd = (self == Epilogue::RmsRstd).then(|| inverse_rms(c, self.eps()));
         RowOutput { out, rstd }
     }
 
@@ -343,6 +370,7 @@ mod tests {
     #[test]
     fn reference_rows_follow_the_contract() {
         let x = RowInputs {
+            a_row: &[],
             bias: &[1.0, 2.0, 3.0, 4.0],
             residual: &[0.0, 0.0, 0.0, 4.0],
             gamma: &[1.0, 1.0, 1.0, 2.0],
@@ -363,10 +391,19 @@ mod tests {
         for (g, w) in sw.iter().zip([0.0, 1.462_117_2, -0.537_882_8]) {
             assert!((g - w).abs() < 1e-7, "{sw:?}");
         }
-        let rms = Epilogue::RmsnormScale.reference_row(&[3.0, 4.0], &x);
+        let eps = Epilogue::RmsRstd.eps() as f64;
+        let rms = Epilogue::RmsRstd.reference_row(&[3.0, 4.0], &x);
         assert_eq!(rms.out, vec![3.0, 4.0]);
-        let eps = Epilogue::RmsnormScale.eps() as f64;
         assert!((rms.rstd.unwrap() - 1.0 / (12.5f64 + eps).sqrt()).abs() < 1e-15);
+        // The consumer scales the GEMM row by A's row 1/rms (A = [1, 7]: mean square 25).
+        let xa = RowInputs {
+            a_row: &[1.0, 7.0],
+            ..x
+        };
+        let scaled = Epilogue::RmsnormScale.reference_row(&[3.0, 4.0], &xa);
+        let r = 1.0 / (25.0 + eps).sqrt();
+        assert!((scaled.out[0] - 3.0 * r).abs() < 1e-15 && (scaled.out[1] - 4.0 * r).abs() < 1e-15);
+        assert_eq!(scaled.rstd, None);
         assert_eq!(
             gemm_row(&[1.0, 2.0], &[1.0, 0.0, 0.5, 0.5, 3.0, -1.0], 3),
             vec![1.0, 1.5, 1.0]
@@ -383,13 +420,17 @@ mod tests {
         );
         let s = Epilogue::Swiglu.bytes_min(8, 16, 4, 2);
         assert_eq!(s, 2.0 * (32.0 + 64.0 + 64.0));
-        let r = Epilogue::RmsnormScale.bytes_min(8, 16, 4, 2);
+        let r = Epilogue::RmsRstd.bytes_min(8, 16, 4, 2);
         assert_eq!(r, 2.0 * (32.0 + 64.0 + 128.0) + 32.0);
+        let c = Epilogue::RmsnormScale.bytes_min(8, 16, 4, 2);
+        assert_eq!(c, 2.0 * (32.0 + 64.0 + 128.0));
         let l = Epilogue::BiasResidualLayernorm.bytes_min(8, 16, 4, 2);
         assert_eq!(l, 2.0 * (32.0 + 64.0 + 128.0 + 3.0 * 16.0 + 128.0));
         assert_eq!(Epilogue::flops(2, 3, 4), 48.0);
-        assert!(Epilogue::Swiglu.check_width(7, 100).is_some());
-        assert!(Epilogue::RmsnormScale.check_width(101, 100).is_some());
-        assert!(Epilogue::BiasGelu.check_width(101, 100).is_none());
+        assert!(Epilogue::Swiglu.check_width(7, 4, 100).is_some());
+        assert!(Epilogue::RmsRstd.check_width(101, 4, 100).is_some());
+        assert!(Epilogue::RmsnormScale.check_width(101, 4, 100).is_none());
+        assert!(Epilogue::RmsnormScale.check_width(4, 101, 100).is_some());
+        assert!(Epilogue::BiasGelu.check_width(101, 101, 100).is_none());
     }
 }

@@ -1,7 +1,7 @@
 //! # fused-gemm-bench
 //!
 //! Side-by-side GEMM + epilogue benchmarks on the GPU, in one process: **ours** (the fused
-//! kernels plugged into [`ours`]), **cuBLASLt** with its fused epilogue where one exists
+//! `#[fused_gemm]` kernels plugged into [`ours`]), **cuBLASLt** with its fused epilogue where one exists
 //! ([`cublaslt`]), and **unfused** (cuBLASLt's plain GEMM followed by
 //! `fused_gemm::rowwise` kernels), over a table of Transformer layer shapes ([`shapes`]) and
 //! epilogues ([`epilogue`]).

@@ -41,7 +41,8 @@ pub struct Set<T> {
     pub out: CudaSlice<T>,
     /// Per-row f32 output, M.
     pub rstd: Option<CudaSlice<f32>>,
-    /// The unfused path's GEMM output before SwiGLU, M×N.
+    /// The unfused path's intermediate: the GEMM output before SwiGLU (M×N), or the
+    /// normalized A of rmsnorm-scale (M×K).
     pub tmp: Option<CudaSlice<T>>,
 }
 
@@ -55,7 +56,7 @@ pub struct HostInputs<T> {
     pub bias: Vec<T>,
     /// Residual (empty if unused).
     pub residual: Vec<T>,
-    /// γ (empty if unused).
+    /// γ (empty if unused; ones of length K for rmsnorm-scale).
     pub gamma: Vec<T>,
     /// β (empty if unused).
     pub beta: Vec<T>,
@@ -87,6 +88,9 @@ pub fn set_bytes(m: usize, n: usize, k: usize, epilogue: Epilogue, elem: usize) 
     }
     if epilogue == Epilogue::Swiglu {
         e += (m * n) as u64;
+    }
+    if o.normalized_input {
+        e += (m * k + k) as u64;
     }
     e * elem as u64 + if o.rstd { 4 * m as u64 } else { 0 }
 }
@@ -146,7 +150,12 @@ impl<T: BenchElement> Problem<T> {
             b: random_vec::<T>(n * k, seed.wrapping_add(1), (3.0 / k as f32).sqrt(), 0.0),
             bias: opt(o.bias, n, 2, 0.5, 0.0),
             residual: opt(o.residual, m * n, 3, 1.0, 0.0),
-            gamma: opt(o.gamma, n, 4, 0.5, 1.0),
+            // rmsnorm-scale's γ is folded into B; the unfused RMSNorm gets a unit γ of length K.
+            gamma: if o.normalized_input {
+                vec![T::from_f32(1.0); k]
+            } else {
+                opt(o.gamma, n, 4, 0.5, 1.0)
+            },
             beta: opt(o.beta, n, 5, 0.5, 0.0),
         };
         let up = |v: &Vec<T>| -> Result<Option<CudaSlice<T>>> {
@@ -167,6 +176,8 @@ impl<T: BenchElement> Problem<T> {
             rstd: if o.rstd { Some(gpu.zeros(m)?) } else { None },
             tmp: if epilogue == Epilogue::Swiglu {
                 Some(gpu.zeros(m * n)?)
+            } else if o.normalized_input {
+                Some(gpu.zeros(m * k)?)
             } else {
                 None
             },
@@ -283,6 +294,7 @@ impl<T: BenchElement> Problem<T> {
                             f(&h.residual[r * n..(r + 1) * n])
                         };
                         let x = RowInputs {
+                            a_row: &a,
                             bias,
                             residual: &res,
                             gamma,
@@ -381,8 +393,12 @@ mod tests {
             ((4 * 2 + 8 * 2 + 4 * 4 + 4 * 8) * 2) as u64
         );
         assert_eq!(
-            set_bytes(4, 8, 2, Epilogue::RmsnormScale, e),
+            set_bytes(4, 8, 2, Epilogue::RmsRstd, e),
             ((4 * 2 + 8 * 2 + 4 * 8) * 2 + 16) as u64
+        );
+        assert_eq!(
+            set_bytes(4, 8, 2, Epilogue::RmsnormScale, e),
+            ((4 * 2 + 8 * 2 + 4 * 8 + 4 * 2 + 2) * 2 + 16) as u64
         );
         assert_eq!(
             set_bytes(4, 8, 2, Epilogue::BiasResidualLayernorm, e),

@@ -115,10 +115,10 @@ fn launch<T: BenchElement>(
                 (_, None) => return Err(missing("a bias")),
             };
             let (a, b) = (ptr(&set.a, gpu), ptr(&set.b, gpu));
-            // Where nothing is fused the column is the bare GEMM, whose M×N result goes to
-            // `tmp` when `out` is narrower (SwiGLU).
+            // Where nothing is fused the column is the bare GEMM; for SwiGLU its M×N result
+            // goes to `tmp`, `out` being M×N/2.
             let d = match set.tmp.as_mut() {
-                Some(t) if plans.fused.is_none() => ptr_mut(t, gpu),
+                Some(t) if epi == Epilogue::Swiglu => ptr_mut(t, gpu),
                 _ => ptr_mut(&mut set.out, gpu),
             };
             // SAFETY: the plan was built for (m, n, k) and T; the set's buffers hold M×K, N×K,
@@ -127,12 +127,26 @@ fn launch<T: BenchElement>(
         }
         PathKind::Unfused => {
             let (lt, plans) = lt.zip(plans).ok_or(BenchError::NoCublasLt)?;
-            let (a, b) = (ptr(&set.a, gpu), ptr(&set.b, gpu));
-            let c = match set.tmp.as_mut() {
-                Some(t) => ptr_mut(t, gpu),
-                None => ptr_mut(&mut set.out, gpu),
+            let b = ptr(&set.b, gpu);
+            let (a, c) = match epi {
+                // RMSNorm materialized first (unit γ: CODA folds γ into B), then the GEMM on it.
+                Epilogue::RmsnormScale => {
+                    let t = set
+                        .tmp
+                        .as_mut()
+                        .ok_or_else(|| missing("a normalized-A buffer"))?;
+                    let g = set.gamma.as_ref().ok_or_else(|| missing("a unit gamma"))?;
+                    rowwise::rms_norm(gpu, m, k, &set.a, k, g, epi.eps(), t, k)?;
+                    (ptr(t, gpu), ptr_mut(&mut set.out, gpu))
+                }
+                Epilogue::Swiglu => {
+                    let t = set.tmp.as_mut().ok_or_else(|| missing("a GEMM buffer"))?;
+                    (ptr(&set.a, gpu), ptr_mut(t, gpu))
+                }
+                _ => (ptr(&set.a, gpu), ptr_mut(&mut set.out, gpu)),
             };
-            // SAFETY: as above; C is `tmp` (M×N) for SwiGLU, else `out` (M×N).
+            // SAFETY: as above; A is M×K (`a`, or its normalized copy in `tmp`), C is M×N
+            // (`tmp` for SwiGLU, else `out`).
             unsafe { lt.run(&plans.gemm, a, b, c, 0) }?;
             let bias = set.bias.as_ref().map(|b| b as &dyn DevicePtr<T>);
             match epi {
@@ -164,7 +178,8 @@ fn launch<T: BenchElement>(
                     let t = set.tmp.as_ref().ok_or_else(|| missing("a GEMM buffer"))?;
                     rowwise::swiglu(gpu, m, n, t, n, &mut set.out, n / 2)?;
                 }
-                Epilogue::RmsnormScale => {
+                Epilogue::RmsnormScale => {}
+                Epilogue::RmsRstd => {
                     let r = set.rstd.as_mut().ok_or_else(|| missing("an rstd buffer"))?;
                     rowwise::rms_scale(gpu, m, n, &set.out, n, epi.eps(), r)?;
                 }
@@ -198,7 +213,7 @@ fn check<T: BenchElement>(
     launch(kind, gpu, lt, plans, ours, epi, (m, n, k), &mut p.sets[0])?;
     gpu.synchronize()?;
     // The cuBLASLt column's bare GEMM for SwiGLU lands in `tmp` (see `launch`).
-    let bare_gemm_in_tmp = kind == PathKind::Cublaslt && epi.cublaslt().0 == LtEpilogue::None;
+    let bare_gemm_in_tmp = kind == PathKind::Cublaslt && epi == Epilogue::Swiglu;
     let (out, cols) = match &p.sets[0].tmp {
         Some(t) if bare_gemm_in_tmp => (gpu.download(t)?, n),
         _ => (gpu.download(&p.sets[0].out)?, epi.out_cols(n)),
@@ -216,6 +231,7 @@ fn check<T: BenchElement>(
     let mut err_ref = rel_error(&got, &want, |x: T| x.to_f32() as f64);
     let mut nonfinite = out.iter().filter(|x| !x.to_f32().is_finite()).count();
     if kind != PathKind::Cublaslt
+        && epi == Epilogue::RmsRstd
         && let Some(rs) = &p.sets[0].rstd
     {
         let rstd = gpu.download(rs)?;
@@ -279,7 +295,7 @@ pub fn run_case<T: BenchElement>(
             .collect();
         pb.inc(PathKind::ALL.len() as u64);
     };
-    if let Some(why) = epi.check_width(n, rowwise::max_row_len(dtype)) {
+    if let Some(why) = epi.check_width(n, k, rowwise::max_row_len(dtype)) {
         case.note = why.clone();
         fail_all(&mut case, Status::Error, why);
         return case;

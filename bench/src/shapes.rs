@@ -37,7 +37,7 @@ struct Layer {
     epilogues: &'static [Epilogue],
 }
 
-use Epilogue::{BiasGelu, BiasGeluTanh, BiasResidualLayernorm, RmsnormScale, Swiglu};
+use Epilogue::{BiasGelu, BiasGeluTanh, BiasResidualLayernorm, RmsRstd, RmsnormScale, Swiglu};
 
 /// (model, layers): BERT-base (d 768, FFN 3072), BERT-large (1024, 4096), GPT-2 XL (1600,
 /// 6400, `gelu_new`; GPT-2 small's shapes equal BERT-base's), LLaMA-3-8B (4096, FFN 14336 with
@@ -95,10 +95,16 @@ fn models() -> Vec<(&'static str, Vec<Layer>)> {
             "llama3-8b",
             vec![
                 Layer {
+                    name: "qkv",
+                    n: 6144,
+                    k: 4096,
+                    epilogues: &[RmsnormScale],
+                },
+                Layer {
                     name: "o-proj",
                     n: 4096,
                     k: 4096,
-                    epilogues: &[RmsnormScale],
+                    epilogues: &[RmsRstd],
                 },
                 Layer {
                     name: "gate-up",
@@ -110,7 +116,7 @@ fn models() -> Vec<(&'static str, Vec<Layer>)> {
                     name: "down",
                     n: 4096,
                     k: 14336,
-                    epilogues: &[RmsnormScale],
+                    epilogues: &[RmsRstd],
                 },
             ],
         ),
@@ -163,6 +169,7 @@ pub fn table() -> Vec<Shape> {
 pub const QUICK: &[&str] = &[
     "bert-base.ffn-up.m128",
     "bert-base.attn-out.m128",
+    "llama3-8b.qkv.m128",
     "llama3-8b.o-proj.m128",
     "llama3-8b.gate-up.m128",
     "anchor.bert-ffn-up",
@@ -266,7 +273,7 @@ mod tests {
             assert!(!s.epilogues.is_empty());
             for e in &s.epilogues {
                 assert!(
-                    e.check_width(s.n, 32768).is_none(),
+                    e.check_width(s.n, s.k, 32768).is_none(),
                     "{} {}",
                     s.name,
                     e.name()
