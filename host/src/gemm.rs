@@ -459,14 +459,28 @@ pub fn with_overrides<R>(o: Overrides, f: impl FnOnce() -> R) -> R {
 
 fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
     let o = OVERRIDES.with(|c| c.get());
-    if o == Overrides::default() {
-        return planner.plan(problem);
+    let no_match = || Error::LaunchLimit(format!("no launchable plan matches the overrides {o:?}"));
+    match (o.tile, o.splits) {
+        (None, None) => planner.plan(problem),
+        // A forced tile bypasses the planner's preference for row-spanning tiles, so tests and
+        // sweeps can reach the partial-statistics path too.
+        (Some(t), Some(s)) => planner.evaluate(problem, &t, s).ok_or_else(no_match),
+        (Some(t), None) => {
+            let (tiles, rows): (&[TileShape], &[TileShape]) = if ROW_TILES_SM80.contains(&t) {
+                (&[], &[t])
+            } else {
+                (&[t], &[])
+            };
+            planner
+                .clone()
+                .with_tiles(tiles, rows)
+                .plan(problem)
+                .map_err(|_| no_match())
+        }
+        (None, Some(s)) => planner
+            .candidates(problem)?
+            .into_iter()
+            .find(|p| p.splits == s)
+            .ok_or_else(no_match),
     }
-    planner
-        .candidates(problem)?
-        .into_iter()
-        .find(|p| o.tile.is_none_or(|t| t == p.tile) && o.splits.is_none_or(|s| s == p.splits))
-        .ok_or_else(|| {
-            Error::LaunchLimit(format!("no launchable plan matches the overrides {o:?}"))
-        })
 }

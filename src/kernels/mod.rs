@@ -17,7 +17,7 @@ macro_rules! entry {
 }
 
 pub mod basic;
+pub mod bert;
 pub mod blocks;
 pub mod gemm;
 pub mod stages;
-pub mod bert;
