@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
-use fused_gemm_device::gemm::{ROW_TILES_SM80, TileShape};
+use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::kernel::norm_finish::{self, NormFinishArgs};
 use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
@@ -239,7 +239,7 @@ impl GemmKernelSpec {
     pub fn planner(&self, gpu: &Gpu, vec: bool) -> Planner {
         let (mut tiles, mut row_tiles) = (Vec::new(), Vec::new());
         for v in self.variants.iter().filter(|v| v.vec == vec) {
-            if ROW_TILES_SM80.contains(&v.tile) {
+            if is_row_tile(&v.tile) {
                 row_tiles.push(v.tile)
             } else {
                 tiles.push(v.tile)
@@ -466,7 +466,7 @@ fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
         // sweeps can reach the partial-statistics path too.
         (Some(t), Some(s)) => planner.evaluate(problem, &t, s).ok_or_else(no_match),
         (Some(t), None) => {
-            let (tiles, rows): (&[TileShape], &[TileShape]) = if ROW_TILES_SM80.contains(&t) {
+            let (tiles, rows): (&[TileShape], &[TileShape]) = if is_row_tile(&t) {
                 (&[], &[t])
             } else {
                 (&[t], &[])

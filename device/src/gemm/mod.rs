@@ -11,6 +11,8 @@
 
 use crate::params::KernelParam;
 
+mod finish;
+pub mod simt;
 pub mod sm80;
 
 /// Launch arguments common to every GEMM kernel, passed by value.
@@ -187,13 +189,36 @@ pub const ROW_TILES_SM80: &[TileShape] = &[
     TileShape::new(16, 1024, 32, 1, 8, 2),
 ];
 
+/// Tile shapes of the f32 CUDA-core mainloop ([`simt`]); BK = 16 keeps f32 stages small.
+pub const TILES_F32: &[TileShape] = &[
+    TileShape::new(128, 128, 16, 2, 4, 3),
+    TileShape::new(128, 64, 16, 2, 2, 3),
+    TileShape::new(64, 64, 16, 2, 2, 3),
+];
+
+/// Row-spanning tiles of the f32 mainloop (in-CTA row norms up to N = 768).
+pub const ROW_TILES_F32: &[TileShape] = &[
+    TileShape::new(32, 384, 16, 1, 4, 2),
+    TileShape::new(32, 768, 16, 1, 8, 2),
+];
+
+/// Whether `t` is one of the row-spanning tiles (the planner prefers them for row norms).
+pub fn is_row_tile(t: &TileShape) -> bool {
+    ROW_TILES_SM80.contains(t) || ROW_TILES_F32.contains(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn instantiated_shapes_are_valid_and_fit_h200_shared_memory() {
-        for t in TILES_SM80.iter().chain(ROW_TILES_SM80) {
+        for t in TILES_SM80
+            .iter()
+            .chain(ROW_TILES_SM80)
+            .chain(TILES_F32)
+            .chain(ROW_TILES_F32)
+        {
             assert_eq!(t.check(), None, "{t:?}");
             for b_col in [false, true] {
                 assert!(
