@@ -113,7 +113,7 @@ unsafe fn split_k_fixup<const MI: usize, const NI: usize>(
         let last = arrived == splits - 1;
         if last {
             // Nobody else touches this counter again in this launch; the next launch starts at 0.
-            *counter = 0;
+            crate::arch::global::st_u32(counter, 0);
         }
         *flag = last as u32;
     }

@@ -6,6 +6,7 @@
 //! m16n8 fragment would give it, so the same [`Acc`] layout, epilogue stages, split-K and store
 //! apply unchanged.
 
+use crate::arch::global::ld_f32;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
 use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x};
@@ -142,7 +143,7 @@ pub unsafe fn run<
                 let (row, kk) = (i / BK, i % BK);
                 let (gr, gk) = (m0 + row, k0 + kk);
                 *sa(s).add((row * lds_k + kk) as usize) = if gr < args.m && gk < k_end {
-                    *a.add(gr as usize * args.lda as usize + gk as usize)
+                    ld_f32(a.add(gr as usize * args.lda as usize + gk as usize))
                 } else {
                     0.0
                 };
@@ -154,7 +155,7 @@ pub unsafe fn run<
                     let (row, kk) = (i / BK, i % BK);
                     let (gn, gk) = (n0 + row, k0 + kk);
                     *sb(s).add((row * lds_k + kk) as usize) = if gn < args.n && gk < k_end {
-                        *b.add(gn as usize * args.ldb as usize + gk as usize)
+                        ld_f32(b.add(gn as usize * args.ldb as usize + gk as usize))
                     } else {
                         0.0
                     };
@@ -166,7 +167,7 @@ pub unsafe fn run<
                     let (row, nn) = (i / bn, i % bn);
                     let (gk, gn) = (k0 + row, n0 + nn);
                     *sb(s).add((row * lds_n + nn) as usize) = if gk < k_end && gn < args.n {
-                        *b.add(gk as usize * args.ldb as usize + gn as usize)
+                        ld_f32(b.add(gk as usize * args.ldb as usize + gn as usize))
                     } else {
                         0.0
                     };

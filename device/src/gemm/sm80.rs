@@ -7,6 +7,7 @@
 //! split `z`. Warp `w` holds the `(BM/WM) × (BN/WN)` sub-tile at warp coordinates
 //! `(w % WM, w / WM)`.
 
+use crate::arch::global::ld_u16;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
 use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x};
@@ -209,7 +210,9 @@ pub unsafe fn run<
                 let (row, kk) = (i / BK, i % BK);
                 let (gr, gk) = (m0 + row, k0 + kk);
                 let v = if gr < args.m && gk < k_end {
-                    *(args.a as *const u16).add(gr as usize * args.lda as usize + gk as usize)
+                    ld_u16(
+                        (args.a as *const u16).add(gr as usize * args.lda as usize + gk as usize),
+                    )
                 } else {
                     0
                 };
@@ -223,7 +226,10 @@ pub unsafe fn run<
                     let (row, kk) = (i / BK, i % BK);
                     let (gn, gk) = (n0 + row, k0 + kk);
                     let v = if gn < args.n && gk < k_end {
-                        *(args.b as *const u16).add(gn as usize * args.ldb as usize + gk as usize)
+                        ld_u16(
+                            (args.b as *const u16)
+                                .add(gn as usize * args.ldb as usize + gk as usize),
+                        )
                     } else {
                         0
                     };
@@ -236,7 +242,10 @@ pub unsafe fn run<
                     let (row, nn) = (i / bn, i % bn);
                     let (gk, gn) = (k0 + row, n0 + nn);
                     let v = if gk < k_end && gn < args.n {
-                        *(args.b as *const u16).add(gk as usize * args.ldb as usize + gn as usize)
+                        ld_u16(
+                            (args.b as *const u16)
+                                .add(gk as usize * args.ldb as usize + gn as usize),
+                        )
                     } else {
                         0
                     };
