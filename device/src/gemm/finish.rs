@@ -4,7 +4,6 @@
 
 use crate::arch::atomic::atomic_add_acq_rel_u32;
 use crate::arch::sync::{sync_threads, thread_fence};
-use crate::arch::thread::{block_idx_z, grid_dim_x};
 use crate::copy::{ld_global_cg_v4, st_global_cg_v4};
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, Stage, TileCtx};
@@ -22,6 +21,8 @@ pub(crate) struct Cta {
     pub warps_n: u32,
     pub tile_m: u32,
     pub tile_n: u32,
+    pub split: u32,
+    pub tiles_n: u32,
     pub m0: u32,
     pub n0: u32,
     pub bm: u32,
@@ -64,7 +65,7 @@ pub(crate) unsafe fn finish<Out: Element, const MI: usize, const NI: usize, E: S
         warps_n: cta.warps_n,
         warp_m: cta.warp_m,
         tile_n: cta.tile_n,
-        tiles_n: grid_dim_x(),
+        tiles_n: cta.tiles_n,
         paired: false,
         deferred: false,
         c: args.c,
@@ -89,7 +90,7 @@ unsafe fn split_k_fixup<const MI: usize, const NI: usize>(
 ) -> bool {
     let (tid, threads, tile_m, tile_n) = (cta.tid, cta.threads, cta.tile_m, cta.tile_n);
     let splits = args.splits;
-    let tile = tile_m * grid_dim_x() + tile_n;
+    let tile = tile_m * cta.tiles_n + tile_n;
     let frags = (MI * NI) as u64;
     let ws = args.workspace as *mut [f32; 4];
     let slot = |s: u32, f: u64| {
@@ -98,7 +99,7 @@ unsafe fn split_k_fixup<const MI: usize, const NI: usize>(
                 as usize,
         )
     };
-    let own = block_idx_z();
+    let own = cta.split;
     for mi in 0..MI {
         for ni in 0..NI {
             st_global_cg_v4(slot(own, (mi * NI + ni) as u64), acc.v[mi][ni]);

@@ -51,6 +51,34 @@ pub struct GemmArgs {
 
 unsafe impl KernelParam for GemmArgs {}
 
+/// Which output tile (and K split) a CTA computes. Grid launches take it from the block index
+/// ([`TileCoord::from_grid`]); persistent kernels (the wave scheduler) from their task tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TileCoord {
+    /// Tile row: rows `m·BM..`.
+    pub m: u32,
+    /// Tile column: columns `n·BN..`.
+    pub n: u32,
+    /// K split.
+    pub split: u32,
+    /// Tiles per row of tiles (⌈N/BN⌉): indexes split-K and row-statistics workspaces.
+    pub tiles_n: u32,
+}
+
+impl TileCoord {
+    /// `(blockIdx.y, blockIdx.x, blockIdx.z)` of a grid `(⌈N/BN⌉, ⌈M/BM⌉, splits)`.
+    #[inline(always)]
+    pub fn from_grid() -> Self {
+        use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_x};
+        TileCoord {
+            m: block_idx_y(),
+            n: block_idx_x(),
+            split: block_idx_z(),
+            tiles_n: grid_dim_x(),
+        }
+    }
+}
+
 /// A CTA tile: BM×BN outputs, BK-deep k-steps, a WARPS_M×WARPS_N grid of warps, STAGES
 /// shared-memory pipeline stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -9,25 +9,21 @@
 use crate::arch::global::ld_f32;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
-use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x};
+use crate::arch::thread::thread_idx_x;
 use crate::copy::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::epilogue::{Acc, Stage};
-use crate::gemm::GemmArgs;
 use crate::gemm::finish::{Cta, finish};
+use crate::gemm::{GemmArgs, TileCoord};
 use crate::math::fma;
 use crate::types::Element;
 
 /// Shared-memory row padding for f32 tiles, elements (16 bytes).
 pub const SMEM_PAD_F32: u32 = 4;
 
-/// `C = epilogue(A·B)` for one CTA with f32 A and B. Parameters and launch as
-/// [`super::sm80::run`], except: A and B are f32; `VEC` requires 16-byte aligned rows (pointers
-/// and leading dimensions multiples of 4 elements, K — or N for B stored K×N — a multiple of 4);
-/// dynamic shared memory `STAGES · ((BM + BN) · (BK + 4)) · 4` bytes for B stored N×K,
-/// `STAGES · (BM · (BK + 4) + BK · (BN + 4)) · 4` for K×N.
+/// [`run_tile`] for the tile of this CTA's block index (a grid launch).
 ///
 /// # Safety
-/// As [`super::sm80::run`].
+/// As [`run_tile`].
 #[inline(always)]
 pub unsafe fn run<
     Out: Element,
@@ -44,6 +40,34 @@ pub unsafe fn run<
     args: &GemmArgs,
     epi: &E::Params,
 ) {
+    run_tile::<Out, B_COL, MI, NI, WM, WN, BK, STAGES, VEC, E>(args, epi, TileCoord::from_grid())
+}
+
+/// `C = epilogue(A·B)` for one CTA with f32 A and B. Parameters and launch as
+/// [`super::sm80::run`], except: A and B are f32; `VEC` requires 16-byte aligned rows (pointers
+/// and leading dimensions multiples of 4 elements, K — or N for B stored K×N — a multiple of 4);
+/// dynamic shared memory `STAGES · ((BM + BN) · (BK + 4)) · 4` bytes for B stored N×K,
+/// `STAGES · (BM · (BK + 4) + BK · (BN + 4)) · 4` for K×N.
+///
+/// # Safety
+/// As [`super::sm80::run`].
+#[inline(always)]
+pub unsafe fn run_tile<
+    Out: Element,
+    const B_COL: bool,
+    const MI: usize,
+    const NI: usize,
+    const WM: u32,
+    const WN: u32,
+    const BK: u32,
+    const STAGES: u32,
+    const VEC: bool,
+    E: Stage,
+>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    tile: TileCoord,
+) {
     let bm = WM * MI as u32 * 16;
     let bn = WN * NI as u32 * 8;
     let threads = WM * WN * 32;
@@ -57,7 +81,9 @@ pub unsafe fn run<
     let warp = tid >> 5;
     let (warp_m, warp_n) = (warp % WM, warp / WM);
     let (g, t) = (lane >> 2, lane & 3);
-    let (tile_n, tile_m, split) = (block_idx_x(), block_idx_y(), block_idx_z());
+    let (tile_n, tile_m, split) = (tile.n, tile.m, tile.split);
+    // A persistent CTA's previous tile may still be reading shared memory in its epilogue.
+    sync_threads();
     let (m0, n0) = (tile_m * bm, tile_n * bn);
     let k_begin = split * args.k_per_split;
     let k_end = if args.splits > 1 {
@@ -239,6 +265,8 @@ pub unsafe fn run<
         warps_n: WN,
         tile_m,
         tile_n,
+        split,
+        tiles_n: tile.tiles_n,
         m0,
         n0,
         bm,

@@ -10,12 +10,12 @@
 use crate::arch::global::ld_u16;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
-use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x};
+use crate::arch::thread::thread_idx_x;
 use crate::copy::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::copy::ldmatrix::{ldsm_x4, ldsm_x4_trans};
 use crate::epilogue::{Acc, Stage};
 use crate::gemm::finish::{Cta, finish};
-use crate::gemm::{GemmArgs, SMEM_PAD};
+use crate::gemm::{GemmArgs, SMEM_PAD, TileCoord};
 use crate::mma::sm80::MmaInput;
 use crate::types::Element;
 
@@ -64,6 +64,34 @@ impl<
     };
 }
 
+/// [`run_tile`] for the tile of this CTA's block index (a grid launch).
+///
+/// # Safety
+/// As [`run_tile`].
+#[inline(always)]
+pub unsafe fn run<
+    In: MmaInput,
+    Out: Element,
+    const B_COL: bool,
+    const MI: usize,
+    const NI: usize,
+    const WM: u32,
+    const WN: u32,
+    const BK: u32,
+    const STAGES: u32,
+    const VEC: bool,
+    E: Stage,
+>(
+    args: &GemmArgs,
+    epi: &E::Params,
+) {
+    run_tile::<In, Out, B_COL, MI, NI, WM, WN, BK, STAGES, VEC, E>(
+        args,
+        epi,
+        TileCoord::from_grid(),
+    )
+}
+
 /// `C = epilogue(A·B)` for one CTA. See [the module docs](self) and [`crate::gemm`] for layouts.
 ///
 /// Type and const parameters: `In` the 16-bit input type of A and B; `Out` the element type of C
@@ -81,7 +109,7 @@ impl<
 /// `epi` against the shapes above (host `validate`), and provided the split-K workspace and
 /// zeroed counters when `args.splits > 1`.
 #[inline(always)]
-pub unsafe fn run<
+pub unsafe fn run_tile<
     In: MmaInput,
     Out: Element,
     const B_COL: bool,
@@ -96,6 +124,7 @@ pub unsafe fn run<
 >(
     args: &GemmArgs,
     epi: &E::Params,
+    tile: TileCoord,
 ) {
     type S<
         const MI: usize,
@@ -121,7 +150,9 @@ pub unsafe fn run<
     let warp = tid >> 5;
     let warp_m = warp % WM;
     let warp_n = warp / WM;
-    let (tile_n, tile_m, split) = (block_idx_x(), block_idx_y(), block_idx_z());
+    let (tile_n, tile_m, split) = (tile.n, tile.m, tile.split);
+    // A persistent CTA's previous tile may still be reading shared memory in its epilogue.
+    sync_threads();
     let m0 = tile_m * bm;
     let n0 = tile_n * bn;
     let k_begin = split * args.k_per_split;
@@ -319,6 +350,8 @@ pub unsafe fn run<
         warps_n: WN,
         tile_m,
         tile_n,
+        split,
+        tiles_n: tile.tiles_n,
         m0,
         n0,
         bm,
