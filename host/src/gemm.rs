@@ -63,6 +63,17 @@ impl AsMatrix for TensorViewMut<'_> {
         Ok(self.desc())
     }
 }
+/// A raw descriptor is its own operand (callers that manage device memory themselves).
+impl AsMatrix for MatrixDesc {
+    fn matrix(&self, _: &Gpu) -> Result<MatrixDesc> {
+        Ok(*self)
+    }
+}
+impl AsVector for VectorDesc {
+    fn vector(&self, _: &Gpu) -> Result<VectorDesc> {
+        Ok(*self)
+    }
+}
 impl AsVector for Tensor {
     fn vector(&self, _: &Gpu) -> Result<VectorDesc> {
         self.vector_desc()
