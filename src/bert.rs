@@ -455,10 +455,10 @@ pub fn mean_pool_l2<T: BertElement>(
     hidden: &CudaSlice<T>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    if hidden_size == 0 || hidden_size > MAX_HIDDEN {
+    if hidden_size == 0 || hidden_size > MAX_POOL_HIDDEN {
         return Err(Error::invalid(
             "hidden_size",
-            format!("1..={MAX_HIDDEN}"),
+            format!("1..={MAX_POOL_HIDDEN}"),
             hidden_size,
         ));
     }

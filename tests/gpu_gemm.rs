@@ -512,6 +512,59 @@ fn transformer_block_combinations() {
     ];
     for &(m, n, k) in shapes {
         let s = (m, n, k);
+        let f = DType::F32;
+        let bias = vecf(&mut fx, n, f);
+        case(
+            &mut fx,
+            "bias f32",
+            s,
+            f,
+            f,
+            true,
+            vec![RefStage::BiasCol(bias.v.clone())],
+            None,
+            |g, a, b, c| blocks::bias_f32(g, a, b, c, &bias.t),
+        );
+        case(
+            &mut fx,
+            "bias+gelu f32",
+            s,
+            f,
+            f,
+            true,
+            vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+            None,
+            |g, a, b, c| blocks::ffn_up_bias_gelu_f32(g, a, b, c, &bias.t),
+        );
+        let (r, gamma, beta) = (
+            fx.random(m, n, f, 1.0),
+            vecf(&mut fx, n, f),
+            vecf(&mut fx, n, f),
+        );
+        let st = vec![
+            RefStage::BiasCol(bias.v.clone()),
+            RefStage::Residual(r.v.clone()),
+            RefStage::LayerNorm {
+                gamma: gamma.v.clone(),
+                beta: beta.v.clone(),
+                eps: 1e-12,
+            },
+        ];
+        case(
+            &mut fx,
+            "bias+residual+layer_norm f32",
+            s,
+            f,
+            f,
+            true,
+            st,
+            None,
+            |g, a, b, c| {
+                blocks::proj_bias_residual_layer_norm_f32(
+                    g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
+                )
+            },
+        );
         for (dt, name) in [(DType::Bf16, "bf16"), (DType::F16, "f16")] {
             let bias = vecf(&mut fx, n, dt);
             let st = vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu];
@@ -700,25 +753,26 @@ fn split_k_applies_the_epilogue_once() {
             bias.v[0]
         );
     }
-    // Partial sums +3 and −3 from two K chunks, bias 0.5, then erf-GELU: 0.3457312.
-    let (m, n, k) = (1, 1, 64);
+    // Partial sums +3 and −3 from two K chunks (64 each), bias 0.5, then erf-GELU: 0.3457312.
+    let (m, n, k) = (1, 1, 128);
     let a = fx.upload(m, k, DType::F16, vec![1.0; k]);
     let bvals: Vec<f64> = (0..k)
-        .map(|i| if i < 32 { 3.0 / 32.0 } else { -3.0 / 32.0 })
+        .map(|i| if i < 64 { 3.0 / 64.0 } else { -3.0 / 64.0 })
         .collect();
     let b = fx.upload(n, k, DType::F16, bvals);
     let bias = fx.upload(1, 1, DType::F32, vec![0.5]);
-    let tile = TileShape::new(32, 64, 64, 1, 2, 3);
-    for (t, splits) in [(TileShape::new(64, 64, 32, 2, 2, 4), 2), (tile, 1)] {
+    for splits in [2, 1] {
         let mut c = fx.poisoned(1, 1, DType::F32);
-        with_overrides(
-            Overrides {
-                tile: Some(t),
-                splits: Some(splits),
-            },
-            || blocks::bias_gelu_f16_f32(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
-        )
+        let o = Overrides {
+            tile: Some(TileShape::new(64, 64, 32, 2, 2, 4)),
+            splits: Some(splits),
+        };
+        let plan = with_overrides(o, || {
+            blocks::bias_gelu_f16_f32(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
+        })
+        .unwrap()
         .unwrap();
+        assert_eq!(plan.splits, splits);
         let got = fx.get(&c)[0];
         println!("split-K {splits}: (+3) + (−3) + 0.5 → GELU = {got}");
         assert!((got - 0.345_731_2).abs() < 1e-6, "splits {splits}: {got}");

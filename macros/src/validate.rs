@@ -1,6 +1,6 @@
 //! Checks that need the whole attribute or the annotated item.
 
-use fused_gemm_device::gemm::{ROW_TILES_SM80, TILES_SM80, TileShape};
+use fused_gemm_device::gemm::TileShape;
 use syn::spanned::Spanned;
 
 use crate::ast::*;
@@ -65,9 +65,6 @@ pub fn check_item(item: &syn::ItemFn, errors: &mut Errors) {
 
 /// Checks the stage list composes and the options are supported together.
 pub fn check_attr(attr: &KernelAttr, errors: &mut Errors) {
-    if attr.dtype == Dtype::F32 {
-        errors.push(attr.dtype_span, "`dtype = f32` is not supported by the tensor-core mainloops (mma.sync/wgmma take 16-bit inputs); use `bf16` or `f16` and `out = f32` for f32 results");
-    }
     let mut norm: Option<&Stage> = None;
     let mut pair: Option<&Stage> = None;
     let last = attr.stages.len().saturating_sub(1);
@@ -122,7 +119,8 @@ pub fn check_attr(attr: &KernelAttr, errors: &mut Errors) {
         }
     }
     if let Some(((bm, bn, bk), span)) = attr.tile {
-        let all: Vec<&TileShape> = TILES_SM80.iter().chain(ROW_TILES_SM80).collect();
+        let (main, rows) = crate::expand::tile_lists(attr.dtype);
+        let all: Vec<&TileShape> = main.iter().chain(rows).collect();
         let t = all.iter().find(|t| (t.bm, t.bn, t.bk) == (bm, bn, bk));
         match t {
             None => {

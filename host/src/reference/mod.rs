@@ -3,8 +3,8 @@
 //! Every function takes inputs already widened to f64 and row-major buffers, and documents the
 //! shapes it expects. They are written for clarity, not speed.
 
-pub mod epilogue;
 pub mod bert;
+pub mod epilogue;
 
 /// `C = A·B` in f64. A is M×K row-major; B is K×N row-major when `b_col_major` is false and N×K
 /// row-major (i.e. Bᵀ stored, PyTorch `Linear` weights) when true. Returns C, M×N row-major.
