@@ -233,7 +233,8 @@ pub fn run<T: GpuElement>(
     let mut rows = Vec::new();
     for &b in &cfg.batch_sizes {
         progress(&format!("eager forward and layer breakdown, batch {b}"));
-        let batch = random_batch(b, cfg.seq_len, cfg.seed)?;
+        // Padded as `run_batch` pads it, so eager and graph runs see the same shape.
+        let batch = be.bucketed(&random_batch(b, cfg.seq_len, cfg.seed)?);
         be.check_batch(&batch)?;
         let mut bucket = be.new_bucket(&batch)?;
         let (eager_ms, reps, layer) = eager_and_layer(be, &mut bucket, cfg.target_ms)?;

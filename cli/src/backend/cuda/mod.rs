@@ -431,6 +431,31 @@ impl<T: GpuElement> CudaBackend<T> {
         self.buckets.values().filter(|b| b.graph.is_some()).count()
     }
 
+    /// Refills every buffer of every bucket (activations, pooled output) with NaN, keeping
+    /// graphs: a replay that fails to write an element then shows NaN (tests).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn poison_buckets(&mut self) -> Result<()> {
+        let nan = T::from_f32(f32::NAN);
+        for b in self.buckets.values_mut() {
+            let a = &mut b.acts;
+            for m in [&mut a.x, &mut a.h, &mut a.qkv, &mut a.ctx, &mut a.mid] {
+                let fill = vec![nan; m.buf.len()];
+                self.gpu
+                    .stream()
+                    .memcpy_htod(&fill, &mut m.buf)
+                    .map_err(fused_gemm::Error::from)?;
+            }
+            let fill = vec![f32::NAN; b.pooled.len()];
+            self.gpu
+                .stream()
+                .memcpy_htod(&fill, &mut b.pooled)
+                .map_err(fused_gemm::Error::from)?;
+        }
+        Ok(self.gpu.synchronize()?)
+    }
+
     /// Takes the plans of the GEMMs launched since the last call.
     pub fn take_plans(&mut self) -> PlanLog {
         std::mem::take(&mut self.plans)
@@ -950,4 +975,92 @@ macro_rules! with_cuda_backend {
             $crate::backend::cuda::AnyCudaBackend::Bf16($b) => $body,
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fused_gemm::device::gemm::TileShape;
+    use fused_gemm::device::types::DType;
+    use fused_gemm::host::gpu::DeviceProps;
+    use fused_gemm::host::plan::{Planner, Problem};
+
+    #[test]
+    fn configs_the_kernels_cannot_compute_exactly_are_rejected() {
+        let ok = MiniLmConfig::ALL_MINILM_L6_V2;
+        assert_eq!(check_config(&ok).unwrap().padded_head_dim, 64);
+        let bad = [
+            MiniLmConfig {
+                activation: Activation::GeluTanh,
+                ..ok.clone()
+            },
+            MiniLmConfig {
+                layer_norm_eps: 1e-5,
+                ..ok.clone()
+            },
+            MiniLmConfig {
+                hidden_size: 2048,
+                num_heads: 32,
+                ..ok.clone()
+            },
+            MiniLmConfig {
+                num_heads: 3,
+                ..ok.clone()
+            },
+        ];
+        for c in bad {
+            let e = check_config(&c).unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument { arg: "model", .. }),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn padding_to_a_bucket_keeps_tokens_and_masks_the_rest() {
+        let b = TokenBatch::pad(&[vec![101u32, 7, 102], vec![101, 102]], 0).unwrap();
+        let p = pad_to(&b, 5);
+        assert_eq!((p.batch, p.seq_len), (2, 5));
+        assert_eq!(p.ids, vec![101, 7, 102, 0, 0, 101, 102, 0, 0, 0]);
+        assert_eq!(p.mask, vec![1, 1, 1, 0, 0, 1, 1, 0, 0, 0]);
+        assert_eq!(p.lengths, vec![3, 2]);
+        assert_eq!(pad_to(&b, 2), b);
+    }
+
+    /// A real plan of the H200 planner: M×384×1536 f16 with `splits` K splits, a 64×64 tile,
+    /// with or without a row norm (a row norm on a 64-wide tile needs the statistics buffer).
+    fn plan(m: u32, splits: u32, row_norm: bool) -> Plan {
+        let mut p = Problem::gemm(m, 384, 1536, DType::F16);
+        p.row_norm = row_norm;
+        let tile = TileShape::new(64, 64, 32, 2, 2, 4);
+        Planner::new(DeviceProps::h200())
+            .evaluate(&p, &tile, splits)
+            .expect("a launchable plan")
+    }
+
+    #[test]
+    fn workspace_watch_moves_whenever_a_workspace_may_grow() {
+        let mut w = WorkspaceWatch::default();
+        w.note(&plan(128, 1, false));
+        assert_eq!(w.epoch, 0, "no workspace needed");
+        let split = plan(128, 4, false);
+        assert!(split.workspace_bytes > 0 && split.counter_bytes > 0);
+        w.note(&split);
+        let e = w.epoch;
+        assert!(e > 0, "first split-K workspace");
+        w.note(&plan(128, 2, false));
+        assert_eq!(w.epoch, e, "smaller needs reuse the buffers");
+        let stats = plan(128, 1, true);
+        assert!(
+            matches!(stats.norm, NormPath::Partials { .. }),
+            "{:?}",
+            stats.norm
+        );
+        w.note(&stats);
+        assert!(w.epoch > e, "first statistics buffer");
+        let e = w.epoch;
+        w.note(&plan(1024, 4, false));
+        assert!(w.epoch > e, "larger split-K partials");
+    }
 }
