@@ -60,12 +60,13 @@ fn encode(dtype: Dtype, v: f32) -> ([u8; 2], f32) {
 /// Writes `dst/model.safetensors` holding every F32 tensor of `src/model.safetensors` in
 /// `dtype` (rounded to nearest even; other tensors copied unchanged, names and metadata kept),
 /// copies `config.json` and `tokenizer.json`, then loads the result with [`Model::load`] to
-/// check it. Files are written atomically (temporary file, then rename).
+/// check it. `dst` is created if missing; files are written atomically (temporary file, then
+/// rename).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for `dtype` f32, `dst` equal to `src`, or a value that overflows
-/// f16 (|x| > 65504); every error of reading the source model; [`Error::Io`] when `dst` is not
-/// a directory or cannot be written.
+/// f16 (|x| > 65504); every error of reading the source model; [`Error::Io`] when `dst` cannot
+/// be created or written.
 pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertReport> {
     if dtype == Dtype::F32 {
         return Err(Error::invalid(
@@ -87,13 +88,6 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
     }
     let from = ModelFiles::in_dir(src);
     let to = ModelFiles::in_dir(dst);
-    if !dst.is_dir() {
-        return Err(Error::io(
-            "write to",
-            dst,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
-        ));
-    }
 
     let bytes = read_model_file(&from.weights)?;
     let st = SafeTensors::deserialize(&bytes).map_err(|source| Error::SafeTensors {
@@ -105,6 +99,7 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
         source,
     })?;
     let metadata: Option<HashMap<String, String>> = header.metadata().clone();
+    std::fs::create_dir_all(dst).map_err(|e| Error::io("create", dst, e))?;
 
     let st_dtype = if dtype == Dtype::Bf16 {
         StDtype::BF16

@@ -320,7 +320,6 @@ fn run_bench(args: BenchArgs) -> Result<()> {
 
 fn run_convert(args: ConvertArgs) -> Result<()> {
     let src = args.model_dir.clone().unwrap_or_else(default_model_dir);
-    std::fs::create_dir_all(&args.output).map_err(|e| Error::io("create", &args.output, e))?;
     let dtype = args.dtype.resolve(true);
     let r = fused_gemm_cli::convert::convert_model(&src, &args.output, dtype)?;
     eprintln!(

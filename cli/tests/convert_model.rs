@@ -92,9 +92,12 @@ fn bad_conversions_are_errors() {
         ),
         "{e}"
     );
-    let e = convert_model(&model_dir(), &dir.path().join("missing"), Dtype::F16).unwrap_err();
-    assert!(matches!(e, Error::Io { .. }), "{e}");
     let e = convert_model(&dir.path().join("nothing"), dir.path(), Dtype::F16).unwrap_err();
     assert!(matches!(e, Error::ModelFileMissing { .. }), "{e}");
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    // An output "directory" below a regular file cannot be created.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = convert_model(&model_dir(), &file.join("out"), Dtype::F16).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
 }

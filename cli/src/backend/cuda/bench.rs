@@ -281,9 +281,10 @@ pub fn run<T: GpuElement>(
         let b = row.batch;
         progress(&format!("graph replay and end to end, batch {b}"));
         let batch = random_batch(b, cfg.seq_len, cfg.seed)?;
-        // First call: eager run and capture; second: replay.
-        be.run_batch(&batch, None)?;
-        be.run_batch(&batch, None)?;
+        // Eager runs until the graph is captured, then one replay.
+        for _ in 0..=be.options.graph_after_runs {
+            be.run_batch(&batch, None)?;
+        }
         let key = (b, be.bucketed(&batch).seq_len);
         if let Some(mut bucket) = be.buckets.remove(&key) {
             if let Some(graph) = bucket.graph.take() {

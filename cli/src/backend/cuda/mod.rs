@@ -20,8 +20,9 @@
 //!   masked, so results do not change), and a *bucket* per `(B, T)` keeps the token buffers
 //!   ([`SeqBatch`]), the activations and the pooled output: no allocation per batch once a shape
 //!   has been seen, and one refill of ids and lengths per batch.
-//! - With [`CudaOptions::graphs`], the first batch of a bucket runs eagerly and the forward is
-//!   then captured as a CUDA graph ([`Gpu::capture`]); later batches of that shape replay it.
+//! - With [`CudaOptions::graphs`], the first batches of a bucket run eagerly; after
+//!   [`CudaOptions::graph_after_runs`] of them the forward is captured as a CUDA graph
+//!   ([`Gpu::capture`]) and later batches of that shape replay it.
 //!   A graph holds device addresses, including the GEMM launcher's split-K / statistics
 //!   workspace on the backend's [`Gpu`]: the backend watches the workspace sizes its plans need
 //!   and re-captures when a launch may have grown (re-allocated) it. Do not launch other
@@ -60,6 +61,9 @@ pub use layout::HeadLayout;
 pub struct CudaOptions {
     /// Capture one CUDA graph per `(B, T)` bucket and replay it for later batches of that shape.
     pub graphs: bool,
+    /// Eager runs of a shape before its graph is captured (at least 1): a shape seen once costs
+    /// no capture.
+    pub graph_after_runs: u32,
     /// Pad each batch's length T up to a multiple of this (at least 1; capped at the position
     /// table), so that batches of similar length share buffers and graphs.
     pub seq_multiple: usize,
@@ -75,6 +79,7 @@ impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
             graphs: true,
+            graph_after_runs: 2,
             seq_multiple: 16,
             max_buckets: 8,
             poison: false,
@@ -284,6 +289,8 @@ struct Bucket<T> {
     pooled: CudaSlice<f32>,
     /// Use counter value of the last batch (LRU).
     last_used: u64,
+    /// Eager runs so far.
+    eager_runs: u32,
 }
 
 /// The plan of each GEMM launched by the last steps, for reports (`(step, plan)`).
@@ -392,6 +399,7 @@ impl<T: GpuElement> CudaBackend<T> {
             heads,
             options: CudaOptions {
                 seq_multiple: options.seq_multiple.max(1),
+                graph_after_runs: options.graph_after_runs.max(1),
                 max_buckets: options.max_buckets.max(1),
                 ..options
             },
@@ -560,6 +568,7 @@ impl<T: GpuElement> CudaBackend<T> {
             acts,
             pooled,
             last_used: 0,
+            eager_runs: 0,
         })
     }
 
@@ -656,7 +665,11 @@ impl<T: GpuElement> CudaBackend<T> {
         } else {
             bucket.graph = None;
             self.launch_forward(bucket)?;
-            if self.options.graphs && self.graph_error.is_none() {
+            bucket.eager_runs += 1;
+            if self.options.graphs
+                && self.graph_error.is_none()
+                && bucket.eager_runs >= self.options.graph_after_runs
+            {
                 let epoch = self.watch.epoch;
                 match self.capture(bucket) {
                     Ok(g) => {
