@@ -210,7 +210,7 @@ impl SeqBatch {
 
     /// Overwrites the token ids and lengths in place, keeping B, T, the token types and the
     /// device buffers, so that launches recorded with this batch (a CUDA graph) run on the new
-    /// tokens. Two host-to-device copies on `gpu`'s stream.
+    /// tokens. One host-to-device copy on `gpu`'s stream, two when the lengths changed.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] (`lengths`) when `lengths` does not hold B values, then as
@@ -225,8 +225,10 @@ impl SeqBatch {
         }
         check_batch(ids.len(), lengths, self.seq_len)?;
         gpu.stream().memcpy_htod(ids, &mut self.ids)?;
-        gpu.stream().memcpy_htod(lengths, &mut self.lengths_dev)?;
-        self.lengths.copy_from_slice(lengths);
+        if lengths != self.lengths.as_slice() {
+            gpu.stream().memcpy_htod(lengths, &mut self.lengths_dev)?;
+            self.lengths.copy_from_slice(lengths);
+        }
         self.max_id = ids.iter().copied().max().unwrap_or(0);
         Ok(())
     }

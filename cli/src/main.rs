@@ -103,8 +103,11 @@ struct BenchArgs {
     /// Batch sizes, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 32, 256])]
     batch_sizes: Vec<usize>,
-    /// Tokens per sequence ([CLS] and [SEP] included; every sequence full, no padding).
-    #[arg(long, default_value_t = 128)]
+    #[arg(
+        long,
+        default_value_t = 128,
+        help = "Tokens per sequence ([CLS] and [SEP] included; every sequence full, no padding)"
+    )]
     seq_len: usize,
     /// Device time to spend per measurement, milliseconds (sets the repetitions, 5 to 500).
     #[arg(long, default_value_t = 300.0)]
@@ -261,7 +264,7 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// [`embed`] with the tool's progress bar and optional timings.
+/// [`embed()`] with the tool's progress bar and optional timings.
 fn embed_with<B: Backend>(
     backend: &mut B,
     model: &Model,

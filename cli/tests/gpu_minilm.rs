@@ -559,12 +559,19 @@ fn graph_replay_reads_each_new_batch() {
     let m = Model::load(&dir, 128).unwrap();
     let a = batch_of(&[32, 20, 5, 32], 1);
     let b = batch_of(&[32, 32, 9, 17], 2);
+    // Same lengths as b, other ids: only the ids are copied.
+    let c = batch_of(&[32, 32, 9, 17], 3);
     let mut eager = CudaBackend::<half::f16>::new(&gpu, &m.weights, options(false)).unwrap();
-    let (want_a, want_b) = (
+    let (want_a, want_b, want_c) = (
         eager.run_batch(&a, None).unwrap(),
         eager.run_batch(&b, None).unwrap(),
+        eager.run_batch(&c, None).unwrap(),
     );
     drop(eager);
+    assert!(
+        max_abs_diff(&want_b, &want_c) > 1e-2,
+        "different ids, same embeddings"
+    );
     assert!(
         max_abs_diff(&want_a, &want_b) > 1e-2,
         "different batches, same embeddings"
@@ -575,7 +582,12 @@ fn graph_replay_reads_each_new_batch() {
         g.run_batch(&a, None).unwrap();
     }
     assert_eq!(g.graphs_live(), 1, "{:?}", g.graph_error());
-    for (batch, want, name) in [(&b, &want_b, "b"), (&a, &want_a, "a"), (&b, &want_b, "b")] {
+    for (batch, want, name) in [
+        (&b, &want_b, "b"),
+        (&a, &want_a, "a"),
+        (&b, &want_b, "b"),
+        (&c, &want_c, "c"),
+    ] {
         g.poison_buckets().unwrap();
         let got = g.run_batch(batch, None).unwrap();
         let d = max_abs_diff(&got, want);
