@@ -89,6 +89,29 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
     rows, skipped = [], []
     inputs = {}
+
+    def save():
+        """Writes what is measured so far (a later timeout keeps it)."""
+        result = dict(
+            tool="pytorch",
+            device=torch.cuda.get_device_name(),
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            dtype="fp16",
+            weights_file_dtype=weights_dtype,
+            attn_implementation=attn,
+            seq_len=args.seq_len,
+            method="median of CUDA-event times per forward pass, repetitions back to back, "
+                   "after warm-up; mean pooling + L2 normalization included",
+            rows=rows,
+            skipped=skipped,
+            wall_s=time.time() - t0,
+        )
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, args.json)
+
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
         ids = torch.randint(1000, 30000, (bs, args.seq_len), generator=gen)
         ids[:, 0], ids[:, -1] = 101, 102
@@ -118,6 +141,7 @@ def main():
         print(f"pytorch batch {bs}: eager {eager:.3f} ms, CUDA graph {graph:.3f} ms "
               f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
 
+    save()
     if args.skip_compile:
         skipped.append("torch.compile: --skip-compile")
     else:
@@ -140,24 +164,9 @@ def main():
             print(f"pytorch batch {row['batch']}: torch.compile {row['compile_ms']:.3f} ms "
                   f"(compiled in {row['compile_s']:.0f} s; {time.time() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
+            save()
 
-    result = dict(
-        tool="pytorch",
-        device=torch.cuda.get_device_name(),
-        torch=torch.__version__,
-        transformers=transformers.__version__,
-        dtype="fp16",
-        weights_file_dtype=weights_dtype,
-        attn_implementation=attn,
-        seq_len=args.seq_len,
-        method="median of CUDA-event times per forward pass, repetitions back to back, "
-               "after warm-up; mean pooling + L2 normalization included",
-        rows=rows,
-        skipped=skipped,
-        wall_s=time.time() - t0,
-    )
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+    save()
 
 
 if __name__ == "__main__":
