@@ -659,28 +659,34 @@ impl<T: GpuElement> CudaBackend<T> {
     }
 
     fn run_in(&mut self, bucket: &mut Bucket<T>) -> Result<Vec<f32>> {
-        let replay = bucket.graph.is_some() && bucket.graph_epoch == self.watch.epoch;
-        if replay {
-            bucket.graph.as_ref().expect("checked").replay()?;
-        } else {
-            bucket.graph = None;
-            self.launch_forward(bucket)?;
-            bucket.eager_runs += 1;
-            if self.options.graphs
-                && self.graph_error.is_none()
-                && bucket.eager_runs >= self.options.graph_after_runs
-            {
-                let epoch = self.watch.epoch;
-                match self.capture(bucket) {
-                    Ok(g) => {
-                        bucket.graph = g;
-                        bucket.graph_epoch = epoch;
-                    }
-                    Err(e) => self.graph_error = Some(e.to_string()),
-                }
-            }
+        match &bucket.graph {
+            Some(graph) if bucket.graph_epoch == self.watch.epoch => graph.replay()?,
+            _ => self.run_eager_then_capture(bucket)?,
         }
         Ok(self.gpu.download(&bucket.pooled)?)
+    }
+
+    /// Runs `bucket`'s forward pass eagerly and, once it has run often enough, captures its
+    /// graph for the next batches (a capture failure turns graphs off and is kept in
+    /// [`CudaBackend::graph_error`]).
+    fn run_eager_then_capture(&mut self, bucket: &mut Bucket<T>) -> Result<()> {
+        bucket.graph = None;
+        self.launch_forward(bucket)?;
+        bucket.eager_runs += 1;
+        if self.options.graphs
+            && self.graph_error.is_none()
+            && bucket.eager_runs >= self.options.graph_after_runs
+        {
+            let epoch = self.watch.epoch;
+            match self.capture(bucket) {
+                Ok(g) => {
+                    bucket.graph = g;
+                    bucket.graph_epoch = epoch;
+                }
+                Err(e) => self.graph_error = Some(e.to_string()),
+            }
+        }
+        Ok(())
     }
 
     /// Drops least recently used buckets until there is room for one more.
