@@ -51,14 +51,11 @@ fn main() -> ExitCode {
         "M×N×K", "tile (BM×BN×BK warps stages)", "ms", "TFLOP/s"
     );
     for &(m, n, k) in shapes {
-        let data = |len: usize, rng: &mut rand::rngs::StdRng| {
-            (0..len)
-                .map(|_| rng.random_range(-1.0f32..1.0))
-                .collect::<Vec<_>>()
-        };
+        let a_host: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let b_host: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let run = || -> Result<()> {
-            let a = Tensor::from_f32(&gpu, m, k, DType::Bf16, &data(m * k, &mut rng.clone()))?;
-            let b = Tensor::from_f32(&gpu, n, k, DType::Bf16, &data(n * k, &mut rng.clone()))?;
+            let a = Tensor::from_f32(&gpu, m, k, DType::Bf16, &a_host)?;
+            let b = Tensor::from_f32(&gpu, n, k, DType::Bf16, &b_host)?;
             let mut c = Tensor::zeros(&gpu, m, n, DType::Bf16)?;
             for (spec, launch) in &kernels {
                 let tiles: Vec<TileShape> = spec
