@@ -4,3 +4,4 @@ pub mod bert;
 pub mod elementwise;
 pub mod naive_gemm;
 pub mod norm_finish;
+pub mod persistent;
