@@ -21,3 +21,4 @@ pub mod bert;
 pub mod blocks;
 pub mod gemm;
 pub mod stages;
+pub mod waves;

@@ -216,9 +216,21 @@ unsafe fn fetch_task(p: &ProgramArgs, idx: u32, slot: u32, header: u32, tid: u32
     commit_group();
 }
 
-/// Runs this CTA's task list (see the [module docs](self)). `dispatch(arm, args, epi, tile)`
-/// computes one tile with the arm's `run_tile`; `epi` points at the task's epilogue parameter
-/// words in shared memory (read them as the arm's `Params` before the mainloop starts).
+/// How an entry point computes one task: `run_tile` of the arm's instantiation. Implemented by
+/// a zero-sized type per entry point, with `#[inline(always)]`, so every arm is inlined into
+/// the persistent kernel (a closure would be an out-of-line call with its arguments in local
+/// memory).
+pub trait Dispatch {
+    /// Computes `tile` of the operator `args` with arm `arm`; `epi` points at the task's
+    /// epilogue parameter words in shared memory (read them as the arm's `Params`, with
+    /// [`read_params`], before the mainloop starts). Traps on an unknown arm.
+    ///
+    /// # Safety
+    /// As `sm80::run_tile`; every thread of the CTA calls it.
+    unsafe fn tile(arm: u32, args: &GemmArgs, epi: *const u64, tile: TileCoord);
+}
+
+/// Runs this CTA's task list (see the [module docs](self)), each task through `D`.
 /// `HEADER` is [`header_offset`] of the entry point's tiles.
 ///
 /// Launch: grid `(ctas, 1, 1)` with `ctas` no more than can be co-resident, block as the arms'
@@ -230,10 +242,7 @@ unsafe fn fetch_task(p: &ProgramArgs, idx: u32, slot: u32, header: u32, tid: u32
 /// operands, arms within the entry point's list, waits only on tasks earlier in the global
 /// placement order) and zeroed the counters before the first launch.
 #[inline(always)]
-pub unsafe fn run<const HEADER: u32>(
-    p: &ProgramArgs,
-    mut dispatch: impl FnMut(u32, &GemmArgs, *const u64, TileCoord),
-) {
+pub unsafe fn run<const HEADER: u32, D: Dispatch>(p: &ProgramArgs) {
     let tid = thread_idx_x();
     let cta = block_idx_x();
     let offsets = p.cta_offsets as *const u32;
@@ -293,7 +302,7 @@ pub unsafe fn run<const HEADER: u32>(
         let epi = (*hdr).epi.as_ptr();
         // Every producer this task reads is complete (and ordered before us) past this barrier.
         sync_threads();
-        dispatch(arm, &args, epi, tile);
+        D::tile(arm, &args, epi, tile);
         // All threads' stores of the tile precede thread 0's release.
         sync_threads();
         if tid == 0 && signal != NO_SIGNAL {
