@@ -149,9 +149,13 @@ fn simple(
     bias: &impl AsVector,
     c: &impl AsMatrix,
 ) -> Result<OpSpec> {
-    let (a, w, c, b) = (a.matrix(gpu)?, w.matrix(gpu)?, c.matrix(gpu)?, bias.vector(gpu)?);
-    let (args, problem, reads, writes) =
-        standard_op(name, kind, a, w, c, &[bias_arg(b)], None)?;
+    let (a, w, c, b) = (
+        a.matrix(gpu)?,
+        w.matrix(gpu)?,
+        c.matrix(gpu)?,
+        bias.vector(gpu)?,
+    );
+    let (args, problem, reads, writes) = standard_op(name, kind, a, w, c, &[bias_arg(b)], None)?;
     // `Bias`, `BiasRelu` and `BiasGelu` all take `Cons<VectorParams, ...Nil>`: the bias pointer.
     let params = Cons {
         head: VectorParams { ptr: b.ptr },
@@ -438,7 +442,13 @@ pub fn lstm_cell(
                     return Err(Error::Aliasing {
                         output: out_name,
                         input: in_name,
-                        detail: format!("`{name}`: {} at {:#x} vs {} at {:#x}", o.shape_str(), o.ptr, i.shape_str(), i.ptr),
+                        detail: format!(
+                            "`{name}`: {} at {:#x} vs {} at {:#x}",
+                            o.shape_str(),
+                            o.ptr,
+                            i.shape_str(),
+                            i.ptr
+                        ),
                     });
                 }
             }

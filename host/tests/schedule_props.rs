@@ -169,10 +169,8 @@ fn random_graph(seed: u64, n_ops: usize) -> WaveGraph {
         let w = mem.alloc(n, a.cols);
         let mut extra = vec![Region::whole(mem.alloc(1, n))];
         if norm && rng.random_bool(0.6) {
-            let same: Vec<&MatrixDesc> = outs
-                .iter()
-                .filter(|o| o.rows == m && o.cols == n)
-                .collect();
+            let same: Vec<&MatrixDesc> =
+                outs.iter().filter(|o| o.rows == m && o.cols == n).collect();
             let r = if rng.random_bool(0.3) {
                 c
             } else if !same.is_empty() && rng.random_bool(0.5) {
@@ -196,6 +194,9 @@ fn random_graph(seed: u64, n_ops: usize) -> WaveGraph {
     }
     g
 }
+
+/// Sorted, disjoint byte ranges `[lo, hi)`.
+type Intervals = Vec<(u64, u64)>;
 
 /// Byte intervals `[lo, hi)` of rows `r0..r1` of the operator's regions (all rows of `Whole`
 /// ones), merged.
@@ -254,7 +255,7 @@ fn simulate(g: &WaveGraph, s: &Schedule, seed: u64) -> Result<(), String> {
             intervals(&ops[op].writes, r0, r1),
         )
     };
-    let mut blocks: BTreeMap<(usize, u32), (Vec<(u64, u64)>, Vec<(u64, u64)>)> = BTreeMap::new();
+    let mut blocks: BTreeMap<(usize, u32), (Intervals, Intervals)> = BTreeMap::new();
     for op in 0..ops.len() {
         for b in 0..s.variants[op].tiles_m {
             blocks.insert((op, b), block(op, b));
@@ -298,15 +299,15 @@ fn simulate(g: &WaveGraph, s: &Schedule, seed: u64) -> Result<(), String> {
             let c = runnable[rng.random_range(0..runnable.len())];
             let t = &p.tasks[p.cta_lists[c][next[c]]];
             // Oracle: every earlier operator's row block touching the same bytes is done.
-            for i in 0..t.op {
+            for (i, &prog_i) in program_of.iter().enumerate().take(t.op) {
                 for bi in 0..s.variants[i].tiles_m {
                     if !conflicts(t.op, t.tile_m, i, bi) {
                         continue;
                     }
-                    if program_of[i] > pi {
+                    if prog_i > pi {
                         return Err(format!("op {} runs before op {i}", t.op));
                     }
-                    if program_of[i] == pi {
+                    if prog_i == pi {
                         let got = done_in_block.get(&(i, bi)).copied().unwrap_or(0);
                         if got < s.variants[i].tasks_per_row_block() {
                             return Err(format!(
@@ -339,7 +340,10 @@ fn check_tables(g: &WaveGraph, s: &Schedule) {
             assert_eq!(t.cta_offsets[c] as usize, k);
             for &i in list {
                 let (dev, host) = (&t.tasks[k], &p.tasks[i]);
-                assert_eq!((dev.tile_m, dev.tile_n, dev.split), (host.tile_m, host.tile_n, host.split));
+                assert_eq!(
+                    (dev.tile_m, dev.tile_n, dev.split),
+                    (host.tile_m, host.tile_n, host.split)
+                );
                 assert_eq!(dev.arm as usize, s.variants[host.op].arm);
                 assert_eq!(dev.signal, host.signal.unwrap_or(NO_SIGNAL));
                 assert_eq!(dev.n_waits as usize, host.waits.len());
@@ -401,7 +405,8 @@ fn lstm_graph(layers: usize, steps: usize, batch: usize, hidden: usize) -> WaveG
             let h = sub(&d, u * batch, batch, l * hidden, hidden);
             let w = mem.alloc(4 * hidden, 2 * hidden);
             // N = 4H gate columns while C holds H: the cell's 4-to-1 epilogue.
-            g.add(op(format!("l{l}t{t}"), "plain", a, w, h, vec![])).unwrap();
+            g.add(op(format!("l{l}t{t}"), "plain", a, w, h, vec![]))
+                .unwrap();
         }
     }
     g
@@ -448,7 +453,10 @@ fn lstm_stack_is_one_program_on_an_h200() {
         "LSTM 8×8 batch 1: predicted {:.1} µs in one program vs {:.1} µs per cell; wave variants {:?}",
         s.predicted_us,
         base.predicted_us,
-        s.variants.iter().map(|v| (v.tile.bm, v.splits)).collect::<Vec<_>>()
+        s.variants
+            .iter()
+            .map(|v| (v.tile.bm, v.splits))
+            .collect::<Vec<_>>()
     );
     assert!(s.predicted_us < base.predicted_us);
 }
@@ -458,8 +466,13 @@ fn independent_gemms_fill_the_device_in_one_wave() {
     let mut mem = Mem { next: 0x3000_0000 };
     let mut g = WaveGraph::new();
     for i in 0..8 {
-        let (a, w, c) = (mem.alloc(256, 256), mem.alloc(256, 256), mem.alloc(256, 256));
-        g.add(op(format!("g{i}"), "plain", a, w, c, vec![])).unwrap();
+        let (a, w, c) = (
+            mem.alloc(256, 256),
+            mem.alloc(256, 256),
+            mem.alloc(256, 256),
+        );
+        g.add(op(format!("g{i}"), "plain", a, w, c, vec![]))
+            .unwrap();
     }
     let p = props(132);
     let vdev = VDevice::from_model(&p, &FAMILY);
@@ -476,10 +489,17 @@ fn independent_gemms_fill_the_device_in_one_wave() {
     eprintln!(
         "8 × 256³: {tasks} tasks on {} CTAs, variants {:?}, predicted {:.1} µs",
         prog.ctas,
-        s.variants.iter().map(|v| (v.tile.bm, v.tile.bn, v.splits)).collect::<Vec<_>>(),
+        s.variants
+            .iter()
+            .map(|v| (v.tile.bm, v.tile.bn, v.splits))
+            .collect::<Vec<_>>(),
         s.predicted_us
     );
-    assert!(tasks >= 100 && prog.ctas >= 100, "{tasks} tasks, {} CTAs", prog.ctas);
+    assert!(
+        tasks >= 100 && prog.ctas >= 100,
+        "{tasks} tasks, {} CTAs",
+        prog.ctas
+    );
     let base = per_op(&g, &FAMILY, &p, vdev, &ScheduleOptions::default()).unwrap();
     assert!(s.predicted_us < base.predicted_us);
 }
@@ -489,8 +509,13 @@ fn operators_that_fill_the_gpu_fall_back_to_plain_launches() {
     let mut mem = Mem { next: 0x4000_0000 };
     let mut g = WaveGraph::new();
     for i in 0..2 {
-        let (a, w, c) = (mem.alloc(4096, 4096), mem.alloc(4096, 4096), mem.alloc(4096, 4096));
-        g.add(op(format!("big{i}"), "plain", a, w, c, vec![])).unwrap();
+        let (a, w, c) = (
+            mem.alloc(4096, 4096),
+            mem.alloc(4096, 4096),
+            mem.alloc(4096, 4096),
+        );
+        g.add(op(format!("big{i}"), "plain", a, w, c, vec![]))
+            .unwrap();
     }
     let p = props(132);
     let vdev = VDevice::from_model(&p, &FAMILY);
@@ -511,11 +536,33 @@ fn a_chain_becomes_one_program_with_row_block_waits() {
     let y = mem.alloc(64, 384);
     let mut g = WaveGraph::new();
     let attn = mem.alloc(64, 384);
-    g.add(op("o".into(), "norm", attn, mem.alloc(384, 384), h1, vec![Region::rows(x)]))
-        .unwrap();
-    g.add(op("up".into(), "plain", h1, mem.alloc(1536, 384), f, vec![])).unwrap();
-    g.add(op("down".into(), "norm", f, mem.alloc(384, 1536), y, vec![Region::rows(h1)]))
-        .unwrap();
+    g.add(op(
+        "o".into(),
+        "norm",
+        attn,
+        mem.alloc(384, 384),
+        h1,
+        vec![Region::rows(x)],
+    ))
+    .unwrap();
+    g.add(op(
+        "up".into(),
+        "plain",
+        h1,
+        mem.alloc(1536, 384),
+        f,
+        vec![],
+    ))
+    .unwrap();
+    g.add(op(
+        "down".into(),
+        "norm",
+        f,
+        mem.alloc(384, 1536),
+        y,
+        vec![Region::rows(h1)],
+    ))
+    .unwrap();
     assert_eq!(g.deps().len(), 3);
     let p = props(132);
     let vdev = VDevice::from_model(&p, &FAMILY);
@@ -538,7 +585,10 @@ fn a_chain_becomes_one_program_with_row_block_waits() {
     }
     eprintln!(
         "MiniLM chain: variants {:?}, {} CTAs, predicted {:.1} µs",
-        s.variants.iter().map(|v| (v.tile.bm, v.tile.bn, v.splits)).collect::<Vec<_>>(),
+        s.variants
+            .iter()
+            .map(|v| (v.tile.bm, v.tile.bn, v.splits))
+            .collect::<Vec<_>>(),
         prog.ctas,
         s.predicted_us
     );
@@ -549,21 +599,45 @@ fn unschedulable_operators_are_typed_errors() {
     let mut mem = Mem { next: 0x6000_0000 };
     let mut g = WaveGraph::new();
     // A row norm over 512 columns: wider than the only row tile.
-    g.add(op("wide".into(), "norm", mem.alloc(8, 64), mem.alloc(512, 64), mem.alloc(8, 512), vec![]))
-        .unwrap();
+    g.add(op(
+        "wide".into(),
+        "norm",
+        mem.alloc(8, 64),
+        mem.alloc(512, 64),
+        mem.alloc(8, 512),
+        vec![],
+    ))
+    .unwrap();
     let p = props(132);
     let vdev = VDevice::from_model(&p, &FAMILY);
     let e = schedule(&g, &FAMILY, &p, vdev, &ScheduleOptions::default()).unwrap_err();
     assert!(e.to_string().contains("BN ≥ N"), "{e}");
     let mut g2 = WaveGraph::new();
-    g2.add(op("x".into(), "nope", mem.alloc(8, 64), mem.alloc(64, 64), mem.alloc(8, 64), vec![]))
-        .unwrap();
+    g2.add(op(
+        "x".into(),
+        "nope",
+        mem.alloc(8, 64),
+        mem.alloc(64, 64),
+        mem.alloc(8, 64),
+        vec![],
+    ))
+    .unwrap();
     assert!(schedule(&g2, &FAMILY, &p, vdev, &ScheduleOptions::default()).is_err());
     // No CTA slot at all.
     let mut g3 = WaveGraph::new();
-    g3.add(op("y".into(), "plain", mem.alloc(8, 64), mem.alloc(64, 64), mem.alloc(8, 64), vec![]))
-        .unwrap();
-    let none = VDevice { sms: 132, ctas_per_sm: 0 };
+    g3.add(op(
+        "y".into(),
+        "plain",
+        mem.alloc(8, 64),
+        mem.alloc(64, 64),
+        mem.alloc(8, 64),
+        vec![],
+    ))
+    .unwrap();
+    let none = VDevice {
+        sms: 132,
+        ctas_per_sm: 0,
+    };
     assert!(matches!(
         schedule(&g3, &FAMILY, &p, none, &ScheduleOptions::default()),
         Err(fused_gemm_host::Error::LaunchLimit(_))
@@ -582,7 +656,10 @@ fn unschedulable_operators_are_typed_errors() {
 fn a_broken_schedule_is_caught() {
     let g = lstm_graph(2, 2, 2, 64);
     let p = props(8);
-    let vdev = VDevice { sms: 8, ctas_per_sm: 2 };
+    let vdev = VDevice {
+        sms: 8,
+        ctas_per_sm: 2,
+    };
     let s = schedule(&g, &FAMILY, &p, vdev, &ScheduleOptions::default()).unwrap();
     verify(&g, &FAMILY, &s).unwrap();
     let Program::Persistent(prog) = &s.programs[0] else {
@@ -590,24 +667,32 @@ fn a_broken_schedule_is_caught() {
     };
     // Drop a wait.
     let mut bad = s.clone();
-    let Program::Persistent(bp) = &mut bad.programs[0] else { unreachable!() };
+    let Program::Persistent(bp) = &mut bad.programs[0] else {
+        unreachable!()
+    };
     let i = bp.tasks.iter().position(|t| !t.waits.is_empty()).unwrap();
     bp.tasks[i].waits.clear();
     assert!(verify(&g, &FAMILY, &bad).is_err());
     // Too many CTAs for the vDevice.
     let mut bad = s.clone();
-    let Program::Persistent(bp) = &mut bad.programs[0] else { unreachable!() };
+    let Program::Persistent(bp) = &mut bad.programs[0] else {
+        unreachable!()
+    };
     bp.ctas = 17;
     assert!(verify(&g, &FAMILY, &bad).is_err());
     // A task listed twice.
     let mut bad = s.clone();
-    let Program::Persistent(bp) = &mut bad.programs[0] else { unreachable!() };
+    let Program::Persistent(bp) = &mut bad.programs[0] else {
+        unreachable!()
+    };
     let first = bp.cta_lists[0][0];
     bp.cta_lists[0].push(first);
     assert!(verify(&g, &FAMILY, &bad).is_err());
     // A CTA list out of global order deadlocks in simulation and fails verification.
     let mut bad = s.clone();
-    let Program::Persistent(bp) = &mut bad.programs[0] else { unreachable!() };
+    let Program::Persistent(bp) = &mut bad.programs[0] else {
+        unreachable!()
+    };
     if let Some(c) = bp.cta_lists.iter().position(|l| l.len() >= 2) {
         bp.cta_lists[c].reverse();
         assert!(verify(&g, &FAMILY, &bad).is_err());
@@ -626,8 +711,12 @@ fn random_graphs_exercise_waits() {
         whole += g
             .deps()
             .iter()
-            .any(|d| d.rows == fused_gemm_host::schedule::dag::DepRows::Whole) as u32;
-        let vdev = VDevice { sms: 6, ctas_per_sm: 2 };
+            .any(|d| d.rows == fused_gemm_host::schedule::dag::DepRows::Whole)
+            as u32;
+        let vdev = VDevice {
+            sms: 6,
+            ctas_per_sm: 2,
+        };
         let opts = ScheduleOptions {
             max_splits: 4,
             ..Default::default()
@@ -659,12 +748,29 @@ fn concat_of_six_producers_uses_overflow_waits() {
     let mut g = WaveGraph::new();
     for i in 0..6 {
         let c = sub(&cat, 0, 40, 64 * i, 64);
-        g.add(op(format!("p{i}"), "plain", mem.alloc(40, 32), mem.alloc(64, 32), c, vec![]))
-            .unwrap();
-    }
-    g.add(op("cat".into(), "plain", cat, mem.alloc(64, 384), mem.alloc(40, 64), vec![]))
+        g.add(op(
+            format!("p{i}"),
+            "plain",
+            mem.alloc(40, 32),
+            mem.alloc(64, 32),
+            c,
+            vec![],
+        ))
         .unwrap();
-    let vdev = VDevice { sms: 4, ctas_per_sm: 2 };
+    }
+    g.add(op(
+        "cat".into(),
+        "plain",
+        cat,
+        mem.alloc(64, 384),
+        mem.alloc(40, 64),
+        vec![],
+    ))
+    .unwrap();
+    let vdev = VDevice {
+        sms: 4,
+        ctas_per_sm: 2,
+    };
     let s = schedule(&g, &FAMILY, &props(4), vdev, &ScheduleOptions::default()).unwrap();
     verify(&g, &FAMILY, &s).unwrap();
     simulate(&g, &s, 3).unwrap();
@@ -672,6 +778,11 @@ fn concat_of_six_producers_uses_overflow_waits() {
     let Program::Persistent(p) = &s.programs[0] else {
         panic!("expected one persistent program: {:?}", s.programs)
     };
-    let last = p.tasks.iter().filter(|t| t.op == 6).map(|t| t.waits.len()).max();
+    let last = p
+        .tasks
+        .iter()
+        .filter(|t| t.op == 6)
+        .map(|t| t.waits.len())
+        .max();
     assert_eq!(last, Some(6));
 }

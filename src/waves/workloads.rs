@@ -158,10 +158,9 @@ impl MiniLmLayer {
         let ffn = MINILM_FFN;
         let s_d = 1.0 / (d as f32).sqrt();
         let s_f = 1.0 / (ffn as f32).sqrt();
-        let ones_ish =
-            |fill: &mut dyn FnMut(usize) -> Vec<f32>, n: usize| -> Vec<f32> {
-                fill(n).into_iter().map(|x| 1.0 + 0.1 * x).collect()
-            };
+        let ones_ish = |fill: &mut dyn FnMut(usize) -> Vec<f32>, n: usize| -> Vec<f32> {
+            fill(n).into_iter().map(|x| 1.0 + 0.1 * x).collect()
+        };
         let x = random(gpu, fill, seq, d, 1.0)?;
         let w_qkv = random(gpu, fill, 3 * d, d, s_d)?;
         let b_qkv = random(gpu, fill, 1, 3 * d, 0.1)?;
@@ -232,7 +231,9 @@ impl MiniLmLayer {
 
 impl std::fmt::Debug for MiniLmLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MiniLmLayer").field("seq", &self.seq).finish()
+        f.debug_struct("MiniLmLayer")
+            .field("seq", &self.seq)
+            .finish()
     }
 }
 

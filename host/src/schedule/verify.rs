@@ -39,14 +39,20 @@ pub fn verify(graph: &WaveGraph, family: &Family, s: &Schedule) -> Result<(), St
         }
         let p = &spec.problem;
         if p.row_norm && v.tile.bn < p.n {
-            return Err(format!("op {op}: row norm over N = {} on BN = {}", p.n, v.tile.bn));
+            return Err(format!(
+                "op {op}: row norm over N = {} on BN = {}",
+                p.n, v.tile.bn
+            ));
         }
         if v.tiles_m != p.m.div_ceil(v.tile.bm) || v.tiles_n != p.n.div_ceil(v.tile.bn) {
             return Err(format!("op {op}: tile counts {}×{}", v.tiles_m, v.tiles_n));
         }
         if v.splits == 0 || (v.splits > 1 && (v.k_per_split as u64 * v.splits as u64) < p.k as u64)
         {
-            return Err(format!("op {op}: {} splits of {} cover K = {}", v.splits, v.k_per_split, p.k));
+            return Err(format!(
+                "op {op}: {} splits of {} cover K = {}",
+                v.splits, v.k_per_split, p.k
+            ));
         }
     }
     let mut program_of = vec![usize::MAX; n];
@@ -104,18 +110,29 @@ fn check_persistent(
         ));
     }
     if p.cta_lists.len() != p.ctas as usize {
-        return Err(format!("program {pi}: {} lists for {} CTAs", p.cta_lists.len(), p.ctas));
+        return Err(format!(
+            "program {pi}: {} lists for {} CTAs",
+            p.cta_lists.len(),
+            p.ctas
+        ));
     }
     // Each task exactly once, on the CTA whose list holds it.
     let mut seen = vec![false; p.tasks.len()];
     for (c, list) in p.cta_lists.iter().enumerate() {
         if list.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(format!("program {pi}: CTA {c}'s list is not in global order"));
+            return Err(format!(
+                "program {pi}: CTA {c}'s list is not in global order"
+            ));
         }
         for &i in list {
-            let t = p.tasks.get(i).ok_or(format!("program {pi}: task {i} out of range"))?;
+            let t = p
+                .tasks
+                .get(i)
+                .ok_or(format!("program {pi}: task {i} out of range"))?;
             if seen[i] || t.cta as usize != c {
-                return Err(format!("program {pi}: task {i} listed twice or on the wrong CTA"));
+                return Err(format!(
+                    "program {pi}: task {i} listed twice or on the wrong CTA"
+                ));
             }
             seen[i] = true;
         }
@@ -126,13 +143,22 @@ fn check_persistent(
     let mut by_tile: BTreeMap<(usize, u32, u32, u32), usize> = BTreeMap::new();
     for (i, t) in p.tasks.iter().enumerate() {
         if program_of[t.op] != pi {
-            return Err(format!("program {pi}: task of op {} from another program", t.op));
+            return Err(format!(
+                "program {pi}: task of op {} from another program",
+                t.op
+            ));
         }
         let v = &s.variants[t.op];
         if t.tile_m >= v.tiles_m || t.tile_n >= v.tiles_n || t.split >= v.splits {
-            return Err(format!("program {pi}: task {i} outside op {}'s tiles", t.op));
+            return Err(format!(
+                "program {pi}: task {i} outside op {}'s tiles",
+                t.op
+            ));
         }
-        if by_tile.insert((t.op, t.tile_m, t.tile_n, t.split), i).is_some() {
+        if by_tile
+            .insert((t.op, t.tile_m, t.tile_n, t.split), i)
+            .is_some()
+        {
             return Err(format!("program {pi}: op {} tile placed twice", t.op));
         }
     }
@@ -152,7 +178,9 @@ fn check_persistent(
                 return Err(format!("program {pi}: counter {c} ≥ {}", p.counters));
             }
             if *owner.entry(c).or_insert((t.op, t.tile_m)) != (t.op, t.tile_m) {
-                return Err(format!("program {pi}: counter {c} shared by two row blocks"));
+                return Err(format!(
+                    "program {pi}: counter {c} shared by two row blocks"
+                ));
             }
             *signals.entry(c).or_default() += 1;
         }
@@ -197,7 +225,11 @@ fn check_persistent(
                                     "program {pi}: producer task {j} of task {i} signals nothing"
                                 ));
                             };
-                            if !t.waits.iter().any(|w| (w.first..w.first + w.count).contains(&c)) {
+                            if !t
+                                .waits
+                                .iter()
+                                .any(|w| (w.first..w.first + w.count).contains(&c))
+                            {
                                 return Err(format!(
                                     "program {pi}: task {i} (op {}) does not wait for counter {c} of op {} row block {b}",
                                     t.op, d.producer

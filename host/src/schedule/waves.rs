@@ -344,9 +344,14 @@ fn task_us(p: &Problem, tile: &TileShape, plan: &Plan, props: &DeviceProps, r: &
 }
 
 /// A total order on non-negative times for the heaps.
-#[derive(Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, PartialEq)]
 struct Time(f64);
 impl Eq for Time {}
+impl PartialOrd for Time {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Time {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0)
@@ -357,8 +362,9 @@ impl Ord for Time {
 fn lpt_makespan(groups: &[(u32, f64)], g: usize) -> f64 {
     let mut sorted: Vec<(u32, f64)> = groups.to_vec();
     sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut heap: BinaryHeap<std::cmp::Reverse<Time>> =
-        (0..g.max(1)).map(|_| std::cmp::Reverse(Time(0.0))).collect();
+    let mut heap: BinaryHeap<std::cmp::Reverse<Time>> = (0..g.max(1))
+        .map(|_| std::cmp::Reverse(Time(0.0)))
+        .collect();
     let mut end: f64 = 0.0;
     for (count, d) in sorted {
         for _ in 0..count {
