@@ -29,7 +29,7 @@
 //! tasks placed earlier: the property the device relies on to be deadlock-free
 //! ([`fused_gemm_device::kernel::persistent`]); [`super::verify`] checks it.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use fused_gemm_device::gemm::TileShape;
 use fused_gemm_device::kernel::persistent::Wait;
@@ -358,8 +358,17 @@ impl Ord for Time {
     }
 }
 
-/// Longest-task-first makespan of independent tasks `(count, duration)` on `g` vEUs.
+/// Longest-task-first makespan of independent tasks `(count, duration)` on `g` vEUs. Beyond
+/// 32 tasks per vEU, Graham's list-scheduling bound (total / g + longest) stands in for the
+/// simulation (big operators, which fall back to plain launches anyway).
 fn lpt_makespan(groups: &[(u32, f64)], g: usize) -> f64 {
+    let g = g.max(1);
+    let tasks: u64 = groups.iter().map(|&(c, _)| c as u64).sum();
+    if tasks > 32 * g as u64 {
+        let total: f64 = groups.iter().map(|&(c, d)| c as f64 * d).sum();
+        let longest = groups.iter().map(|&(_, d)| d).fold(0.0, f64::max);
+        return total / g as f64 + longest;
+    }
     let mut sorted: Vec<(u32, f64)> = groups.to_vec();
     sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut heap: BinaryHeap<std::cmp::Reverse<Time>> = (0..g.max(1))
@@ -431,9 +440,13 @@ struct Need {
     blocks: u32,
 }
 
+/// vEUs ordered by (free time, then index descending), for the placement rule in O(log G).
+type FreeSet = BTreeSet<(Time, std::cmp::Reverse<usize>)>;
+
 #[derive(Clone)]
 struct Placer {
     free: Vec<f64>,
+    by_free: FreeSet,
     /// Per in-program operator, the latest end of each row block.
     rb_end: BTreeMap<usize, Vec<f64>>,
     tasks: Vec<(PlacedTask, Vec<Need>)>,
@@ -444,10 +457,29 @@ impl Placer {
     fn new(g: usize) -> Self {
         Placer {
             free: vec![0.0; g],
+            by_free: (0..g).map(|e| (Time(0.0), std::cmp::Reverse(e))).collect(),
             rb_end: BTreeMap::new(),
             tasks: Vec::new(),
             ops: Vec::new(),
         }
+    }
+
+    /// The vEU where a task ready at `ready` starts first: among those free by then, the one
+    /// that freed last (keeping earlier-free vEUs for others), lowest index on ties; if none is
+    /// free by then, the one that frees first, lowest index on ties.
+    fn pick(&self, ready: f64) -> usize {
+        use std::cmp::Reverse;
+        if let Some(&(_, Reverse(e))) = self.by_free.range(..=(Time(ready), Reverse(0))).next_back()
+        {
+            return e;
+        }
+        let (Time(f0), _) = *self.by_free.first().expect("g ≥ 1");
+        let &(_, Reverse(e)) = self
+            .by_free
+            .range(..=(Time(f0), Reverse(0)))
+            .next_back()
+            .expect("the first entry is in range");
+        e
     }
 
     fn makespan(&self) -> f64 {
@@ -496,19 +528,13 @@ impl Placer {
                 for tn in 0..v.tiles_n {
                     for s in 0..v.splits {
                         let d = v.task_us * slow;
-                        let mut best = 0usize;
-                        let mut best_key = (f64::INFINITY, f64::INFINITY);
-                        for (e, &f) in self.free.iter().enumerate() {
-                            let start = f.max(ready);
-                            // Earliest start; then the vEU that freed last before it.
-                            let key = (start, -f);
-                            if key.0 < best_key.0 || (key.0 == best_key.0 && key.1 < best_key.1) {
-                                best = e;
-                                best_key = key;
-                            }
-                        }
-                        let start = best_key.0;
+                        let best = self.pick(ready);
+                        let start = self.free[best].max(ready);
+                        self.by_free
+                            .remove(&(Time(self.free[best]), std::cmp::Reverse(best)));
                         self.free[best] = start + d;
+                        self.by_free
+                            .insert((Time(start + d), std::cmp::Reverse(best)));
                         ends[tm as usize] = ends[tm as usize].max(start + d);
                         self.tasks.push((
                             PlacedTask {
@@ -740,5 +766,28 @@ mod tests {
         // 3 + 1 + 1 + 1 on two vEUs: {3}, {1, 1, 1}.
         assert_eq!(lpt_makespan(&[(1, 3.0), (3, 1.0)], 2), 3.0);
         assert_eq!(lpt_makespan(&[], 3), 0.0);
+        // Many tasks per vEU: the bound.
+        assert_eq!(lpt_makespan(&[(1000, 1.0)], 10), 101.0);
+    }
+
+    #[test]
+    fn placement_prefers_the_latest_veu_free_by_the_ready_time() {
+        let mut p = Placer::new(4);
+        let set = |p: &mut Placer, e: usize, f: f64| {
+            p.by_free.remove(&(Time(p.free[e]), std::cmp::Reverse(e)));
+            p.free[e] = f;
+            p.by_free.insert((Time(f), std::cmp::Reverse(e)));
+        };
+        assert_eq!(p.pick(0.0), 0);
+        set(&mut p, 0, 5.0);
+        set(&mut p, 1, 3.0);
+        set(&mut p, 2, 3.0);
+        set(&mut p, 3, 9.0);
+        // Free by 4: vEUs 1 and 2 (3.0), the lower index wins.
+        assert_eq!(p.pick(4.0), 1);
+        // Free by 6: vEU 0 freed last (5.0).
+        assert_eq!(p.pick(6.0), 0);
+        // Nothing free by 1: the first to free, lowest index.
+        assert_eq!(p.pick(1.0), 1);
     }
 }
