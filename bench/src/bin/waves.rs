@@ -14,7 +14,8 @@
 //! Modes: `per-op` (each operator launched alone with its fastest-alone variant, on a stream),
 //! `cuda-graph` (the same launches captured once and replayed), `waves` (the scheduler's
 //! programs, launched on the stream), `waves+graph` (those launches replayed as a CUDA graph). Latency is the median of `WAVES_REPS` (default 200) forwards timed with CUDA
-//! events after 20 warm-up ones. Prints a table and writes `bench/results/waves-<date>.json`.
+//! events after 20 warm-up ones. Prints a table and writes `bench/results/waves-<date>.json`
+//! (`WAVES_RESULTS_DIR` overrides the folder). Takes well under two minutes on an H200.
 
 use std::process::ExitCode;
 
@@ -39,11 +40,14 @@ fn reps() -> usize {
         .max(100)
 }
 
-/// Both executions of one graph: the baseline's launches and the scheduler's programs.
+/// The executions of one graph: the baseline's launches, the scheduler's programs, and
+/// schedules with every operator fixed to one tile shape without split-K (to check the
+/// scheduler's variant choice against the obvious alternatives).
 struct Pair {
     per_op: WaveRunner,
     waves: WaveRunner,
     schedule: Schedule,
+    alts: Vec<(String, WaveRunner, Schedule)>,
 }
 
 fn pair(gpu: &Gpu, g: &WaveGraph, family: &Family) -> Result<Pair> {
@@ -52,10 +56,38 @@ fn pair(gpu: &Gpu, g: &WaveGraph, family: &Family) -> Result<Pair> {
     let s = schedule::schedule(g, family, gpu.props(), vdev, &opts)?;
     verify(g, family, &s).map_err(|e| Error::LaunchLimit(format!("schedule check: {e}")))?;
     let base = schedule::per_op(g, family, gpu.props(), vdev, &opts)?;
+    let mut alts = Vec::new();
+    let mut tiles: Vec<_> = family.arms.iter().map(|a| a.tile).collect();
+    tiles.dedup();
+    for tile in tiles {
+        let fixed: Option<Vec<_>> = g
+            .ops()
+            .iter()
+            .map(|o| {
+                family
+                    .arms_of(o.kind)
+                    .find(|(_, a)| a.tile == tile)
+                    .map(|(i, _)| Some((i, 1)))
+            })
+            .collect();
+        let Some(fixed) = fixed else { continue };
+        let alt_opts = ScheduleOptions {
+            fixed,
+            fallback: false,
+            ..ScheduleOptions::default()
+        };
+        let Ok(alt) = schedule::schedule(g, family, gpu.props(), vdev, &alt_opts) else {
+            continue;
+        };
+        verify(g, family, &alt).map_err(|e| Error::LaunchLimit(format!("schedule check: {e}")))?;
+        let label = format!("waves[{}x{} s1]", tile.bm, tile.bn);
+        alts.push((label, WaveRunner::new(gpu, g, family, &alt)?, alt));
+    }
     Ok(Pair {
         per_op: WaveRunner::new(gpu, g, family, &base)?,
         waves: WaveRunner::new(gpu, g, family, &s)?,
         schedule: s,
+        alts,
     })
 }
 
@@ -109,6 +141,8 @@ enum Mode {
     PerOp,
     /// The scheduler's programs.
     Waves,
+    /// Alternative schedule `i` of the workload.
+    Alt(usize),
 }
 
 /// One workload: its forward in either mode and its outputs.
@@ -120,8 +154,10 @@ trait Workload {
     fn outputs(&self, gpu: &Gpu) -> Result<Vec<f32>>;
     /// The runners of one forward in `mode`, and launches outside them.
     fn runners(&self, mode: Mode) -> (Vec<&WaveRunner>, usize);
-    /// The scheduler's prediction for the waves forward, µs.
-    fn predicted_us(&self) -> f64;
+    /// The scheduler's prediction for a forward in `mode` (waves or alternative), µs.
+    fn predicted_us(&self, mode: Mode) -> Option<f64>;
+    /// Labels of the alternative schedules.
+    fn alternatives(&self) -> Vec<String>;
 }
 
 fn row(
@@ -146,20 +182,22 @@ fn row(
         runs: reps,
         launches: runners.iter().map(|r| r.launches()).sum::<usize>() + extra,
         occupancy,
-        predicted_us: (mode == Mode::Waves).then(|| w.predicted_us()),
+        predicted_us: w.predicted_us(mode),
         launch_info: info,
         max_abs_diff_vs_per_op: diff,
     }
 }
 
-/// Times the three modes of one workload.
+/// Times the modes of one workload.
 fn measure(gpu: &Gpu, w: &mut dyn Workload, rows: &mut Vec<WaveBenchRow>) -> Result<()> {
     let reps = reps();
     w.forward(gpu, Mode::PerOp)?;
     let base_out = w.outputs(gpu)?;
-    w.forward(gpu, Mode::Waves)?;
-    let waves_out = w.outputs(gpu)?;
-    let diff = max_abs_diff(&base_out, &waves_out);
+    let diff = |w: &mut dyn Workload, mode: Mode| -> Result<f64> {
+        w.forward(gpu, mode)?;
+        Ok(max_abs_diff(&base_out, &w.outputs(gpu)?))
+    };
+    let d_waves = diff(w, Mode::Waves)?;
 
     let t_op = gpu.time_ms(20, reps, |g| w.forward(g, Mode::PerOp))?;
     let graph: Graph = gpu.capture(|g| w.forward(g, Mode::PerOp))?;
@@ -171,15 +209,20 @@ fn measure(gpu: &Gpu, w: &mut dyn Workload, rows: &mut Vec<WaveBenchRow>) -> Res
     let t_waves_graph = gpu.time_ms(20, reps, |_| waves_graph.replay())?;
     rows.push(row(w, Mode::PerOp, "per-op", t_op, reps, None));
     rows.push(row(w, Mode::PerOp, "cuda-graph", t_graph, reps, None));
-    rows.push(row(w, Mode::Waves, "waves", t_waves, reps, Some(diff)));
+    rows.push(row(w, Mode::Waves, "waves", t_waves, reps, Some(d_waves)));
     rows.push(row(
         w,
         Mode::Waves,
         "waves+graph",
         t_waves_graph,
         reps,
-        Some(diff),
+        Some(d_waves),
     ));
+    for (i, label) in w.alternatives().into_iter().enumerate() {
+        let d = diff(w, Mode::Alt(i))?;
+        let t = gpu.time_ms(20, reps, |g| w.forward(g, Mode::Alt(i)))?;
+        rows.push(row(w, Mode::Alt(i), &label, t, reps, Some(d)));
+    }
     Ok(())
 }
 
@@ -191,27 +234,42 @@ struct Single<T> {
     outputs: fn(&T, &Gpu) -> Result<Vec<f32>>,
 }
 
+impl Pair {
+    fn runner(&self, mode: Mode) -> &WaveRunner {
+        match mode {
+            Mode::PerOp => &self.per_op,
+            Mode::Waves => &self.waves,
+            Mode::Alt(i) => &self.alts[i].1,
+        }
+    }
+
+    fn predicted_us(&self, mode: Mode) -> Option<f64> {
+        match mode {
+            Mode::PerOp => None,
+            Mode::Waves => Some(self.schedule.predicted_us),
+            Mode::Alt(i) => Some(self.alts[i].2.predicted_us),
+        }
+    }
+}
+
 impl<T> Workload for Single<T> {
     fn name(&self) -> String {
         self.name.clone()
     }
     fn forward(&mut self, gpu: &Gpu, mode: Mode) -> Result<()> {
-        match mode {
-            Mode::PerOp => self.pair.per_op.launch(gpu),
-            Mode::Waves => self.pair.waves.launch(gpu),
-        }
+        self.pair.runner(mode).launch(gpu)
     }
     fn outputs(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         (self.outputs)(&self.data, gpu)
     }
     fn runners(&self, mode: Mode) -> (Vec<&WaveRunner>, usize) {
-        match mode {
-            Mode::PerOp => (vec![&self.pair.per_op], 0),
-            Mode::Waves => (vec![&self.pair.waves], 0),
-        }
+        (vec![self.pair.runner(mode)], 0)
     }
-    fn predicted_us(&self) -> f64 {
-        self.pair.schedule.predicted_us
+    fn predicted_us(&self, mode: Mode) -> Option<f64> {
+        self.pair.predicted_us(mode)
+    }
+    fn alternatives(&self) -> Vec<String> {
+        self.pair.alts.iter().map(|a| a.0.clone()).collect()
     }
 }
 
@@ -229,7 +287,7 @@ impl Workload for Layer {
     fn forward(&mut self, gpu: &Gpu, mode: Mode) -> Result<()> {
         let (pre, post) = match mode {
             Mode::PerOp => (&self.pre.per_op, &self.post.per_op),
-            Mode::Waves => (&self.pre.waves, &self.post.waves),
+            _ => (&self.pre.waves, &self.post.waves),
         };
         pre.launch(gpu)?;
         self.layer.attention(gpu)?;
@@ -239,13 +297,28 @@ impl Workload for Layer {
         self.layer.y.download_f32(gpu)
     }
     fn runners(&self, mode: Mode) -> (Vec<&WaveRunner>, usize) {
+        let (pre, post) = self.runners_of(mode);
+        (vec![pre, post], 1)
+    }
+    fn predicted_us(&self, mode: Mode) -> Option<f64> {
         match mode {
-            Mode::PerOp => (vec![&self.pre.per_op, &self.post.per_op], 1),
-            Mode::Waves => (vec![&self.pre.waves, &self.post.waves], 1),
+            Mode::PerOp => None,
+            _ => Some(self.pre.schedule.predicted_us + self.post.schedule.predicted_us),
         }
     }
-    fn predicted_us(&self) -> f64 {
-        self.pre.schedule.predicted_us + self.post.schedule.predicted_us
+    fn alternatives(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Layer {
+    /// The pre- and post-attention runners of `mode` (no alternatives: the layer's operators
+    /// share no tile shape).
+    fn runners_of(&self, mode: Mode) -> (&WaveRunner, &WaveRunner) {
+        match mode {
+            Mode::PerOp => (&self.pre.per_op, &self.post.per_op),
+            _ => (&self.pre.waves, &self.post.waves),
+        }
     }
 }
 
@@ -322,6 +395,19 @@ fn date() -> String {
         .unwrap_or_else(|| "undated".into())
 }
 
+/// `WAVES_RESULTS_DIR` if set; else `bench/results` under the current directory when run from a
+/// checkout's root (a GPU bundle run from elsewhere); else this crate's `results/`.
+fn results_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("WAVES_RESULTS_DIR") {
+        return d.into();
+    }
+    let local = std::path::Path::new("bench");
+    if local.is_dir() {
+        return local.join("results");
+    }
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results")
+}
+
 fn main() -> ExitCode {
     let gpu = match Gpu::new(0) {
         Ok(g) => g,
@@ -364,7 +450,7 @@ fn main() -> ExitCode {
         device: gpu.name().to_owned(),
         rows,
     };
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+    let dir = results_dir();
     let path = dir.join(format!("waves-{}.json", report.date));
     match std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, report.to_json())) {
         Ok(()) => eprintln!("waves: wrote {}", path.display()),
