@@ -116,8 +116,11 @@ pub struct Variant {
     pub tiles_m: u32,
     /// ⌈N/BN⌉.
     pub tiles_n: u32,
-    /// Model time of one task alone on an SM, µs.
+    /// Model time of one task alone on an SM, µs (the mainloop and epilogue of one K split).
     pub task_us: f64,
+    /// Model time of the split-K reduction one tile's last-arriving task does after its own
+    /// split, µs (0 without split-K): it reads the other splits' f32 partials serially.
+    pub reduce_us: f64,
     /// Model time of the operator launched alone with this variant (launch included), µs.
     pub alone_us: f64,
     /// Whether the operator launched alone fills every CTA slot of the device at least once.
@@ -305,13 +308,19 @@ fn variant(
         tiles_m: plan.grid.1,
         tiles_n: plan.grid.0,
         task_us: task_us(p, &t, plan, props, &opts.roofline),
+        reduce_us: if plan.splits > 1 {
+            (plan.splits - 1) as f64 * (t.bm * t.bn) as f64 * 4.0
+                / (opts.roofline.sm_load_gbs * 1e3)
+        } else {
+            0.0
+        },
         alone_us: plan.predicted_us,
         fills: plan.ctas() >= props.sm_count as u64 * plan.model.ctas_per_sm.max(1) as u64,
     }
 }
 
 /// Model time of one task of `plan` alone on an SM: the tile's (one K split's) model time on a
-/// one-SM device without the launch, plus its share of the split-K reduction.
+/// one-SM device without the launch.
 fn task_us(p: &Problem, tile: &TileShape, plan: &Plan, props: &DeviceProps, r: &Roofline) -> f64 {
     let one = DeviceProps {
         sm_count: 1,
@@ -328,19 +337,10 @@ fn task_us(p: &Problem, tile: &TileShape, plan: &Plan, props: &DeviceProps, r: &
         k,
         ..*p
     };
-    let single = Planner::new(one).with_roofline(*r).evaluate(&sub, tile, 1);
-    let core = match single {
+    match Planner::new(one).with_roofline(*r).evaluate(&sub, tile, 1) {
         Some(s) => s.model.sm_us.max(s.model.l2_us) + r.wave_fixed_us,
         None => plan.predicted_us / plan.ctas().max(1) as f64,
-    };
-    let reduce = if plan.splits > 1 {
-        (plan.splits - 1) as f64 * (tile.bm * tile.bn) as f64 * 4.0
-            / (r.sm_load_gbs * 1e3)
-            / plan.splits as f64
-    } else {
-        0.0
-    };
-    core + reduce
+    }
 }
 
 /// A total order on non-negative times for the heaps.
@@ -397,13 +397,20 @@ fn choose_wave_variants(wave: &[usize], cands: &[Vec<Variant>], g: usize, slow: 
                 .expect("non-empty")
         })
         .collect();
+    // The tasks, plus one reduction per split tile; no operator finishes before one split and
+    // its reduction.
     let cost = |pick: &[usize]| {
-        let groups: Vec<(u32, f64)> = wave
-            .iter()
-            .zip(pick)
-            .map(|(&op, &i)| (cands[op][i].tasks(), cands[op][i].task_us * slow))
-            .collect();
-        lpt_makespan(&groups, g)
+        let mut groups: Vec<(u32, f64)> = Vec::new();
+        let mut chain: f64 = 0.0;
+        for (&op, &i) in wave.iter().zip(pick) {
+            let v = &cands[op][i];
+            groups.push((v.tasks(), v.task_us * slow));
+            if v.splits > 1 {
+                groups.push((v.tiles_m * v.tiles_n, v.reduce_us * slow));
+            }
+            chain = chain.max((v.task_us + v.reduce_us) * slow);
+        }
+        lpt_makespan(&groups, g).max(chain)
     };
     let mut best = cost(&pick);
     for _round in 0..4 {
@@ -526,6 +533,7 @@ impl Placer {
                     }
                 }
                 for tn in 0..v.tiles_n {
+                    let first = self.tasks.len();
                     for s in 0..v.splits {
                         let d = v.task_us * slow;
                         let best = self.pick(ready);
@@ -550,6 +558,23 @@ impl Placer {
                             },
                             needs.clone(),
                         ));
+                    }
+                    if v.splits > 1 {
+                        // The last split to finish reduces the tile: it and its vEU take longer.
+                        let last = (first..self.tasks.len())
+                            .max_by(|&a, &b| {
+                                self.tasks[a].0.end_us.total_cmp(&self.tasks[b].0.end_us)
+                            })
+                            .expect("splits ≥ 2");
+                        let (e, end) = (self.tasks[last].0.cta as usize, self.tasks[last].0.end_us);
+                        let extended = end + v.reduce_us * slow;
+                        self.tasks[last].0.end_us = extended;
+                        if self.free[e] == end {
+                            self.by_free.remove(&(Time(end), std::cmp::Reverse(e)));
+                            self.free[e] = extended;
+                            self.by_free.insert((Time(extended), std::cmp::Reverse(e)));
+                        }
+                        ends[tm as usize] = ends[tm as usize].max(extended);
                     }
                 }
             }
