@@ -22,3 +22,4 @@ pub mod blocks;
 pub mod gemm;
 pub mod rowwise;
 pub mod stages;
+pub mod waves;
