@@ -5,6 +5,7 @@
 #   memcheck     compute-sanitizer memcheck on a few small GEMM tests
 #   timing       the benchmark's timing self-check
 #   bench-quick  fused-gemm-bench --quick;  bench  the full shape table
+#   tiles        every compiled tile of the plain GEMM on a few large shapes
 #   sweep        the planner sweep (construction vs exhaustive timing)
 #   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
 #   waves        the wave scheduler tests and benchmark
@@ -26,6 +27,7 @@ for step in "$@"; do
         timing) "$b/bin/fused-gemm-bench" timing 2>&1 | tail -8 ;;
         bench-quick) "$b/bin/fused-gemm-bench" --quick --out "$out" > "$out/bench-quick.log" 2>&1; tail -30 "$out/bench-quick.log" ;;
         bench) "$b/bin/fused-gemm-bench" --out "$out" > "$out/bench.log" 2>&1; tail -60 "$out/bench.log" ;;
+        tiles) "$b/bin/tile_probe" > "$out/tiles.log" 2>&1; cat "$out/tiles.log" ;;
         sweep) "$b/bin/plan_sweep" > "$out/sweep.log" 2>&1; cp "$root"/bench/results/plan_sweep-* "$out/" 2>/dev/null; tail -12 "$out/sweep.log" ;;
         minilm) "$b/tests/gpu_minilm" --test-threads=1 --nocapture > "$out/minilm-tests.log" 2>&1; grep -E "cos|FAILED|panicked|test result" "$out/minilm-tests.log" | tail -25
                 "$root/bench/minilm/bench.sh" --bin "$b/bin/fused-gemm" --out "$out" > "$out/minilm-bench.log" 2>&1; tail -30 "$out/minilm-bench.log" ;;
