@@ -724,7 +724,7 @@ fn split_k_applies_the_epilogue_once() {
     let Some(mut fx) = Fx::new("split_k") else {
         return;
     };
-    let tile = TileShape::new(64, 64, 32, 2, 2, 4);
+    let tile = TileShape::new(64, 64, 64, 2, 2, 4);
     // A = 0, bias = 0.1, K = 4096 split 2 and 4 ways: exactly bf16(0.1) everywhere.
     let (m, n, k) = (64, 64, 4096);
     let a = fx.upload(m, k, DType::Bf16, vec![0.0; m * k]);
@@ -753,18 +753,18 @@ fn split_k_applies_the_epilogue_once() {
             bias.v[0]
         );
     }
-    // Partial sums +3 and −3 from two K chunks (64 each), bias 0.5, then erf-GELU: 0.3457312.
-    let (m, n, k) = (1, 1, 128);
+    // Partial sums +3 and −3 from two K chunks (128 each), bias 0.5, then erf-GELU: 0.3457312.
+    let (m, n, k) = (1, 1, 256);
     let a = fx.upload(m, k, DType::F16, vec![1.0; k]);
     let bvals: Vec<f64> = (0..k)
-        .map(|i| if i < 64 { 3.0 / 64.0 } else { -3.0 / 64.0 })
+        .map(|i| if i < 128 { 3.0 / 128.0 } else { -3.0 / 128.0 })
         .collect();
     let b = fx.upload(n, k, DType::F16, bvals);
     let bias = fx.upload(1, 1, DType::F32, vec![0.5]);
     for splits in [2, 1] {
         let mut c = fx.poisoned(1, 1, DType::F32);
         let o = Overrides {
-            tile: Some(TileShape::new(64, 64, 32, 2, 2, 4)),
+            tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
             splits: Some(splits),
         };
         let plan = with_overrides(o, || {
@@ -787,7 +787,7 @@ fn split_k_applies_the_epilogue_once() {
         let mut c = fx.poisoned(m, n, DType::Bf16);
         with_overrides(
             Overrides {
-                tile: Some(TileShape::new(64, 64, 32, 2, 2, 4)),
+                tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
                 splits: Some(splits),
             },
             || blocks::ffn_up_bias_gelu(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
@@ -886,7 +886,7 @@ fn row_norm_extremes() {
         let mut res = vec![row; m * n];
         res[2 * n + 7] = f64::NAN;
         let r = fx.upload(m, n, DType::Bf16, res);
-        for tile in [None, Some(TileShape::new(64, 64, 32, 2, 2, 4))] {
+        for tile in [None, Some(TileShape::new(64, 64, 64, 2, 2, 4))] {
             let mut c = fx.poisoned(m, n, DType::Bf16);
             with_overrides(Overrides { tile, splits: None }, || {
                 blocks::proj_bias_residual_layer_norm(
@@ -944,7 +944,7 @@ fn row_norm_extremes() {
     let mut c = fx.poisoned(1, n, DType::F16);
     with_overrides(
         Overrides {
-            tile: Some(TileShape::new(64, 64, 32, 2, 2, 4)),
+            tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
             splits: None,
         },
         || {

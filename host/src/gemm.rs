@@ -250,7 +250,8 @@ impl GemmKernelSpec {
     pub fn planner(&self, gpu: &Gpu, vec: bool) -> Planner {
         let (mut tiles, mut row_tiles) = (Vec::new(), Vec::new());
         for v in self.variants.iter().filter(|v| v.vec == vec) {
-            if is_row_tile(&v.tile) {
+            // Row tiles are only special for a row norm; otherwise they are ordinary candidates.
+            if self.norm_finish.is_some() && is_row_tile(&v.tile) {
                 row_tiles.push(v.tile)
             } else {
                 tiles.push(v.tile)

@@ -1,6 +1,9 @@
 //! Code generation: device entry points (nvptx64) and the host spec + typed launcher.
 
-use fused_gemm_device::gemm::{ROW_TILES_F32, ROW_TILES_SM80, TILES_F32, TILES_SM80, TileShape};
+use fused_gemm_device::gemm::{
+    DEFAULT_TILES_SM80, ROW_TILES_F32, ROW_TILES_SM80, SCALAR_TILE_SM80, TILES_F32, TILES_SM80,
+    TileShape,
+};
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
@@ -28,6 +31,14 @@ pub fn tile_lists(dtype: Dtype) -> (&'static [TileShape], &'static [TileShape]) 
     }
 }
 
+/// The tiles compiled when no `tile = (...)` is given, and the one of the bounds-checked variant.
+fn default_tiles(dtype: Dtype) -> (&'static [TileShape], TileShape) {
+    match dtype {
+        Dtype::F32 => (&TILES_F32[..3], TILES_F32[2]),
+        _ => (DEFAULT_TILES_SM80, SCALAR_TILE_SM80),
+    }
+}
+
 fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
     let has_norm = attr.stages.iter().any(Stage::is_norm);
     let (main, rows) = tile_lists(attr.dtype);
@@ -41,9 +52,10 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         tiles.push((t, true));
         tiles.push((t, false));
     } else {
-        tiles.extend(main.iter().take(3).map(|t| (*t, true)));
+        let (defaults, scalar) = default_tiles(attr.dtype);
+        tiles.extend(defaults.iter().map(|t| (*t, true)));
         // The bounds-checked path for unaligned operands (known-faults #3), one modest tile.
-        tiles.push((main[2], false));
+        tiles.push((scalar, false));
         if has_norm {
             tiles.extend(rows.iter().map(|t| (*t, true)));
         }

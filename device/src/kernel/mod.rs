@@ -4,6 +4,6 @@ pub mod bert;
 pub mod elementwise;
 pub mod naive_gemm;
 pub mod norm_finish;
+pub mod persistent;
 pub mod rowwise;
 pub mod timing;
-pub mod persistent;

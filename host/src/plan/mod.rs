@@ -24,7 +24,7 @@ pub mod sweep;
 
 use std::collections::HashMap;
 
-use fused_gemm_device::gemm::{GemmArgs, ROW_TILES_SM80, TILES_SM80, TileShape};
+use fused_gemm_device::gemm::{DEFAULT_TILES_SM80, GemmArgs, ROW_TILES_SM80, TileShape};
 use fused_gemm_device::types::DType;
 use serde::{Deserialize, Serialize};
 
@@ -228,12 +228,13 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// A planner over the instantiated sm_80 tiles with the default [`Roofline`].
+    /// A planner over the sm_80 tiles `#[fused_gemm]` compiles by default with the default
+    /// [`Roofline`].
     pub fn new(props: DeviceProps) -> Self {
         Planner {
             props,
             roofline: Roofline::default(),
-            tiles: TILES_SM80.to_vec(),
+            tiles: DEFAULT_TILES_SM80.to_vec(),
             row_tiles: ROW_TILES_SM80.to_vec(),
             max_splits: MAX_SPLITS,
             max_workspace: DEFAULT_MAX_WORKSPACE,
@@ -489,6 +490,7 @@ impl Planner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fused_gemm_device::gemm::TILES_SM80;
 
     fn planner() -> Planner {
         Planner::new(DeviceProps::h200())

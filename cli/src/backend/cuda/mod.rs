@@ -1047,12 +1047,12 @@ mod tests {
         assert_eq!(pad_to(&b, 2), b);
     }
 
-    /// A real plan of the H200 planner: M×384×1536 f16 with `splits` K splits, a 64×64 tile,
+    /// A real plan of the H200 planner: M×384×1536 f16 with `splits` K splits, a 64×64×64 tile,
     /// with or without a row norm (a row norm on a 64-wide tile needs the statistics buffer).
     fn plan(m: u32, splits: u32, row_norm: bool) -> Plan {
         let mut p = Problem::gemm(m, 384, 1536, DType::F16);
         p.row_norm = row_norm;
-        let tile = TileShape::new(64, 64, 32, 2, 2, 4);
+        let tile = TileShape::new(64, 64, 64, 2, 2, 4);
         Planner::new(DeviceProps::h200())
             .evaluate(&p, &tile, splits)
             .expect("a launchable plan")
