@@ -19,12 +19,23 @@ fn main() {
     let root = std::path::PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
     );
-    PtxBuilder::new(&root)
+    let mut builder = PtxBuilder::new(&root)
         .arch(Arch::Sm80)
         .arch(Arch::Sm90)
         .feature("builtin-kernels")
         .watch(root.join("device/src"))
         .watch(root.join("device/Cargo.toml"))
-        .watch(root.join("macros/src"))
-        .build_or_exit();
+        .watch(root.join("macros/src"));
+    // With ptxas (scripts/setup.sh installs it) the binaries also carry cubins and skip the
+    // driver's JIT compilation at start-up.
+    println!("cargo::rerun-if-env-changed=FUSED_GEMM_PTXAS");
+    let ptxas = std::env::var_os("FUSED_GEMM_PTXAS")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            Some(root.join(".tools/cuda-nvcc/nvidia/cu13/bin/ptxas")).filter(|p| p.exists())
+        });
+    if let Some(p) = ptxas {
+        builder = builder.ptxas(p);
+    }
+    builder.build_or_exit();
 }

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 cargo fmt --all -- --check
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -51,11 +51,23 @@ macro_rules! include_ptx {
                         compute_capability: 90,
                         arch: "sm_90",
                         ptx: include_str!(concat!(env!("OUT_DIR"), "/", $crate_name, ".sm_90.ptx")),
+                        cubin: include_bytes!(concat!(
+                            env!("OUT_DIR"),
+                            "/",
+                            $crate_name,
+                            ".sm_90.cubin"
+                        )),
                     },
                     $crate::host::module::PtxModule {
                         compute_capability: 80,
                         arch: "sm_80",
                         ptx: include_str!(concat!(env!("OUT_DIR"), "/", $crate_name, ".sm_80.ptx")),
+                        cubin: include_bytes!(concat!(
+                            env!("OUT_DIR"),
+                            "/",
+                            $crate_name,
+                            ".sm_80.cubin"
+                        )),
                     },
                 ],
             );

@@ -8,6 +8,10 @@ use fused_gemm_host::module::PtxSet;
 const SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_80.ptx"));
 #[cfg(not(fused_gemm_ptx_skipped))]
 const SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90.ptx"));
+#[cfg(not(fused_gemm_ptx_skipped))]
+const SM80_CUBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_80.cubin"));
+#[cfg(not(fused_gemm_ptx_skipped))]
+const SM90_CUBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90.cubin"));
 
 /// Built-in kernels, one module per arch (newest first; the launcher picks the newest the device
 /// can run).
@@ -19,11 +23,13 @@ pub static BUILTIN: PtxSet = PtxSet::new(
             compute_capability: 90,
             arch: "sm_90",
             ptx: SM90,
+            cubin: SM90_CUBIN,
         },
         PtxModule {
             compute_capability: 80,
             arch: "sm_80",
             ptx: SM80,
+            cubin: SM80_CUBIN,
         },
     ],
 );

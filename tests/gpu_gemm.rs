@@ -512,6 +512,59 @@ fn transformer_block_combinations() {
     ];
     for &(m, n, k) in shapes {
         let s = (m, n, k);
+        let f = DType::F32;
+        let bias = vecf(&mut fx, n, f);
+        case(
+            &mut fx,
+            "bias f32",
+            s,
+            f,
+            f,
+            true,
+            vec![RefStage::BiasCol(bias.v.clone())],
+            None,
+            |g, a, b, c| blocks::bias_f32(g, a, b, c, &bias.t),
+        );
+        case(
+            &mut fx,
+            "bias+gelu f32",
+            s,
+            f,
+            f,
+            true,
+            vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+            None,
+            |g, a, b, c| blocks::ffn_up_bias_gelu_f32(g, a, b, c, &bias.t),
+        );
+        let (r, gamma, beta) = (
+            fx.random(m, n, f, 1.0),
+            vecf(&mut fx, n, f),
+            vecf(&mut fx, n, f),
+        );
+        let st = vec![
+            RefStage::BiasCol(bias.v.clone()),
+            RefStage::Residual(r.v.clone()),
+            RefStage::LayerNorm {
+                gamma: gamma.v.clone(),
+                beta: beta.v.clone(),
+                eps: 1e-12,
+            },
+        ];
+        case(
+            &mut fx,
+            "bias+residual+layer_norm f32",
+            s,
+            f,
+            f,
+            true,
+            st,
+            None,
+            |g, a, b, c| {
+                blocks::proj_bias_residual_layer_norm_f32(
+                    g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
+                )
+            },
+        );
         for (dt, name) in [(DType::Bf16, "bf16"), (DType::F16, "f16")] {
             let bias = vecf(&mut fx, n, dt);
             let st = vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu];

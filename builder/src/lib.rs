@@ -91,6 +91,14 @@ pub enum BuildError {
         /// The arch whose build failed.
         arch: Arch,
     },
+    /// ptxas rejected the PTX (its messages were printed above).
+    #[error("ptxas failed on {path} for {arch}")]
+    Ptxas {
+        /// The arch.
+        arch: Arch,
+        /// The PTX file.
+        path: PathBuf,
+    },
     /// The nested build succeeded but left no `.s` file behind.
     #[error("the {arch} build produced no PTX file in {dir}")]
     NoPtx {
@@ -116,6 +124,9 @@ pub struct PtxArtifact {
     pub arch: Arch,
     /// Where it was written (`$OUT_DIR/<crate>.<arch>.ptx`).
     pub path: PathBuf,
+    /// The machine code ptxas made of it (`$OUT_DIR/<crate>.<arch>.cubin`); the file is empty
+    /// when no ptxas was given (see [`PtxBuilder::ptxas`]).
+    pub cubin: PathBuf,
 }
 
 /// Builds a kernel crate to PTX; see the [crate docs](crate).
@@ -127,6 +138,7 @@ pub struct PtxBuilder {
     watch: Vec<PathBuf>,
     out_dir: Option<PathBuf>,
     rustflags: Vec<String>,
+    ptxas: Option<PathBuf>,
 }
 
 impl PtxBuilder {
@@ -139,6 +151,7 @@ impl PtxBuilder {
             watch: Vec::new(),
             out_dir: None,
             rustflags: Vec::new(),
+            ptxas: None,
         }
     }
 
@@ -166,6 +179,14 @@ impl PtxBuilder {
     /// Passes an extra flag to rustc for the device build (e.g. `-Cllvm-args=...`).
     pub fn rustflag(mut self, flag: impl Into<String>) -> Self {
         self.rustflags.push(flag.into());
+        self
+    }
+
+    /// Also assembles each PTX module to a cubin with this `ptxas` (all archs in parallel), so
+    /// the program loads machine code instead of JIT-compiling the PTX at start-up (seconds for
+    /// large kernel crates). Without it the `.cubin` files are written empty.
+    pub fn ptxas(mut self, ptxas: impl Into<PathBuf>) -> Self {
+        self.ptxas = Some(ptxas.into());
         self
     }
 
@@ -297,8 +318,10 @@ impl PtxBuilder {
                 path: path.clone(),
                 source,
             })?;
-            artifacts.push(PtxArtifact { arch, path });
+            let cubin = out_dir.join(format!("{crate_name}.{}.cubin", arch.name()));
+            artifacts.push(PtxArtifact { arch, path, cubin });
         }
+        self.assemble(&artifacts)?;
         Ok(artifacts)
     }
 }
@@ -366,6 +389,49 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+impl PtxBuilder {
+    fn assemble(&self, artifacts: &[PtxArtifact]) -> Result<(), BuildError> {
+        let Some(ptxas) = &self.ptxas else {
+            for a in artifacts {
+                std::fs::write(&a.cubin, []).map_err(|source| BuildError::Io {
+                    path: a.cubin.clone(),
+                    source,
+                })?;
+            }
+            return Ok(());
+        };
+        println!("cargo::rerun-if-changed={}", ptxas.display());
+        let mut children = Vec::new();
+        for a in artifacts {
+            let child = Command::new(ptxas)
+                .arg(format!("-arch={}", a.arch.name()))
+                .arg("-O3")
+                .arg(&a.path)
+                .arg("-o")
+                .arg(&a.cubin)
+                .spawn()
+                .map_err(|source| BuildError::Spawn {
+                    cargo: ptxas.display().to_string(),
+                    source,
+                })?;
+            children.push((a, child));
+        }
+        for (a, mut child) in children {
+            let status = child.wait().map_err(|source| BuildError::Io {
+                path: a.path.clone(),
+                source,
+            })?;
+            if !status.success() {
+                return Err(BuildError::Ptxas {
+                    arch: a.arch,
+                    path: a.path.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 fn env(name: &'static str) -> Result<String, BuildError> {

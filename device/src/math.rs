@@ -63,6 +63,17 @@ pub fn div(a: f32, b: f32) -> f32 {
     }
 }
 
+/// Fused multiply-add a·b + c with one rounding (`fma.rn.f32`).
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::intrinsics::fmaf32(a, b, c)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    libm::fmaf(a, b, c)
+}
+
 /// IEEE square root (`sqrt.rn.f32`).
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {

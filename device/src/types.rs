@@ -1,5 +1,7 @@
 //! Element types as stored in global memory. All arithmetic happens in f32.
 
+use crate::arch::global;
+
 /// Data type tag, shared by host and device (`#[repr(u32)]`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,6 +56,30 @@ pub trait Element: Copy + 'static {
     fn pack2(lo: f32, hi: f32) -> u32;
     /// Unpacks a word written by [`pack2`](Element::pack2).
     fn unpack2(w: u32) -> (f32, f32);
+    /// Loads one element from global memory, widened to f32 (an explicit `ld.global`).
+    ///
+    /// # Safety
+    /// `p` must be a valid, aligned global address.
+    #[inline(always)]
+    unsafe fn load_global(p: *const Self) -> f32 {
+        match Self::DTYPE {
+            DType::F32 => global::ld_f32(p as *const f32),
+            DType::Bf16 => Bf16(global::ld_u16(p as *const u16)).to_f32(),
+            DType::F16 => F16(global::ld_u16(p as *const u16)).to_f32(),
+        }
+    }
+    /// Rounds `v` to this type and stores it to global memory (an explicit `st.global`).
+    ///
+    /// # Safety
+    /// `p` must be a valid, aligned global address.
+    #[inline(always)]
+    unsafe fn store_global(p: *mut Self, v: f32) {
+        match Self::DTYPE {
+            DType::F32 => global::st_f32(p as *mut f32, v),
+            DType::Bf16 => global::st_u16(p as *mut u16, Bf16::from_f32(v).0),
+            DType::F16 => global::st_u16(p as *mut u16, F16::from_f32(v).0),
+        }
+    }
 }
 
 impl Element for f32 {

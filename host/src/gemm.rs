@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
-use fused_gemm_device::gemm::{ROW_TILES_SM80, TileShape};
+use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::kernel::norm_finish::{self, NormFinishArgs};
 use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
@@ -61,6 +61,17 @@ impl AsMatrix for TensorView<'_> {
 impl AsMatrix for TensorViewMut<'_> {
     fn matrix(&self, _: &Gpu) -> Result<MatrixDesc> {
         Ok(self.desc())
+    }
+}
+/// A raw descriptor is its own operand (callers that manage device memory themselves).
+impl AsMatrix for MatrixDesc {
+    fn matrix(&self, _: &Gpu) -> Result<MatrixDesc> {
+        Ok(*self)
+    }
+}
+impl AsVector for VectorDesc {
+    fn vector(&self, _: &Gpu) -> Result<VectorDesc> {
+        Ok(*self)
     }
 }
 impl AsVector for Tensor {
@@ -239,7 +250,7 @@ impl GemmKernelSpec {
     pub fn planner(&self, gpu: &Gpu, vec: bool) -> Planner {
         let (mut tiles, mut row_tiles) = (Vec::new(), Vec::new());
         for v in self.variants.iter().filter(|v| v.vec == vec) {
-            if ROW_TILES_SM80.contains(&v.tile) {
+            if is_row_tile(&v.tile) {
                 row_tiles.push(v.tile)
             } else {
                 tiles.push(v.tile)
@@ -466,7 +477,7 @@ fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
         // sweeps can reach the partial-statistics path too.
         (Some(t), Some(s)) => planner.evaluate(problem, &t, s).ok_or_else(no_match),
         (Some(t), None) => {
-            let (tiles, rows): (&[TileShape], &[TileShape]) = if ROW_TILES_SM80.contains(&t) {
+            let (tiles, rows): (&[TileShape], &[TileShape]) = if is_row_tile(&t) {
                 (&[], &[t])
             } else {
                 (&[t], &[])

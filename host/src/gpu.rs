@@ -268,10 +268,15 @@ impl Gpu {
             return Ok(m.clone());
         }
         let chosen = set.select(self.shared.props.compute_capability)?;
-        let module = self
-            .shared
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(chosen.ptx))?;
+        // Machine code for exactly this arch loads without the driver's JIT; otherwise the PTX.
+        let image = if !chosen.cubin.is_empty()
+            && chosen.compute_capability == self.shared.props.compute_capability
+        {
+            cudarc::nvrtc::Ptx::from_binary(chosen.cubin.to_vec())
+        } else {
+            cudarc::nvrtc::Ptx::from_src(chosen.ptx)
+        };
+        let module = self.shared.ctx.load_module(image)?;
         modules.insert(key, (module.clone(), chosen.arch));
         Ok((module, chosen.arch))
     }

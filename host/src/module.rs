@@ -9,6 +9,10 @@ pub struct PtxModule {
     pub arch: &'static str,
     /// The PTX text.
     pub ptx: &'static str,
+    /// Machine code for exactly this arch made by ptxas at build time, or empty. Loaded instead
+    /// of the PTX when the device's compute capability equals `compute_capability`, which skips
+    /// the driver's JIT compilation.
+    pub cubin: &'static [u8],
 }
 
 /// All PTX modules of one kernel crate, newest arch first.
@@ -70,16 +74,19 @@ mod tests {
                 compute_capability: 90,
                 arch: "sm_90a",
                 ptx: "a",
+                cubin: &[],
             },
             PtxModule {
                 compute_capability: 90,
                 arch: "sm_90",
                 ptx: "b",
+                cubin: &[],
             },
             PtxModule {
                 compute_capability: 80,
                 arch: "sm_80",
                 ptx: "c",
+                cubin: &[],
             },
         ],
     );

@@ -95,6 +95,7 @@ fn every_error_kind_is_produced_and_named() {
             compute_capability: 90,
             arch: "sm_90",
             ptx: "",
+            cubin: &[],
         }],
     );
     errors.push(NEWER.select(80).unwrap_err());

@@ -61,6 +61,7 @@ static TEST_PTX: PtxSet = PtxSet::new(
         compute_capability: 80,
         arch: "sm_80",
         ptx: AXPY_PTX,
+        cubin: &[],
     }],
 );
 

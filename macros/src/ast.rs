@@ -154,7 +154,6 @@ pub enum BLayout {
 pub struct KernelAttr {
     pub stages: Vec<Stage>,
     pub dtype: Dtype,
-    pub dtype_span: Span,
     pub out: Option<(Dtype, Span)>,
     pub b_layout: BLayout,
     pub arch: Arch,

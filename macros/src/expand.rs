@@ -4,7 +4,7 @@
 //! launcher's internal locals have mixed-site hygiene, so a `scale(name)` parameter can be any
 //! name that `validate` accepts.
 
-use fused_gemm_device::gemm::{ROW_TILES_SM80, TILES_SM80, TileShape};
+use fused_gemm_device::gemm::TileShape;
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
@@ -30,24 +30,32 @@ struct Variant {
 
 fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
     let has_norm = attr.stages.iter().any(Stage::is_norm);
+    let (main, rows) = crate::validate::tile_lists(attr.dtype);
     let mut tiles: Vec<(TileShape, bool)> = Vec::new();
     if let Some((shape, _)) = attr.tile {
-        let t = crate::validate::resolve_tile(shape, attr.b_layout == BLayout::Col, attr.arch)
-            .expect("validated before expansion");
+        let t = crate::validate::resolve_tile(
+            shape,
+            attr.dtype,
+            attr.b_layout == BLayout::Col,
+            attr.arch,
+        )
+        .expect("validated before expansion");
         tiles.push((t, true));
         // The bounds-checked path for operands that are not 16-byte aligned (known-faults #3).
         tiles.push((t, false));
     } else {
-        tiles.extend(TILES_SM80.iter().take(3).map(|t| (*t, true)));
+        tiles.extend(main.iter().take(3).map(|t| (*t, true)));
         // The bounds-checked path for unaligned operands (known-faults #3), one modest tile.
-        tiles.push((TILES_SM80[2], false));
+        tiles.push((main[2], false));
         if has_norm {
-            tiles.extend(ROW_TILES_SM80.iter().map(|t| (*t, true)));
+            tiles.extend(rows.iter().map(|t| (*t, true)));
         }
     }
-    let arch = match attr.arch {
-        Arch::Sm80 => "sm80",
-        Arch::Sm90 => "sm90",
+    let arch = match (attr.dtype, attr.arch) {
+        (Dtype::F32, Arch::Sm80) => "simt",
+        (Dtype::F32, Arch::Sm90) => "simt_sm90",
+        (_, Arch::Sm80) => "sm80",
+        (_, Arch::Sm90) => "sm90",
     };
     let bl = match attr.b_layout {
         BLayout::Col => "bcol",
@@ -511,6 +519,11 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         let t = v.tile;
         let (mi, ni) = (t.mi() as usize, t.ni() as usize);
         let (wm, wn, bk, stages, vec) = (t.warps_m, t.warps_n, t.bk, t.stages, v.vec);
+        let mainloop = if attr.dtype == Dtype::F32 {
+            quote!(#d::gemm::simt::run::<#out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
+        } else {
+            quote!(#d::gemm::sm80::run::<#in_t, #out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
+        };
         let bounds = format_ident!("__fg_launch_bounds__{}", v.entry);
         let (threads, min_ctas) = (t.threads(), t.min_ctas_per_sm());
         entries.extend(quote! {
@@ -526,7 +539,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             #[unsafe(no_mangle)]
             #[doc(hidden)]
             pub unsafe extern "ptx-kernel" fn #entry(args: #d::gemm::GemmArgs, epi: <#chain_ty as #d::epilogue::Stage>::Params) {
-                unsafe { #d::gemm::sm80::run::<#in_t, #out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi) }
+                unsafe { #mainloop }
             }
         });
         let e = &v.entry;

@@ -791,7 +791,7 @@ pub fn parse_attr(tokens: proc_macro2::TokenStream, errors: &mut Errors) -> Opti
                 }
             },
             "dtype" => {
-                dtype = parse_dtype(&nv.value, "dtype", errors).map(|d| (d, nv.value.span()))
+                dtype = parse_dtype(&nv.value, "dtype", errors)
             }
             "out" => {
                 out = parse_dtype(&nv.value, "output dtype", errors).map(|d| (d, nv.value.span()))
@@ -846,11 +846,10 @@ pub fn parse_attr(tokens: proc_macro2::TokenStream, errors: &mut Errors) -> Opti
         );
         return None;
     };
-    let (dtype, dtype_span) = dtype.unwrap_or((Dtype::Bf16, Span::call_site()));
+    let dtype = dtype.unwrap_or(Dtype::Bf16);
     Some(KernelAttr {
         stages,
         dtype,
-        dtype_span,
         out,
         b_layout,
         arch,

@@ -1,7 +1,7 @@
 //! Checks that need the whole attribute or the annotated item: the item's form, how the stages
 //! compose on the device, the launcher's parameter names, dtypes and the tile.
 
-use fused_gemm_device::gemm::{ROW_TILES_SM80, TILES_SM80, TileShape};
+use fused_gemm_device::gemm::{ROW_TILES_F32, ROW_TILES_SM80, TILES_F32, TILES_SM80, TileShape};
 use proc_macro2::Span;
 use syn::spanned::Spanned;
 
@@ -141,16 +141,11 @@ fn to_snake(s: &str) -> String {
 /// Checks the stage list composes on the device, the launcher's parameter names are distinct,
 /// and the dtypes and tile are supported together.
 pub fn check_attr(attr: &KernelAttr, errors: &mut Errors) {
-    if attr.dtype == Dtype::F32 {
-        errors.push(
-            attr.dtype_span,
-            "`dtype = f32` inputs are not supported: the tensor-core mainloop (mma.sync m16n8k16) takes 16-bit A and B; use `dtype = bf16` or `dtype = f16`, with `out = f32` for f32 results",
-        );
-    }
     check_stages(&attr.stages, errors);
     check_param_names(&attr.stages, errors);
     if let Some(((bm, bn, bk), span)) = attr.tile {
-        if let Err(msg) = resolve_tile((bm, bn, bk), attr.b_layout == BLayout::Col, attr.arch) {
+        let b_col = attr.b_layout == BLayout::Col;
+        if let Err(msg) = resolve_tile((bm, bn, bk), attr.dtype, b_col, attr.arch) {
             errors.push(span, msg);
         }
     }
@@ -302,19 +297,37 @@ fn check_param_names(stages: &[Stage], errors: &mut Errors) {
     }
 }
 
+/// The instantiated tiles of the mainloop that serves `dtype`: tensor cores (`mma.sync`) for
+/// 16-bit inputs, CUDA cores (`simt`) for f32.
+pub fn tile_lists(dtype: Dtype) -> (&'static [TileShape], &'static [TileShape]) {
+    match dtype {
+        Dtype::F32 => (TILES_F32, ROW_TILES_F32),
+        _ => (TILES_SM80, ROW_TILES_SM80),
+    }
+}
+
+/// Dynamic shared memory of `t` for `dtype` inputs, bytes, as the planner requests it at launch
+/// (`TileShape::smem_bytes` counts 16-bit elements).
+fn smem_bytes(t: &TileShape, dtype: Dtype, b_col: bool) -> u64 {
+    let size = if dtype == Dtype::F32 { 4 } else { 2 };
+    u64::from(t.smem_bytes(b_col)) * size / 2
+}
+
 /// The tile shape that `tile = (BM, BN, BK)` instantiates: one of the shapes the built-in
-/// kernels use when it matches ([`TILES_SM80`], [`ROW_TILES_SM80`]), else a warp grid and
-/// pipeline depth derived here. `Err` says why it cannot be instantiated for `arch`, with a fix.
+/// kernels use when it matches ([`tile_lists`]), else a warp grid and pipeline depth derived
+/// here; fewer pipeline stages when needed to fit the arch's shared memory. `Err` says why it
+/// cannot be instantiated, with a fix.
 pub fn resolve_tile(
     (bm, bn, bk): (u32, u32, u32),
+    dtype: Dtype,
     b_col: bool,
     arch: Arch,
 ) -> Result<TileShape, String> {
     let shown = format!("tile ({bm}, {bn}, {bk})");
     let mut bad = Vec::new();
     for (v, what, why) in [
-        (bm, "BM", "the MMA is m16n8k16"),
-        (bn, "BN", "ldmatrix.x4 loads B 16 columns at a time"),
+        (bm, "BM", "the accumulator fragments are m16n8"),
+        (bn, "BN", "B is loaded 16 columns at a time"),
         (bk, "BK", "the MMA's k is 16"),
     ] {
         if v % 16 != 0 {
@@ -332,15 +345,17 @@ pub fn resolve_tile(
     if !bad.is_empty() {
         return Err(format!("{shown} cannot be instantiated: {}", bad.join("; ")));
     }
-    let limit = arch.smem_limit();
-    let fits = |t: &TileShape| t.smem_bytes(b_col) <= limit;
-    let instantiated = TILES_SM80
+    let limit = u64::from(arch.smem_limit());
+    let fits = |t: &TileShape| smem_bytes(t, dtype, b_col) <= limit;
+    let (main, rows) = tile_lists(dtype);
+    let instantiated = main
         .iter()
-        .chain(ROW_TILES_SM80)
+        .chain(rows)
         .find(|t| (t.bm, t.bn, t.bk) == (bm, bn, bk));
     let mut t = match instantiated {
         Some(t) => *t,
-        None => derive_warps((bm, bn, bk)).map_err(|why| format!("{shown} cannot be instantiated: {why}"))?,
+        None => derive_warps((bm, bn, bk), dtype)
+            .map_err(|why| format!("{shown} cannot be instantiated: {why}"))?,
     };
     // Fewer pipeline stages until the tile fits the arch's shared memory (2 at least).
     while !fits(&t) && t.stages > 2 {
@@ -348,9 +363,10 @@ pub fn resolve_tile(
     }
     if !fits(&t) {
         return Err(format!(
-            "{shown} does not fit {}'s shared memory: even with 2 pipeline stages it needs {} bytes, and one CTA may use at most {limit}; use a smaller BK{}",
+            "{shown} does not fit {}'s shared memory: even with 2 pipeline stages its {} tiles need {} bytes, and one CTA may use at most {limit}; use a smaller BK{}",
             arch.name(),
-            t.smem_bytes(b_col),
+            dtype.name(),
+            smem_bytes(&t, dtype, b_col),
             if arch == Arch::Sm80 {
                 " or BN (or `arch = sm_90`, 227 KB)"
             } else {
@@ -364,8 +380,8 @@ pub fn resolve_tile(
 /// A warp grid (up to 8 warps) and pipeline depth for a BM×BN×BK tile: closest to 64
 /// accumulator registers per thread (the instantiated shapes' choice), then more warps, then
 /// squarer warp tiles. `Err` says why none passes [`TileShape::check`], with a fix.
-fn derive_warps((bm, bn, bk): (u32, u32, u32)) -> Result<TileShape, String> {
-    let stages = if bk <= 32 { 4 } else { 3 };
+fn derive_warps((bm, bn, bk): (u32, u32, u32), dtype: Dtype) -> Result<TileShape, String> {
+    let stages = if dtype == Dtype::F32 || bk > 32 { 3 } else { 4 };
     let key = |t: &TileShape| {
         (
             (t.acc_registers() as i64 - 64).abs(),
@@ -415,17 +431,20 @@ mod tests {
 
     #[test]
     fn instantiated_tiles_resolve_to_themselves_where_they_fit() {
-        for t in TILES_SM80.iter().chain(ROW_TILES_SM80) {
-            for b_col in [true, false] {
-                let shape = (t.bm, t.bn, t.bk);
-                assert_eq!(resolve_tile(shape, b_col, Arch::Sm90), Ok(*t));
-                // 32×768×32 with B stored N×K needs 192000 B with 3 stages, over sm_80's limit:
-                // the same warp grid with fewer stages.
-                let r = resolve_tile(shape, b_col, Arch::Sm80).unwrap();
-                assert_eq!((r.bm, r.bn, r.bk), shape);
-                assert!(r.smem_bytes(b_col) <= Arch::Sm80.smem_limit(), "{r:?}");
-                if t.smem_bytes(b_col) <= Arch::Sm80.smem_limit() {
-                    assert_eq!(r, *t);
+        for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
+            let (main, rows) = tile_lists(dtype);
+            for t in main.iter().chain(rows) {
+                for b_col in [true, false] {
+                    let shape = (t.bm, t.bn, t.bk);
+                    assert_eq!(resolve_tile(shape, dtype, b_col, Arch::Sm90), Ok(*t));
+                    // 32×768×32 with B stored N×K needs 192000 B with 3 stages, over sm_80's
+                    // limit: the same warp grid with fewer stages.
+                    let r = resolve_tile(shape, dtype, b_col, Arch::Sm80).unwrap();
+                    assert_eq!((r.bm, r.bn, r.bk, r.warps_m, r.warps_n), (t.bm, t.bn, t.bk, t.warps_m, t.warps_n));
+                    assert!(smem_bytes(&r, dtype, b_col) <= 163 * 1024, "{r:?}");
+                    if smem_bytes(t, dtype, b_col) <= 163 * 1024 {
+                        assert_eq!(r, *t);
+                    }
                 }
             }
         }
@@ -435,30 +454,36 @@ mod tests {
     fn derived_tiles_pass_the_device_checks_and_fit() {
         for (bm, bn, bk) in [(64, 128, 32), (256, 128, 32), (16, 64, 64), (96, 96, 48)] {
             for arch in [Arch::Sm80, Arch::Sm90] {
-                let t = resolve_tile((bm, bn, bk), true, arch).unwrap();
-                assert_eq!((t.bm, t.bn, t.bk), (bm, bn, bk));
-                assert_eq!(t.check(), None, "{t:?}");
-                assert!(t.smem_bytes(true) <= arch.smem_limit(), "{t:?}");
-                assert!(t.acc_registers() <= 128 && t.threads() <= 256, "{t:?}");
+                for dtype in [Dtype::Bf16, Dtype::F32] {
+                    let t = resolve_tile((bm, bn, bk), dtype, true, arch).unwrap();
+                    assert_eq!((t.bm, t.bn, t.bk), (bm, bn, bk));
+                    assert_eq!(t.check(), None, "{t:?}");
+                    assert!(smem_bytes(&t, dtype, true) <= u64::from(arch.smem_limit()));
+                    assert!(t.acc_registers() <= 128 && t.threads() <= 256, "{t:?}");
+                }
             }
         }
     }
 
     #[test]
     fn bad_tiles_say_why() {
-        let e = resolve_tile((100, 128, 24), true, Arch::Sm80).unwrap_err();
+        let e = resolve_tile((100, 128, 24), Dtype::Bf16, true, Arch::Sm80).unwrap_err();
         assert!(e.contains("BM = 100") && e.contains("96 or 112"), "{e}");
         assert!(e.contains("BK = 24") && e.contains("16 or 32"), "{e}");
-        let e = resolve_tile((256, 256, 32), true, Arch::Sm80).unwrap_err();
+        let e = resolve_tile((256, 256, 32), Dtype::Bf16, true, Arch::Sm80).unwrap_err();
         assert!(e.contains("256 f32 accumulator registers"), "{e}");
-        let e = resolve_tile((128, 128, 512), true, Arch::Sm80).unwrap_err();
+        let e = resolve_tile((128, 128, 512), Dtype::Bf16, true, Arch::Sm80).unwrap_err();
         assert!(e.contains("shared memory") && e.contains("166912"), "{e}");
     }
 
     #[test]
     fn smem_limit_depends_on_arch() {
         // 2 stages × (128 + 64) rows × (256 + 8) × 2 bytes = 202752 B: fits sm_90 only.
-        assert!(resolve_tile((128, 64, 256), true, Arch::Sm80).is_err());
-        assert!(resolve_tile((128, 64, 256), true, Arch::Sm90).is_ok());
+        assert!(resolve_tile((128, 64, 256), Dtype::Bf16, true, Arch::Sm80).is_err());
+        assert!(resolve_tile((128, 64, 256), Dtype::Bf16, true, Arch::Sm90).is_ok());
+        // f32 tiles take twice the bytes: 2 stages × 192 rows × 136 × 4 = 208896 B.
+        assert!(resolve_tile((128, 64, 128), Dtype::Bf16, true, Arch::Sm80).is_ok());
+        assert!(resolve_tile((128, 64, 128), Dtype::F32, true, Arch::Sm80).is_err());
+        assert!(resolve_tile((128, 64, 128), Dtype::F32, true, Arch::Sm90).is_ok());
     }
 }

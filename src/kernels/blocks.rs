@@ -47,3 +47,12 @@ pub fn residual_rms_norm_f16() {}
 /// known-faults #10: SwiGLU with f16 storage at odd output widths.
 #[fused_gemm(epilogue = [swiglu], dtype = f16)]
 pub fn mlp_up_swiglu_f16() {}
+/// f32 (CUDA-core) bias, for f32 models: A·W + b.
+#[fused_gemm(epilogue = [bias], dtype = f32)]
+pub fn bias_f32() {}
+/// f32 FFN up: gelu(A·W + b).
+#[fused_gemm(epilogue = [bias, gelu], dtype = f32)]
+pub fn ffn_up_bias_gelu_f32() {}
+/// f32 post-norm projection: LayerNorm(A·W + b + residual), BERT's eps.
+#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = f32)]
+pub fn proj_bias_residual_layer_norm_f32() {}

@@ -21,3 +21,7 @@ pub fn gemm_f16_brow() {}
 /// C = A·B, bf16 in, f32 out, B stored N×K.
 #[fused_gemm(epilogue = [], dtype = bf16, out = f32)]
 pub fn gemm_bf16_f32() {}
+
+/// C = A·B in f32 on the CUDA cores (f32 models; no rounding of the inputs).
+#[fused_gemm(epilogue = [], dtype = f32)]
+pub fn gemm_f32() {}

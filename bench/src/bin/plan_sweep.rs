@@ -14,21 +14,33 @@
 use std::process::ExitCode;
 
 use fused_gemm::device::types::DType;
+use fused_gemm::host::gemm::{GemmKernelSpec, Overrides, with_overrides};
 use fused_gemm::host::plan::sweep::{DeviceTimer, median_us, run_sweep, sweep_shapes};
 use fused_gemm::host::plan::{Plan, Planner, Problem};
 use fused_gemm::host::validate::GemmCall;
 use fused_gemm::host::{Error, Gpu, Result};
+use fused_gemm::kernels::gemm;
 
-/// The GEMM launcher with an explicit plan: C = A·Bᵀ (B stored N×K), no epilogue.
-fn launch(_gpu: &Gpu, _plan: &Plan, _call: &GemmCall<'_>) -> Result<()> {
-    // Integration point for `host/src/gemm.rs`: launch the plain GEMM kernel of the call's
-    // dtype with `plan` (tile, splits, grid, shared memory, workspace) instead of the planner's
-    // choice.
-    Err(Error::invalid(
-        "launch",
-        "the fused GEMM launcher wired into bench/src/bin/plan_sweep.rs",
-        "not wired yet",
-    ))
+/// The plain GEMM kernel of `dtype` (B stored N×K, no epilogue).
+fn kernel(dtype: DType) -> &'static GemmKernelSpec {
+    match dtype {
+        DType::F16 => &gemm::GEMM_F16,
+        _ => &gemm::GEMM_BF16,
+    }
+}
+
+/// The GEMM launcher with an explicit plan: C = A·Bᵀ (B stored N×K), no epilogue, forced to the
+/// plan's tile and split-K factor.
+fn launch(gpu: &Gpu, plan: &Plan, call: &GemmCall<'_>) -> Result<()> {
+    let overrides = Overrides {
+        tile: Some(plan.tile),
+        splits: Some(plan.splits),
+    };
+    with_overrides(overrides, || match call.in_dtype {
+        DType::F16 => gemm::gemm_f16(gpu, &call.a, &call.b, &mut call.c.clone()),
+        _ => gemm::gemm_bf16(gpu, &call.a, &call.b, &mut call.c.clone()),
+    })
+    .map(|_| ())
 }
 
 fn dtype() -> std::result::Result<DType, String> {
@@ -120,7 +132,8 @@ fn main() -> ExitCode {
         model_only(&Planner::new(props), dtype);
         return ExitCode::SUCCESS;
     };
-    let planner = Planner::new(*gpu.props());
+    // Candidates are the tiles the kernel was compiled with (16-byte path).
+    let planner = kernel(dtype).planner(&gpu, true);
     let device = format!(
         "{} (sm_{}, {} SMs)",
         gpu.name(),

@@ -4,6 +4,7 @@
 //! (PTX ISA 8.x, sections named on each item). On the host every function panics.
 
 pub mod atomic;
+pub mod global;
 pub mod shared;
 pub mod sync;
 pub mod thread;

@@ -1,6 +1,7 @@
 //! Global-memory helpers for stages: element and pair loads/stores of any [`Element`] type at
 //! `(row, col)` of a row-major matrix, vectorized when the address allows it.
 
+use crate::arch::global;
 use crate::types::Element;
 
 /// Loads element `idx` of a vector of `E` at device address `base`, widened to f32.
@@ -9,7 +10,7 @@ use crate::types::Element;
 /// `base` must be a valid device address of at least `idx + 1` elements of `E`.
 #[inline(always)]
 pub unsafe fn load<E: Element>(base: u64, idx: u32) -> f32 {
-    (*(base as *const E).add(idx as usize)).to_f32()
+    E::load_global((base as *const E).add(idx as usize))
 }
 
 /// Loads elements `(col, col + 1)` of row `row` of a row-major matrix of `E` (leading dimension
@@ -24,16 +25,15 @@ pub unsafe fn load_pair<E: Element>(base: u64, ld: u32, row: u32, col: u32, n: u
     let pair_bytes = 2 * core::mem::size_of::<E>() as u64;
     if col + 1 < n && (p as u64) % pair_bytes == 0 {
         if core::mem::size_of::<E>() == 2 {
-            let w = *(p as *const u32);
-            E::unpack2(w)
+            E::unpack2(global::ld_u32(p as *const u32))
         } else {
-            let w = *(p as *const [f32; 2]);
+            let w = global::ld_f32x2(p as *const [f32; 2]);
             (w[0], w[1])
         }
     } else {
-        let a = (*p).to_f32();
+        let a = E::load_global(p);
         let b = if col + 1 < n {
-            (*p.add(1)).to_f32()
+            E::load_global(p.add(1))
         } else {
             0.0
         };
@@ -60,14 +60,14 @@ pub unsafe fn store_pair<E: Element>(
     let pair_bytes = 2 * core::mem::size_of::<E>() as u64;
     if col + 1 < n && (p as u64) % pair_bytes == 0 {
         if core::mem::size_of::<E>() == 2 {
-            *(p as *mut u32) = E::pack2(v0, v1);
+            global::st_u32(p as *mut u32, E::pack2(v0, v1));
         } else {
-            *(p as *mut [f32; 2]) = [v0, v1];
+            global::st_f32x2(p as *mut [f32; 2], [v0, v1]);
         }
     } else {
-        *p = E::from_f32(v0);
+        E::store_global(p, v0);
         if col + 1 < n {
-            *p.add(1) = E::from_f32(v1);
+            E::store_global(p.add(1), v1);
         }
     }
 }
@@ -78,5 +78,8 @@ pub unsafe fn store_pair<E: Element>(
 /// The matrix must hold `(row, col)`.
 #[inline(always)]
 pub unsafe fn store_one<E: Element>(base: u64, ld: u32, row: u32, col: u32, v: f32) {
-    *(base as *mut E).add(row as usize * ld as usize + col as usize) = E::from_f32(v);
+    E::store_global(
+        (base as *mut E).add(row as usize * ld as usize + col as usize),
+        v,
+    );
 }

@@ -575,7 +575,9 @@ impl<K: RowNorm> Stage for Norm<K> {
                             let slot = (stats as *mut [f32; 4]).wrapping_add(
                                 r as usize * ctx.tiles_n as usize + ctx.tile_n as usize,
                             );
-                            unsafe { *slot = [st.n, st.mean, st.m2, 0.0] };
+                            unsafe {
+                                crate::arch::global::st_f32x4(slot, [st.n, st.mean, st.m2, 0.0])
+                            };
                         }
                     }
                 }

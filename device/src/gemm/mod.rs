@@ -11,6 +11,8 @@
 
 use crate::params::KernelParam;
 
+mod finish;
+pub mod simt;
 pub mod sm80;
 
 /// Launch arguments common to every GEMM kernel, passed by value.
@@ -48,6 +50,34 @@ pub struct GemmArgs {
 }
 
 unsafe impl KernelParam for GemmArgs {}
+
+/// Which output tile (and K split) a CTA computes. Grid launches take it from the block index
+/// ([`TileCoord::from_grid`]); persistent kernels (the wave scheduler) from their task tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TileCoord {
+    /// Tile row: rows `m·BM..`.
+    pub m: u32,
+    /// Tile column: columns `n·BN..`.
+    pub n: u32,
+    /// K split.
+    pub split: u32,
+    /// Tiles per row of tiles (⌈N/BN⌉): indexes split-K and row-statistics workspaces.
+    pub tiles_n: u32,
+}
+
+impl TileCoord {
+    /// `(blockIdx.y, blockIdx.x, blockIdx.z)` of a grid `(⌈N/BN⌉, ⌈M/BM⌉, splits)`.
+    #[inline(always)]
+    pub fn from_grid() -> Self {
+        use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_x};
+        TileCoord {
+            m: block_idx_y(),
+            n: block_idx_x(),
+            split: block_idx_z(),
+            tiles_n: grid_dim_x(),
+        }
+    }
+}
 
 /// A CTA tile: BM×BN outputs, BK-deep k-steps, a WARPS_M×WARPS_N grid of warps, STAGES
 /// shared-memory pipeline stages.
@@ -187,13 +217,36 @@ pub const ROW_TILES_SM80: &[TileShape] = &[
     TileShape::new(16, 1024, 32, 1, 8, 2),
 ];
 
+/// Tile shapes of the f32 CUDA-core mainloop ([`simt`]); BK = 16 keeps f32 stages small.
+pub const TILES_F32: &[TileShape] = &[
+    TileShape::new(128, 128, 16, 2, 4, 3),
+    TileShape::new(128, 64, 16, 2, 2, 3),
+    TileShape::new(64, 64, 16, 2, 2, 3),
+];
+
+/// Row-spanning tiles of the f32 mainloop (in-CTA row norms up to N = 768).
+pub const ROW_TILES_F32: &[TileShape] = &[
+    TileShape::new(32, 384, 16, 1, 4, 2),
+    TileShape::new(32, 768, 16, 1, 8, 2),
+];
+
+/// Whether `t` is one of the row-spanning tiles (the planner prefers them for row norms).
+pub fn is_row_tile(t: &TileShape) -> bool {
+    ROW_TILES_SM80.contains(t) || ROW_TILES_F32.contains(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn instantiated_shapes_are_valid_and_fit_h200_shared_memory() {
-        for t in TILES_SM80.iter().chain(ROW_TILES_SM80) {
+        for t in TILES_SM80
+            .iter()
+            .chain(ROW_TILES_SM80)
+            .chain(TILES_F32)
+            .chain(ROW_TILES_F32)
+        {
             assert_eq!(t.check(), None, "{t:?}");
             for b_col in [false, true] {
                 assert!(

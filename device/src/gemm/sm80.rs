@@ -7,16 +7,15 @@
 //! split `z`. Warp `w` holds the `(BM/WM) × (BN/WN)` sub-tile at warp coordinates
 //! `(w % WM, w / WM)`.
 
-use crate::arch::atomic::atomic_add_acq_rel_u32;
+use crate::arch::global::ld_u16;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
-use crate::arch::sync::{sync_threads, thread_fence};
-use crate::arch::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_x, thread_idx_x};
+use crate::arch::sync::sync_threads;
+use crate::arch::thread::thread_idx_x;
 use crate::copy::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::copy::ldmatrix::{ldsm_x4, ldsm_x4_trans};
-use crate::copy::{ld_global_cg_v4, st_global_cg_v4};
-use crate::epilogue::store::store_tile;
-use crate::epilogue::{Acc, Stage, TileCtx};
-use crate::gemm::{GemmArgs, SMEM_PAD};
+use crate::epilogue::{Acc, Stage};
+use crate::gemm::finish::{Cta, finish};
+use crate::gemm::{GemmArgs, SMEM_PAD, TileCoord};
 use crate::mma::sm80::MmaInput;
 use crate::types::Element;
 
@@ -65,6 +64,34 @@ impl<
     };
 }
 
+/// [`run_tile`] for the tile of this CTA's block index (a grid launch).
+///
+/// # Safety
+/// As [`run_tile`].
+#[inline(always)]
+pub unsafe fn run<
+    In: MmaInput,
+    Out: Element,
+    const B_COL: bool,
+    const MI: usize,
+    const NI: usize,
+    const WM: u32,
+    const WN: u32,
+    const BK: u32,
+    const STAGES: u32,
+    const VEC: bool,
+    E: Stage,
+>(
+    args: &GemmArgs,
+    epi: &E::Params,
+) {
+    run_tile::<In, Out, B_COL, MI, NI, WM, WN, BK, STAGES, VEC, E>(
+        args,
+        epi,
+        TileCoord::from_grid(),
+    )
+}
+
 /// `C = epilogue(A·B)` for one CTA. See [the module docs](self) and [`crate::gemm`] for layouts.
 ///
 /// Type and const parameters: `In` the 16-bit input type of A and B; `Out` the element type of C
@@ -82,7 +109,7 @@ impl<
 /// `epi` against the shapes above (host `validate`), and provided the split-K workspace and
 /// zeroed counters when `args.splits > 1`.
 #[inline(always)]
-pub unsafe fn run<
+pub unsafe fn run_tile<
     In: MmaInput,
     Out: Element,
     const B_COL: bool,
@@ -97,6 +124,7 @@ pub unsafe fn run<
 >(
     args: &GemmArgs,
     epi: &E::Params,
+    tile: TileCoord,
 ) {
     type S<
         const MI: usize,
@@ -122,7 +150,9 @@ pub unsafe fn run<
     let warp = tid >> 5;
     let warp_m = warp % WM;
     let warp_n = warp / WM;
-    let (tile_n, tile_m, split) = (block_idx_x(), block_idx_y(), block_idx_z());
+    let (tile_n, tile_m, split) = (tile.n, tile.m, tile.split);
+    // A persistent CTA's previous tile may still be reading shared memory in its epilogue.
+    sync_threads();
     let m0 = tile_m * bm;
     let n0 = tile_n * bn;
     let k_begin = split * args.k_per_split;
@@ -211,7 +241,9 @@ pub unsafe fn run<
                 let (row, kk) = (i / BK, i % BK);
                 let (gr, gk) = (m0 + row, k0 + kk);
                 let v = if gr < args.m && gk < k_end {
-                    *(args.a as *const u16).add(gr as usize * args.lda as usize + gk as usize)
+                    ld_u16(
+                        (args.a as *const u16).add(gr as usize * args.lda as usize + gk as usize),
+                    )
                 } else {
                     0
                 };
@@ -225,7 +257,10 @@ pub unsafe fn run<
                     let (row, kk) = (i / BK, i % BK);
                     let (gn, gk) = (n0 + row, k0 + kk);
                     let v = if gn < args.n && gk < k_end {
-                        *(args.b as *const u16).add(gn as usize * args.ldb as usize + gk as usize)
+                        ld_u16(
+                            (args.b as *const u16)
+                                .add(gn as usize * args.ldb as usize + gk as usize),
+                        )
                     } else {
                         0
                     };
@@ -238,7 +273,10 @@ pub unsafe fn run<
                     let (row, nn) = (i / bn, i % bn);
                     let (gk, gn) = (k0 + row, n0 + nn);
                     let v = if gk < k_end && gn < args.n {
-                        *(args.b as *const u16).add(gk as usize * args.ldb as usize + gn as usize)
+                        ld_u16(
+                            (args.b as *const u16)
+                                .add(gk as usize * args.ldb as usize + gn as usize),
+                        )
                     } else {
                         0
                     };
@@ -303,42 +341,30 @@ pub unsafe fn run<
     wait_group::<0>();
     sync_threads();
 
-    if args.splits > 1
-        && !split_k_fixup::<MI, NI>(args, &mut acc, smem, tid, threads, tile_m, tile_n)
-    {
-        return;
-    }
-
-    let mut ctx = TileCtx {
-        m: args.m,
-        n: args.n,
-        warp_row: m0 + a_row0,
-        warp_col: n0 + b_col0,
-        cta_row: m0,
-        cta_col: n0,
-        bm,
-        bn,
-        g: lane >> 2,
-        t: lane & 3,
+    let cta = Cta {
+        tid,
+        threads,
+        lane,
+        warp_m,
         warp_n,
         warps_n: WN,
-        warp_m,
+        tile_m,
         tile_n,
-        tiles_n: grid_dim_x(),
-        paired: false,
-        deferred: false,
-        c: args.c,
-        ldc: args.ldc,
-        scratch: smem,
-        scratch_bytes: STAGES * (a_stage + b_stage),
+        split,
+        tiles_n: tile.tiles_n,
+        m0,
+        n0,
+        bm,
+        bn,
+        warp_row: m0 + a_row0,
+        warp_col: n0 + b_col0,
     };
-    E::apply::<Out, MI, NI>(epi, &mut acc, &mut ctx);
-    store_tile::<Out, MI, NI>(&acc, &ctx);
+    finish::<Out, MI, NI, E>(args, epi, acc, &cta, smem, STAGES * (a_stage + b_stage));
 }
 
 /// `cp.async.wait_group STAGES-2` (the count must be an immediate).
 #[inline(always)]
-fn wait_stages_minus_2<const STAGES: u32>() {
+pub(crate) fn wait_stages_minus_2<const STAGES: u32>() {
     match STAGES {
         2 => wait_group::<0>(),
         3 => wait_group::<1>(),
@@ -346,69 +372,4 @@ fn wait_stages_minus_2<const STAGES: u32>() {
         5 => wait_group::<3>(),
         _ => wait_group::<4>(), // 6
     }
-}
-
-/// Serial split-K: every CTA of an output tile writes its partial accumulators to the
-/// workspace; the last to arrive (an acq_rel counter per tile) sums all partials in split order
-/// (deterministic whatever the arrival order), resets the counter, and returns `true` to run the
-/// epilogue once. Others return `false`.
-#[inline(always)]
-unsafe fn split_k_fixup<const MI: usize, const NI: usize>(
-    args: &GemmArgs,
-    acc: &mut Acc<MI, NI>,
-    smem: *mut u8,
-    tid: u32,
-    threads: u32,
-    tile_m: u32,
-    tile_n: u32,
-) -> bool {
-    let splits = args.splits;
-    let tile = tile_m * grid_dim_x() + tile_n;
-    let frags = (MI * NI) as u64;
-    let ws = args.workspace as *mut [f32; 4];
-    let slot = |s: u32, f: u64| {
-        ws.add(
-            (((tile as u64 * splits as u64 + s as u64) * frags + f) * threads as u64 + tid as u64)
-                as usize,
-        )
-    };
-    let own = block_idx_z();
-    for mi in 0..MI {
-        for ni in 0..NI {
-            st_global_cg_v4(slot(own, (mi * NI + ni) as u64), acc.v[mi][ni]);
-        }
-    }
-    thread_fence();
-    sync_threads();
-    let flag = smem as *mut u32;
-    if tid == 0 {
-        let counter = (args.counters as *mut u32).add(tile as usize);
-        let arrived = atomic_add_acq_rel_u32(counter, 1);
-        let last = arrived == splits - 1;
-        if last {
-            // Nobody else touches this counter again in this launch; the next launch starts at 0.
-            *counter = 0;
-        }
-        *flag = last as u32;
-    }
-    sync_threads();
-    let last = *flag != 0;
-    if !last {
-        return false;
-    }
-    thread_fence();
-    *acc = Acc::zero();
-    for s in 0..splits {
-        for mi in 0..MI {
-            for ni in 0..NI {
-                let p = ld_global_cg_v4(slot(s, (mi * NI + ni) as u64));
-                for e in 0..4 {
-                    acc.v[mi][ni][e] += p[e];
-                }
-            }
-        }
-    }
-    // The flag word lives in the epilogue's scratch.
-    sync_threads();
-    true
 }

@@ -61,7 +61,9 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
         if r < args.m {
             let mut st = Moments::default();
             for j in 0..args.tiles_n {
-                let v = *stats.add(r as usize * args.tiles_n as usize + j as usize);
+                let v = crate::arch::global::ld_f32x4(
+                    stats.add(r as usize * args.tiles_n as usize + j as usize),
+                );
                 st = st.merge(Moments {
                     n: v[0],
                     mean: v[1],

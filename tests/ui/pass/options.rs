@@ -14,6 +14,13 @@ pub fn f16_to_f32_brow() {}
 #[fused_gemm(epilogue = [gelu], arch = sm_90)]
 pub fn hopper_only() {}
 
+// f32 inputs run on the CUDA cores; a tile of theirs, and one derived for them.
+#[fused_gemm(epilogue = [bias, layer_norm(eps = 1e-5)], dtype = f32)]
+pub fn f32_inputs() {}
+
+#[fused_gemm(epilogue = [relu], dtype = f32, out = bf16, tile = (64, 128, 32), arch = sm_90)]
+pub fn f32_derived_tile() {}
+
 // An instantiated tile keeps its warp grid; another is given one (and a pipeline depth that fits).
 #[fused_gemm(epilogue = [relu], tile = (64, 64, 32))]
 pub fn fixed_tile() {}
@@ -37,6 +44,12 @@ fn main() {
     assert!(F16_TO_F32_BROW.variants[0].entry.contains("_sm80_f16_f32_brow_"));
 
     assert!(HOPPER_ONLY.variants.iter().all(|v| v.entry.contains("__sm90_")));
+
+    assert_eq!((F32_INPUTS.input, F32_INPUTS.output), (DType::F32, DType::F32));
+    assert!(F32_INPUTS.variants.iter().all(|v| v.entry.contains("__simt_f32_f32_")));
+    assert!(F32_INPUTS.variants.iter().any(|v| v.tile.bn == 768));
+    assert!(F32_DERIVED_TILE.variants[0].entry.contains("__simt_sm90_f32_bf16_"));
+    assert_eq!(F32_DERIVED_TILE.variants[0].tile.check(), None);
 
     // `tile` compiles one tile, twice: 16-byte loads and bounds-checked loads.
     for spec in [&FIXED_TILE, &DERIVED_TILE, &ROW_TILE_FEWER_STAGES] {

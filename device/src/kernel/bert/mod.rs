@@ -166,16 +166,8 @@ unsafe fn st_global_v2(p: *mut u32, v: [u32; 2]) {
     }
 }
 
-/// `a·b + c` with one rounding (`fma.rn.f32`); Rust never contracts `a * b + c` on its own.
-#[inline(always)]
-pub fn fma(a: f32, b: f32, c: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        core::intrinsics::fmaf32(a, b, c)
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    libm::fmaf(a, b, c)
-}
+/// `a·b + c` with one rounding; Rust never contracts `a * b + c` on its own.
+pub use crate::math::fma;
 
 /// Bytes of one 4-element chunk of `E`.
 #[inline(always)]

@@ -1,0 +1,153 @@
+//! Explicit `.global` loads and stores (PTX ISA §9.7.9.8 `ld`, §9.7.9.9 `st`).
+//!
+//! Kernel parameters that arrive inside a `#[repr(C)]` struct carry device addresses as `u64`;
+//! LLVM cannot infer that they point to global memory and would emit generic `ld`/`st`
+//! (address-space translation on every access, and `tests/ptx.rs` rejects them). Kernels access
+//! such memory through these functions instead. Loads are `pure` + `readonly`: LLVM may merge
+//! identical loads but never moves them across a store.
+
+#[cfg(target_arch = "nvptx64")]
+use core::arch::asm;
+
+macro_rules! ld {
+    ($(#[$m:meta])* $name:ident, $t:ty, $reg:ident, $ptx:literal) => {
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// `p` must be a valid, aligned global address.
+        #[inline(always)]
+        pub unsafe fn $name(p: *const $t) -> $t {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                let v: $t;
+                asm!($ptx, v = out($reg) v, p = in(reg64) p, options(pure, readonly, nostack, preserves_flags));
+                v
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                let _ = p;
+                super::host_unreachable(stringify!($name))
+            }
+        }
+    };
+}
+
+macro_rules! st {
+    ($(#[$m:meta])* $name:ident, $t:ty, $reg:ident, $ptx:literal) => {
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// `p` must be a valid, aligned global address.
+        #[inline(always)]
+        pub unsafe fn $name(p: *mut $t, v: $t) {
+            #[cfg(target_arch = "nvptx64")]
+            asm!($ptx, p = in(reg64) p, v = in($reg) v, options(nostack, preserves_flags));
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                let _ = (p, v);
+                super::host_unreachable(stringify!($name))
+            }
+        }
+    };
+}
+
+ld!(
+    /// 2-byte load.
+    ld_u16, u16, reg16, "ld.global.b16 {v}, [{p}];"
+);
+ld!(
+    /// 4-byte load.
+    ld_u32, u32, reg32, "ld.global.b32 {v}, [{p}];"
+);
+ld!(
+    /// f32 load.
+    ld_f32, f32, reg32, "ld.global.f32 {v}, [{p}];"
+);
+st!(
+    /// 2-byte store.
+    st_u16, u16, reg16, "st.global.b16 [{p}], {v};"
+);
+st!(
+    /// 4-byte store.
+    st_u32, u32, reg32, "st.global.b32 [{p}], {v};"
+);
+st!(
+    /// f32 store.
+    st_f32, f32, reg32, "st.global.f32 [{p}], {v};"
+);
+
+/// 8-byte load of two f32.
+///
+/// # Safety
+/// `p` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn ld_f32x2(p: *const [f32; 2]) -> [f32; 2] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (a, b): (f32, f32);
+        asm!("ld.global.v2.f32 {{{a},{b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) p, options(pure, readonly, nostack, preserves_flags));
+        [a, b]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = p;
+        super::host_unreachable("ld_f32x2")
+    }
+}
+
+/// 8-byte store of two f32.
+///
+/// # Safety
+/// `p` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn st_f32x2(p: *mut [f32; 2], v: [f32; 2]) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("st.global.v2.f32 [{p}], {{{a},{b}}};", p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], options(nostack, preserves_flags));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (p, v);
+        super::host_unreachable("st_f32x2")
+    }
+}
+
+/// 16-byte load of four f32.
+///
+/// # Safety
+/// `p` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn ld_f32x4(p: *const [f32; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (a, b, c, d): (f32, f32, f32, f32);
+        asm!(
+            "ld.global.v4.f32 {{{a},{b},{c},{d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+        [a, b, c, d]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = p;
+        super::host_unreachable("ld_f32x4")
+    }
+}
+
+/// 16-byte store of four f32.
+///
+/// # Safety
+/// `p` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn st_f32x4(p: *mut [f32; 4], v: [f32; 4]) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "st.global.v4.f32 [{p}], {{{a},{b},{c},{d}}};",
+        p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+        options(nostack, preserves_flags)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (p, v);
+        super::host_unreachable("st_f32x4")
+    }
+}
