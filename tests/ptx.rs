@@ -237,6 +237,7 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
         &OPTION_TILE_DERIVED,
         &OPTION_F16_BROW_F32,
         &OPTION_SM90,
+        &OPTION_F32_TILE_DERIVED,
         &FFN_UP_BIAS_GELU,
         &FFN_UP_BIAS_GELU_F16,
         &FFN_UP_BIAS_GELU_TANH,
@@ -252,11 +253,15 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
         &BIAS_GELU_F16_F32,
         &RESIDUAL_RMS_NORM_F16,
         &MLP_UP_SWIGLU_F16,
+        &BIAS_F32,
+        &FFN_UP_BIAS_GELU_F32,
+        &PROJ_BIAS_RESIDUAL_LAYER_NORM_F32,
         &GEMM_BF16,
         &GEMM_F16,
         &GEMM_BF16_BROW,
         &GEMM_F16_BROW,
         &GEMM_BF16_F32,
+        &GEMM_F32,
     ];
     let entries = |arch: &str| -> std::collections::HashSet<String> {
         let m = fused_gemm::ptx::BUILTIN

@@ -101,3 +101,6 @@ pub fn option_f16_brow_f32() {}
 /// Compiled into the sm_90 PTX only.
 #[fused_gemm(epilogue = [bias, gelu], arch = sm_90, tile = (128, 128, 32))]
 pub fn option_sm90() {}
+/// f32 inputs (CUDA-core mainloop) with a tile that is not one of its built-in shapes.
+#[fused_gemm(epilogue = [bias, gelu], dtype = f32, tile = (64, 128, 32))]
+pub fn option_f32_tile_derived() {}
