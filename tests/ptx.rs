@@ -278,15 +278,27 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
     let (sm80, sm90) = (entries("sm_80"), entries("sm_90"));
     for spec in specs {
         let hopper_only = spec.variants[0].entry.contains("sm90_");
-        let names = spec.variants.iter().map(|v| v.entry).chain(spec.norm_finish);
+        let names = spec
+            .variants
+            .iter()
+            .map(|v| v.entry)
+            .chain(spec.norm_finish);
         for name in names {
-            assert!(sm90.contains(name), "{}: {name} missing from the sm_90 PTX", spec.name);
+            assert!(
+                sm90.contains(name),
+                "{}: {name} missing from the sm_90 PTX",
+                spec.name
+            );
             assert_eq!(
                 sm80.contains(name),
                 !hopper_only,
                 "{}: {name} {} the sm_80 PTX",
                 spec.name,
-                if hopper_only { "is in" } else { "is missing from" }
+                if hopper_only {
+                    "is in"
+                } else {
+                    "is missing from"
+                }
             );
         }
     }

@@ -408,11 +408,7 @@ fn formula(stages: &[Stage], params: &[Vec<ParamName>]) -> String {
     // `sum`: the expression is a sum at top level (needs parentheses under a product).
     let (mut x, mut sum) = ("A·B".to_string(), false);
     let wrap = |x: &str, sum: bool| {
-        if sum {
-            format!("({x})")
-        } else {
-            x.to_string()
-        }
+        if sum { format!("({x})") } else { x.to_string() }
     };
     for (s, ps) in stages.iter().zip(params) {
         let p = |i: usize| ps[i].name.as_str();
@@ -717,8 +713,9 @@ fn launcher_doc(
     } else {
         "written; its old contents are not read"
     };
+    // Starts with an empty line: it follows the user's doc comment, if any, as a new paragraph.
     let mut doc = format!(
-        "Launches the fused GEMM `{name}` on `gpu`'s stream: `C = {formula}`, with `r`, `c` the row and column of C.\n\n"
+        "\nLaunches the fused GEMM `{name}` on `gpu`'s stream: `C = {formula}`, where r and c are the row and column of C.\n\n"
     );
     if gens.is_empty() {
         doc.push_str("No epilogue: C = A·B, accumulated in f32 and rounded once to C's dtype.\n\n");
@@ -749,13 +746,14 @@ fn launcher_doc(
     } else {
         ""
     };
+    let per_16_bytes = if attr.dtype == Dtype::F32 { 4 } else { 8 };
     doc.push_str(&format!(
-        "\nAny alignment is accepted: operands whose rows are 16-byte aligned (pointer and leading dimension multiples of 8 elements) take the `cp.async` path, others a bounds-checked one. Tiles compiled (BM×BN×BK): {}; the planner picks one and a split-K factor per shape.{arch_note}\n",
+        "\nAny alignment is accepted: when every device pointer is 16-byte aligned and the leading dimensions and K are multiples of {per_16_bytes} elements, the mainloop loads with 16-byte `cp.async`, otherwise with bounds-checked element loads. Tiles compiled (BM×BN×BK): {}; the planner picks one and a split-K factor per shape.{arch_note}\n",
         tiles.join(", ")
     ));
     doc.push_str(
         "\n# Errors\n\
-         Nothing is launched when an error is returned.\n\
+         Operands are validated before anything is launched.\n\
          - `Error::DtypeMismatch`, `Error::ShapeMismatch`, `Error::LeadingDimension`, `Error::NullPointer`, \
          `Error::TooLarge`, `Error::Aliasing`, `Error::Misaligned` (not even element-aligned) and \
          `Error::InvalidArgument` (e.g. RoPE dimensions) name the operand that is wrong.\n\
@@ -797,5 +795,85 @@ pub fn fallback(item: &TokenStream) -> TokenStream {
             quote!(#[allow(dead_code, unused_variables)] #f)
         }
         Err(_) => quote!(#[allow(dead_code)] #item),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(attr: &str, item: &str) -> String {
+        let mut errors = crate::errors::Errors::default();
+        let a = crate::parse::parse_attr(attr.parse().unwrap(), &mut errors).unwrap();
+        assert!(errors.is_empty());
+        let f: syn::ItemFn = syn::parse_str(item).unwrap();
+        expand(&f, &a).to_string()
+    }
+
+    /// The `#[doc = "..."]` strings of the launcher, joined.
+    fn launcher_doc_of(expansion: &str) -> String {
+        let file: syn::File = syn::parse_str(expansion).unwrap();
+        let f = file
+            .items
+            .iter()
+            .find_map(|i| match i {
+                syn::Item::Fn(f) if !f.sig.ident.to_string().contains("__") => Some(f),
+                _ => None,
+            })
+            .expect("a launcher");
+        f.attrs
+            .iter()
+            .filter_map(|a| match &a.meta {
+                syn::Meta::NameValue(nv) if nv.path.is_ident("doc") => match &nv.value {
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }) => Some(s.value()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn launcher_doc_gives_order_shapes_and_errors() {
+        let e = expand_str(
+            "epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = bf16",
+            "/// BERT attention output projection.\npub fn attn_out_proj() {}",
+        );
+        let doc = launcher_doc_of(&e);
+        println!("{doc}");
+        assert!(
+            doc.starts_with(" BERT attention output projection.\n\nLaunches"),
+            "{doc}"
+        );
+        assert!(doc.contains("`C = layer_norm(A·B + bias[c] + residual[r, c])`"));
+        assert!(doc.contains("apply in the order written"));
+        assert!(doc.contains("- `bias`: length N, bf16, contiguous: one value per output column, broadcast down the rows"));
+        assert!(doc.contains("- `b`: B, N×K, bf16"));
+        assert!(doc.contains("- `gamma`: length N"));
+        assert!(doc.contains("`Error::ShapeMismatch`") && doc.contains("# Returns"));
+    }
+
+    #[test]
+    fn formula_shows_where_scale_applies() {
+        // known-faults #1: the order of `scale` and `bias` is visible in the docs.
+        let d1 = launcher_doc_of(&expand_str(
+            "epilogue = [scale(alpha), bias]",
+            "pub fn k() {}",
+        ));
+        let d2 = launcher_doc_of(&expand_str(
+            "epilogue = [bias, scale(alpha)]",
+            "pub fn k() {}",
+        ));
+        assert!(d1.contains("`C = alpha·A·B + bias[c]`"), "{d1}");
+        assert!(d2.contains("`C = alpha·(A·B + bias[c])`"), "{d2}");
+        let d3 = launcher_doc_of(&expand_str("epilogue = [swiglu, bias]", "pub fn k() {}"));
+        assert!(
+            d3.contains("`c`: C, M×N/2") && d3.contains("- `bias`: length N/2"),
+            "{d3}"
+        );
     }
 }

@@ -119,8 +119,8 @@ pub fn distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -162,7 +162,10 @@ fn ident_of(e: &Expr) -> Option<String> {
 /// Tokens as written, without the spaces `to_string` puts around `::` and `.`.
 fn text(t: &impl ToTokens) -> String {
     let s = t.to_token_stream().to_string();
-    let s = s.replace(" :: ", "::").replace(":: ", "::").replace(" . ", ".");
+    let s = s
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" . ", ".");
     match s.strip_prefix("- ") {
         Some(rest) => format!("-{rest}"),
         None => s,
@@ -240,10 +243,7 @@ fn float_arg(
 ) -> Option<f64> {
     let usage = format!("`{stage}({name} = {example})`");
     let Some(first) = args.first() else {
-        errors.push(
-            stage_span,
-            format!("`{stage}` needs its `{name}`: {usage}"),
-        );
+        errors.push(stage_span, format!("`{stage}` needs its `{name}`: {usage}"));
         return None;
     };
     for extra in &args[1..] {
@@ -292,7 +292,8 @@ fn float_arg(
         return None;
     };
     let as_f32 = v as f32;
-    if !(v > min) {
+    // NaN cannot come from a literal; `<=` also rejects it.
+    if v <= min || v.is_nan() {
         let bound = if min == 0.0 {
             "positive".to_string()
         } else {
@@ -300,7 +301,10 @@ fn float_arg(
         };
         errors.push(
             value.span(),
-            format!("`{name}` must be {bound}, e.g. {usage}; got `{}`", text(value)),
+            format!(
+                "`{name}` must be {bound}, e.g. {usage}; got `{}`",
+                text(value)
+            ),
         );
         None
     } else if !as_f32.is_finite() || as_f32 <= min as f32 {
@@ -361,7 +365,10 @@ fn bias_axis(call: &syn::ExprCall, errors: &mut Errors) -> Option<Axis> {
         Some(a) => Some(a),
         None => {
             let msg = match ident_of(first).and_then(|i| suggest(&i, &["row", "col"])) {
-                Some(s) => format!("unknown bias axis `{}`; did you mean `bias({s})`? Write {usage}", text(*first)),
+                Some(s) => format!(
+                    "unknown bias axis `{}`; did you mean `bias({s})`? Write {usage}",
+                    text(*first)
+                ),
                 None => format!("unknown bias axis `{}`; write {usage}", text(*first)),
             };
             errors.push(first.span(), msg);
@@ -370,7 +377,11 @@ fn bias_axis(call: &syn::ExprCall, errors: &mut Errors) -> Option<Axis> {
     }
 }
 
-fn scale_arg(call: Option<&syn::ExprCall>, stage_span: Span, errors: &mut Errors) -> Option<ScaleArg> {
+fn scale_arg(
+    call: Option<&syn::ExprCall>,
+    stage_span: Span,
+    errors: &mut Errors,
+) -> Option<ScaleArg> {
     let usage = "`scale(alpha)` (a launch-time f32 named `alpha`), `scale(0.125)` (a constant), `scale(row)` (an f32 vector of length M) or `scale(col)` (of length N)";
     let Some(call) = call else {
         errors.push(stage_span, format!("`scale` needs its factor: {usage}"));
@@ -393,26 +404,23 @@ fn scale_arg(call: Option<&syn::ExprCall>, stage_span: Span, errors: &mut Errors
     if let Some(axis) = axis_of(first) {
         return Some(ScaleArg::Vector(axis));
     }
-    if let Expr::Path(p) = first {
-        if let Some(id) = p.path.get_ident() {
-            let s = id.to_string();
-            if matches!(s.as_str(), "self" | "Self" | "super" | "crate") {
-                errors.push(
-                    id.span(),
-                    format!("`{s}` cannot name a launcher parameter; use one of {usage}"),
-                );
-                return None;
-            }
-            return Some(ScaleArg::Param(id.clone()));
+    if let Expr::Path(p) = first
+        && let Some(id) = p.path.get_ident()
+    {
+        let s = id.to_string();
+        if matches!(s.as_str(), "self" | "Self" | "super" | "crate") {
+            errors.push(
+                id.span(),
+                format!("`{s}` cannot name a launcher parameter; use one of {usage}"),
+            );
+            return None;
         }
+        return Some(ScaleArg::Param(id.clone()));
     }
     match number_lit(first) {
         Some(v) if (v as f32).is_finite() => Some(ScaleArg::Const(v)),
         Some(v) => {
-            errors.push(
-                first.span(),
-                format!("`scale({v})` is not a finite f32"),
-            );
+            errors.push(first.span(), format!("`scale({v})` is not a finite f32"));
             None
         }
         None => {
@@ -433,7 +441,11 @@ fn scale_arg(call: Option<&syn::ExprCall>, stage_span: Span, errors: &mut Errors
     }
 }
 
-fn cast_dtype(call: Option<&syn::ExprCall>, stage_span: Span, errors: &mut Errors) -> Option<Dtype> {
+fn cast_dtype(
+    call: Option<&syn::ExprCall>,
+    stage_span: Span,
+    errors: &mut Errors,
+) -> Option<Dtype> {
     let usage = "`cast(bf16)`, `cast(f16)` or `cast(f32)`";
     let Some(call) = call else {
         errors.push(stage_span, format!("`cast` needs a dtype: {usage}"));
@@ -509,10 +521,7 @@ fn parse_stage(e: &Expr, errors: &mut Errors) -> Option<Stage> {
         }) => {
             errors.push(
                 span,
-                format!(
-                    "stages are written without quotes: `{}`",
-                    s.value()
-                ),
+                format!("stages are written without quotes: `{}`", s.value()),
             );
             return None;
         }
@@ -552,7 +561,9 @@ fn parse_stage(e: &Expr, errors: &mut Errors) -> Option<Stage> {
         });
     };
     let name = ident.to_string();
-    let args: Vec<Expr> = call.map(|c| c.args.iter().cloned().collect()).unwrap_or_default();
+    let args: Vec<Expr> = call
+        .map(|c| c.args.iter().cloned().collect())
+        .unwrap_or_default();
     let kind = match name.as_str() {
         "scale" => StageKind::Scale(scale_arg(call, span, errors)?),
         "bias" => match call {
@@ -742,7 +753,11 @@ pub fn parse_attr(tokens: proc_macro2::TokenStream, errors: &mut Errors) -> Opti
                 if name == "epilogue" {
                     stages.get_or_insert_with(Vec::new);
                 }
-                let (open, close) = if name == "epilogue" { ("[", "]") } else { ("(", ")") };
+                let (open, close) = if name == "epilogue" {
+                    ("[", "]")
+                } else {
+                    ("(", ")")
+                };
                 errors.push(
                     l.span(),
                     format!(
@@ -790,9 +805,7 @@ pub fn parse_attr(tokens: proc_macro2::TokenStream, errors: &mut Errors) -> Opti
                     stages = Some(Vec::new());
                 }
             },
-            "dtype" => {
-                dtype = parse_dtype(&nv.value, "dtype", errors)
-            }
+            "dtype" => dtype = parse_dtype(&nv.value, "dtype", errors),
             "out" => {
                 out = parse_dtype(&nv.value, "output dtype", errors).map(|d| (d, nv.value.span()))
             }

@@ -37,7 +37,10 @@ pub fn check_item(item: &syn::ItemFn, errors: &mut Errors) {
         ),
     }
     if let Some(c) = &sig.constness {
-        errors.push(c.span(), "a #[fused_gemm] kernel cannot be `const`; remove it");
+        errors.push(
+            c.span(),
+            "a #[fused_gemm] kernel cannot be `const`; remove it",
+        );
     }
     if let Some(a) = &sig.asyncness {
         errors.push(
@@ -209,17 +212,17 @@ fn check_stages(stages: &[Stage], errors: &mut Errors) {
             }
             pair = Some(s);
         }
-        if matches!(s.kind, StageKind::Rope { .. }) {
-            if let Some(p) = pair {
-                errors.push(
-                    s.span,
-                    format!(
-                        "`rope` cannot follow `{}`: `{}` reduced each column pair to one value, so there are no pairs left to rotate; put `rope` first",
-                        p.name(),
-                        p.name()
-                    ),
-                );
-            }
+        if matches!(s.kind, StageKind::Rope { .. })
+            && let Some(p) = pair
+        {
+            errors.push(
+                s.span,
+                format!(
+                    "`rope` cannot follow `{}`: `{}` reduced each column pair to one value, so there are no pairs left to rotate; put `rope` first",
+                    p.name(),
+                    p.name()
+                ),
+            );
         }
         if matches!(s.kind, StageKind::Accumulate) {
             if i != last {
@@ -267,7 +270,9 @@ fn check_param_names(stages: &[Stage], errors: &mut Errors) {
                     stages[*i].name()
                 ))
             } else if chosen.iter().any(|(n, _)| *n == name) {
-                Some(format!("`{name}` is already another `scale` stage's parameter"))
+                Some(format!(
+                    "`{name}` is already another `scale` stage's parameter"
+                ))
             } else {
                 None
             };
@@ -343,7 +348,10 @@ pub fn resolve_tile(
         }
     }
     if !bad.is_empty() {
-        return Err(format!("{shown} cannot be instantiated: {}", bad.join("; ")));
+        return Err(format!(
+            "{shown} cannot be instantiated: {}",
+            bad.join("; ")
+        ));
     }
     let limit = u64::from(arch.smem_limit());
     let fits = |t: &TileShape| smem_bytes(t, dtype, b_col) <= limit;
@@ -400,11 +408,8 @@ fn derive_warps((bm, bn, bk): (u32, u32, u32), dtype: Dtype) -> Result<TileShape
             match t.check() {
                 None if best.as_ref().is_none_or(|b| key(&t) < key(b)) => best = Some(t),
                 None => {}
-                Some(r) => {
-                    if wm * wn == 8 || reason.is_none() {
-                        reason = Some(r);
-                    }
-                }
+                Some(r) if wm * wn == 8 || reason.is_none() => reason = Some(r),
+                Some(_) => {}
             }
         }
     }
@@ -440,7 +445,10 @@ mod tests {
                     // 32×768×32 with B stored N×K needs 192000 B with 3 stages, over sm_80's
                     // limit: the same warp grid with fewer stages.
                     let r = resolve_tile(shape, dtype, b_col, Arch::Sm80).unwrap();
-                    assert_eq!((r.bm, r.bn, r.bk, r.warps_m, r.warps_n), (t.bm, t.bn, t.bk, t.warps_m, t.warps_n));
+                    assert_eq!(
+                        (r.bm, r.bn, r.bk, r.warps_m, r.warps_n),
+                        (t.bm, t.bn, t.bk, t.warps_m, t.warps_n)
+                    );
                     assert!(smem_bytes(&r, dtype, b_col) <= 163 * 1024, "{r:?}");
                     if smem_bytes(t, dtype, b_col) <= 163 * 1024 {
                         assert_eq!(r, *t);

@@ -89,7 +89,7 @@ pub fn combo_pair_then_operands() {}
 #[fused_gemm(
     epilogue = [bias, layer_norm(eps = 1e-5), gelu_tanh, scale(alpha), residual, rope(theta = 10000.0)],
     out = f32,
-    tile = (32, 256, 32)
+    tile = (32, 64, 64)
 )]
 pub fn combo_norm_then_post() {}
 /// A tile that is not one of the built-in shapes (the macro derives a 2×2 warp grid).
@@ -102,5 +102,5 @@ pub fn option_f16_brow_f32() {}
 #[fused_gemm(epilogue = [bias, gelu], arch = sm_90, tile = (128, 128, 32))]
 pub fn option_sm90() {}
 /// f32 inputs (CUDA-core mainloop) with a tile that is not one of its built-in shapes.
-#[fused_gemm(epilogue = [bias, gelu], dtype = f32, tile = (64, 128, 32))]
+#[fused_gemm(epilogue = [bias, gelu], dtype = f32, tile = (64, 128, 16))]
 pub fn option_f32_tile_derived() {}
