@@ -80,6 +80,9 @@ pub mod ops;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod bert;
 
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod rowwise;
+
 /// Paths used by code that `#[fused_gemm]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {

@@ -77,7 +77,9 @@ fn parse_ptxas(log: &str) -> Vec<KernelInfo> {
 
 fn check_set(set: &PtxSet) -> Vec<(String, KernelInfo)> {
     let ptxas = ptxas();
-    let dir = std::env::temp_dir().join(format!("fused-gemm-ptx-{}", std::process::id()));
+    // One folder per test thread: tests calling this run in parallel and each removes its own.
+    let thread = format!("{:?}", std::thread::current().id()).replace(['(', ')'], "");
+    let dir = std::env::temp_dir().join(format!("fused-gemm-ptx-{}-{thread}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut all = Vec::new();
     assert!(
@@ -128,9 +130,16 @@ fn check_set(set: &PtxSet) -> Vec<(String, KernelInfo)> {
     all
 }
 
+/// [`check_set`] of the built-in kernels, run once per test process and shared by the tests
+/// that read it (ptxas over every kernel takes minutes on two cores).
+fn builtin_infos() -> &'static [(String, KernelInfo)] {
+    static INFOS: std::sync::OnceLock<Vec<(String, KernelInfo)>> = std::sync::OnceLock::new();
+    INFOS.get_or_init(|| check_set(&fused_gemm::ptx::BUILTIN))
+}
+
 #[test]
 fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
-    let infos = check_set(&fused_gemm::ptx::BUILTIN);
+    let infos = builtin_infos();
     for name in [
         fused_gemm::kernels::basic::AXPY_F32,
         fused_gemm::kernels::basic::GEMM_NAIVE_F32,
@@ -299,6 +308,26 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
                 } else {
                     "is missing from"
                 }
+            );
+        }
+    }
+}
+
+/// The unfused row kernels (`kernels::rowwise`) are in every arch's PTX and keep their row
+/// slots in registers: no stack frame, no spills.
+#[test]
+fn rowwise_kernels_have_no_stack_or_spills() {
+    let infos = builtin_infos();
+    for &name in fused_gemm::kernels::rowwise::ALL {
+        for arch in ["sm_80", "sm_90"] {
+            let (_, k) = infos
+                .iter()
+                .find(|(a, k)| a == arch && k.name == name)
+                .unwrap_or_else(|| panic!("{name} missing from the {arch} PTX"));
+            assert_eq!(
+                (k.stack, k.spill_stores, k.spill_loads),
+                (0, 0, 0),
+                "{arch} {name}: stack frame or spills"
             );
         }
     }

@@ -24,5 +24,6 @@ pub mod bert;
 pub mod blocks;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod gemm;
+pub mod rowwise;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod stages;

@@ -4,3 +4,5 @@ pub mod bert;
 pub mod elementwise;
 pub mod naive_gemm;
 pub mod norm_finish;
+pub mod rowwise;
+pub mod timing;

@@ -1,0 +1,235 @@
+//! The PNG chart of the time ratios: one group of horizontal bars per (shape, epilogue) —
+//! ours ÷ cuBLASLt, ours ÷ unfused, unfused ÷ cuBLASLt — with a line at 1 (left of it: faster).
+//!
+//! Text is drawn with plotters' `ab_glyph` backend from DejaVu Sans Mono embedded in the binary
+//! (`bench/assets/`, Bitstream Vera license), so neither building nor running needs fontconfig,
+//! freetype or any installed font.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::error::{BenchError, Result};
+use crate::report::{PathKind, Report};
+
+/// Rows of space under the bars for the legend.
+const LEGEND_ROWS: f64 = 3.0;
+
+/// The embedded font.
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
+
+/// Registers [`FONT`] as plotters' `sans-serif` (once per process).
+fn register_font() -> Result<()> {
+    static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .map_err(|_| "the embedded font could not be parsed".to_owned())
+    })
+    .clone()
+    .map_err(BenchError::Chart)
+}
+
+/// One bar group: label and the three ratios (absent where a path was not timed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bars {
+    /// `shape epilogue`.
+    pub label: String,
+    /// ours ÷ cuBLASLt, ours ÷ unfused, unfused ÷ cuBLASLt.
+    pub ratios: [Option<f64>; 3],
+}
+
+/// Series names, in [`Bars::ratios`] order.
+pub const SERIES: [&str; 3] = ["ours / cuBLASLt", "ours / unfused", "unfused / cuBLASLt"];
+
+/// The bar groups of a report: every case with at least one ratio.
+pub fn bars(r: &Report) -> Vec<Bars> {
+    r.cases
+        .iter()
+        .filter_map(|c| {
+            let ours = c.path(PathKind::Ours);
+            let unfused = c.path(PathKind::Unfused);
+            let ratios = [
+                ours.and_then(|p| p.time_vs_cublaslt),
+                ours.and_then(|p| p.time_vs_unfused),
+                unfused.and_then(|p| p.time_vs_cublaslt),
+            ];
+            ratios.iter().any(Option::is_some).then(|| Bars {
+                label: format!("{} {}", c.shape, c.epilogue.name()),
+                ratios,
+            })
+        })
+        .collect()
+}
+
+fn err<E: std::fmt::Display>(e: E) -> BenchError {
+    BenchError::Chart(e.to_string())
+}
+
+/// Draws the chart of `r` to `path` (PNG). A report without ratios gives a chart that says so.
+///
+/// # Errors
+/// [`BenchError::Chart`] if the font or the PNG cannot be written.
+pub fn draw(r: &Report, path: &Path) -> Result<()> {
+    register_font()?;
+    let groups = bars(r);
+    let row_h = 30u32;
+    // LEGEND_ROWS empty rows under the bars hold the legend.
+    let (w, h) = (
+        1400u32,
+        140 + row_h * (groups.len().max(1) as u32 + LEGEND_ROWS as u32),
+    );
+    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "fused-gemm-bench: time ratios ({}, {}, {})",
+        r.device.name, r.dtype, r.date
+    );
+    if groups.is_empty() {
+        root.draw(&Text::new(title, (20, 20), ("sans-serif", 20).into_font()))
+            .map_err(err)?;
+        root.draw(&Text::new(
+            "no ratios to show: fewer than two paths were timed in every case",
+            (20, 70),
+            ("sans-serif", 16).into_font(),
+        ))
+        .map_err(err)?;
+        root.present().map_err(err)?;
+        return Ok(());
+    }
+    let max = groups
+        .iter()
+        .flat_map(|g| g.ratios.iter().flatten())
+        .fold(1.0f64, |a, &b| a.max(b));
+    let x_max = (max * 1.15).clamp(1.5, 6.0);
+    let rows = groups.len() as f64;
+    let label_w = 9 * groups.iter().map(|g| g.label.len()).max().unwrap_or(10) as u32 + 20;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(label_w.min(700))
+        .build_cartesian_2d(0.0..x_max, -LEGEND_ROWS..rows)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc("time ratio (< 1: the first path is faster)")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+    ];
+    for (s, name) in SERIES.iter().enumerate() {
+        let color = colors[s];
+        let rects = groups.iter().enumerate().filter_map(move |(i, g)| {
+            let v = g.ratios[s]?;
+            let top = rows - i as f64 - 0.12 - 0.25 * s as f64;
+            Some(Rectangle::new(
+                [(0.0, top - 0.22), (v.min(x_max), top)],
+                color.filled(),
+            ))
+        });
+        chart
+            .draw_series(rects)
+            .map_err(err)?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+        let values = groups.iter().enumerate().filter_map(move |(i, g)| {
+            let v = g.ratios[s]?;
+            let top = rows - i as f64 - 0.12 - 0.25 * s as f64;
+            Some(Text::new(
+                format!("{v:.2}"),
+                (v.min(x_max * 0.93) + 0.01 * x_max, top - 0.02),
+                ("sans-serif", 11).into_font(),
+            ))
+        });
+        chart.draw_series(values).map_err(err)?;
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [(1.0, -LEGEND_ROWS), (1.0, rows)],
+            BLACK.stroke_width(2),
+        ))
+        .map_err(err)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    // Group labels, right-aligned left of the plot at each group's middle.
+    let style = ("sans-serif", 14)
+        .into_font()
+        .into_text_style(&root)
+        .pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, g) in groups.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(0.0, rows - i as f64 - 0.5));
+        root.draw(&Text::new(g.label.clone(), (x - 8, y), style.clone()))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Status;
+
+    fn png_size(path: &Path) -> (u32, u32) {
+        let b = std::fs::read(path).unwrap();
+        assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+        let be = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        (be(16), be(20))
+    }
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("fused-gemm-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.join(name)
+    }
+
+    #[test]
+    fn chart_file_is_written_with_one_row_per_case() {
+        let r = crate::report::tests::sample();
+        let b = bars(&r);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].label, "anchor.bert-ffn-up bias-gelu");
+        assert!((b[0].ratios[0].unwrap() - 1.25).abs() < 1e-12);
+        // Ours is n/a in the second case: only unfused / cuBLASLt remains.
+        assert_eq!(b[1].ratios[0], None);
+        assert!(b[1].ratios[2].is_some());
+        let path = tmp("ratios.png");
+        draw(&r, &path).unwrap();
+        assert_eq!(png_size(&path), (1400, 140 + (2 + 3) * 30));
+        // Text was drawn: a chart with labels has many more non-white pixels than bars alone
+        // would give, so check the file is not trivially small.
+        assert!(std::fs::metadata(&path).unwrap().len() > 10_000);
+    }
+
+    #[test]
+    fn chart_without_ratios_says_so() {
+        let mut r = crate::report::tests::sample();
+        for c in &mut r.cases {
+            for p in &mut c.paths {
+                p.status = Status::NotAvailable;
+                p.timing = None;
+                p.time_vs_cublaslt = None;
+                p.time_vs_unfused = None;
+            }
+        }
+        assert!(bars(&r).is_empty());
+        let path = tmp("empty.png");
+        draw(&r, &path).unwrap();
+        assert_eq!(png_size(&path), (1400, 140 + (1 + 3) * 30));
+    }
+}
