@@ -50,8 +50,8 @@ mod validate;
 /// Vectors and matrices have the output dtype unless noted; after `swiglu`/`geglu`, N means N/2.
 ///
 /// # Options
-/// `dtype = bf16 | f16` (A and B; default bf16), `out = bf16 | f16 | f32` (C and the epilogue's
-/// operands; default `dtype`), `b_layout = col | row` (B stored N×K, the default, or K×N),
+/// `dtype = bf16 | f16 | f32` (A and B; default bf16; f32 runs on the CUDA cores),
+/// `out = bf16 | f16 | f32` (C and the epilogue's operands; default `dtype`), `b_layout = col | row` (B stored N×K, the default, or K×N),
 /// `arch = sm_80 | sm_90` (default sm_80, which also runs on sm_90), `tile = (BM, BN, BK)`
 /// (compile only this tile, multiples of 16, fitting the arch's shared memory and registers).
 ///
