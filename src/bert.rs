@@ -208,6 +208,31 @@ impl SeqBatch {
         Ok(self)
     }
 
+    /// Overwrites the token ids and lengths in place, keeping B, T, the token types and the
+    /// device buffers, so that launches recorded with this batch (a CUDA graph) run on the new
+    /// tokens. One host-to-device copy on `gpu`'s stream, two when the lengths changed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`lengths`) when `lengths` does not hold B values, then as
+    /// [`check_batch`]; driver errors.
+    pub fn refill(&mut self, gpu: &Gpu, ids: &[u32], lengths: &[u32]) -> Result<()> {
+        if lengths.len() != self.lengths.len() {
+            return Err(Error::invalid(
+                "lengths",
+                format!("{} sequences (the batch's B)", self.lengths.len()),
+                lengths.len(),
+            ));
+        }
+        check_batch(ids.len(), lengths, self.seq_len)?;
+        gpu.stream().memcpy_htod(ids, &mut self.ids)?;
+        if lengths != self.lengths.as_slice() {
+            gpu.stream().memcpy_htod(lengths, &mut self.lengths_dev)?;
+            self.lengths.copy_from_slice(lengths);
+        }
+        self.max_id = ids.iter().copied().max().unwrap_or(0);
+        Ok(())
+    }
+
     /// B.
     pub fn batch(&self) -> usize {
         self.lengths.len()

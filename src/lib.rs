@@ -83,6 +83,9 @@ pub mod bert;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod rowwise;
 
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod waves;
+
 /// Paths used by code that `#[fused_gemm]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {

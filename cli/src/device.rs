@@ -1,11 +1,12 @@
-//! Choosing where the forward pass runs.
+//! Choosing where the forward pass runs and in which dtype.
 
+use crate::backend::Dtype;
 use crate::error::{Error, Result};
 
 /// The `--device` choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DeviceChoice {
-    /// CUDA when a driver is present, else the CPU.
+    /// CUDA when a driver is present and GPU 0 opens, else the CPU.
     Auto,
     /// The CUDA backend (fused kernels).
     Cuda,
@@ -13,51 +14,113 @@ pub enum DeviceChoice {
     Cpu,
 }
 
-/// Where the forward pass will run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResolvedDevice {
-    /// [`crate::backend::cpu::CpuBackend`].
-    Cpu,
+/// The `--dtype` choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DtypeChoice {
+    /// f16 on the GPU, f32 on the CPU.
+    Auto,
+    /// IEEE binary32 (CPU only for now).
+    F32,
+    /// IEEE binary16 storage, f32 accumulation (GPU).
+    F16,
+    /// bfloat16 storage, f32 accumulation (GPU).
+    Bf16,
 }
 
-impl ResolvedDevice {
-    /// Short name for messages (`"cpu"`).
-    pub fn name(self) -> &'static str {
+impl DtypeChoice {
+    /// The dtype to run: `Auto` is f16 on the GPU and f32 on the CPU; others as given (the
+    /// backend rejects what it cannot run).
+    pub fn resolve(self, on_gpu: bool) -> Dtype {
         match self {
-            ResolvedDevice::Cpu => "cpu",
+            DtypeChoice::Auto if on_gpu => Dtype::F16,
+            DtypeChoice::Auto | DtypeChoice::F32 => Dtype::F32,
+            DtypeChoice::F16 => Dtype::F16,
+            DtypeChoice::Bf16 => Dtype::Bf16,
         }
     }
 }
 
-/// Resolves `choice` given whether a CUDA driver is present
-/// ([`fused_gemm::host::gpu::driver_present`]). Returns the device and, when the choice was
-/// not taken literally, a note for stderr saying why.
+/// Where the forward pass will run; `G` is the opened device (a [`fused_gemm::Gpu`] in the
+/// tool).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement<G> {
+    /// [`crate::backend::cpu::CpuBackend`].
+    Cpu,
+    /// [`crate::backend::cuda::CudaBackend`] on this device.
+    Cuda(G),
+}
+
+impl<G> Placement<G> {
+    /// Short name for messages (`"cpu"`, `"cuda"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Placement::Cpu => "cpu",
+            Placement::Cuda(_) => "cuda",
+        }
+    }
+
+    /// Whether this is the GPU.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Placement::Cuda(_))
+    }
+}
+
+/// Resolves `choice`, calling `open_gpu` (e.g. `|| Gpu::new(0)`) unless the choice is the CPU.
+/// Returns the placement and, when the choice was `auto`, a note for stderr saying what was
+/// chosen and why.
 ///
 /// # Errors
-/// For [`DeviceChoice::Cuda`]: the GPU runtime's "no CUDA driver" error without a driver,
-/// [`Error::NotImplemented`] with one (the CUDA backend is not built yet).
-pub fn resolve_device(
+/// For [`DeviceChoice::Cuda`]: the GPU runtime's error (e.g. "no CUDA driver").
+pub fn resolve_device<G>(
     choice: DeviceChoice,
-    driver_present: bool,
-) -> Result<(ResolvedDevice, Option<String>)> {
-    match (choice, driver_present) {
-        (DeviceChoice::Cpu, _) => Ok((ResolvedDevice::Cpu, None)),
-        (DeviceChoice::Cuda, false) => Err(Error::Gpu(fused_gemm::Error::NoDriver)),
-        (DeviceChoice::Cuda, true) => Err(Error::NotImplemented {
-            what: "the CUDA backend of `embed` (use --device cpu)",
+    open_gpu: impl FnOnce() -> fused_gemm::Result<G>,
+) -> Result<(Placement<G>, Option<String>)> {
+    match choice {
+        DeviceChoice::Cpu => Ok((Placement::Cpu, None)),
+        DeviceChoice::Cuda => Ok((Placement::Cuda(open_gpu().map_err(Error::Gpu)?), None)),
+        DeviceChoice::Auto => match open_gpu() {
+            Ok(g) => Ok((
+                Placement::Cuda(g),
+                Some("CUDA GPU found; running on the GPU (--device cpu for the CPU)".into()),
+            )),
+            Err(fused_gemm::Error::NoDriver) => Ok((
+                Placement::Cpu,
+                Some("no CUDA driver found; running on the CPU".into()),
+            )),
+            Err(e) => Ok((
+                Placement::Cpu,
+                Some(format!(
+                    "CUDA driver found but GPU 0 cannot be used ({e}); running on the CPU"
+                )),
+            )),
+        },
+    }
+}
+
+/// Rejects a dtype the placement cannot run, before the model is loaded.
+///
+/// # Errors
+/// [`Error::UnsupportedDtype`] for f16/bf16 on the CPU; [`Error::NotImplemented`] for f32 on the
+/// GPU (the tensor-core mainloop takes 16-bit inputs).
+pub fn check_dtype<G>(placement: &Placement<G>, dtype: Dtype) -> Result<()> {
+    match (placement, dtype) {
+        (Placement::Cpu, Dtype::F16 | Dtype::Bf16) => Err(Error::UnsupportedDtype {
+            backend: "cpu",
+            requested: dtype,
+            supported: "f32",
         }),
-        (DeviceChoice::Auto, false) => Ok((
-            ResolvedDevice::Cpu,
-            Some("no CUDA driver found; running on the CPU".into()),
-        )),
-        (DeviceChoice::Auto, true) => Ok((
-            ResolvedDevice::Cpu,
-            Some(
-                "CUDA driver found, but the CUDA backend of `embed` is not yet implemented; \
-                 running on the CPU"
-                    .into(),
-            ),
-        )),
+        (Placement::Cuda(_), Dtype::F32) => Err(f32_on_gpu()),
+        _ => Ok(()),
+    }
+}
+
+/// The error for `--dtype f32` on the GPU: [`Error::NotImplemented`], saying to use f16/bf16
+/// there or the CPU for f32. (Adding an f32 mainloop is one kernel declaration per GEMM step in
+/// [`crate::backend::cuda::element`].)
+pub fn f32_on_gpu() -> Error {
+    Error::NotImplemented {
+        what: "--dtype f32 on the GPU (the tensor-core GEMM mainloop takes f16 or bf16 inputs: \
+               use --dtype f16 or bf16 there, or --device cpu for f32)",
     }
 }
 
@@ -65,24 +128,67 @@ pub fn resolve_device(
 mod tests {
     use super::*;
 
+    fn no_driver() -> fused_gemm::Result<()> {
+        Err(fused_gemm::Error::NoDriver)
+    }
+
+    fn no_device() -> fused_gemm::Result<()> {
+        Err(fused_gemm::Error::NoDevice {
+            ordinal: 0,
+            count: 0,
+        })
+    }
+
     #[test]
-    fn auto_falls_back_to_cpu_and_says_why() {
-        for present in [false, true] {
-            let (d, note) = resolve_device(DeviceChoice::Auto, present).unwrap();
-            assert_eq!(d, ResolvedDevice::Cpu);
-            assert!(note.unwrap().contains("running on the CPU"));
-        }
-        assert_eq!(
-            resolve_device(DeviceChoice::Cpu, true).unwrap(),
-            (ResolvedDevice::Cpu, None)
+    fn auto_uses_the_gpu_when_it_opens_and_says_why_otherwise() {
+        let (p, note) = resolve_device(DeviceChoice::Auto, || Ok(7u8)).unwrap();
+        assert_eq!(p, Placement::Cuda(7));
+        assert!(note.unwrap().contains("running on the GPU"));
+
+        let (p, note) = resolve_device(DeviceChoice::Auto, no_driver).unwrap();
+        assert_eq!(p, Placement::Cpu);
+        assert!(note.unwrap().contains("no CUDA driver"));
+
+        let (p, note) = resolve_device(DeviceChoice::Auto, no_device).unwrap();
+        assert_eq!(p, Placement::Cpu);
+        let note = note.unwrap();
+        assert!(
+            note.contains("cannot be used") && note.contains("running on the CPU"),
+            "{note}"
         );
     }
 
     #[test]
-    fn explicit_cuda_is_a_clear_error() {
-        let e = resolve_device(DeviceChoice::Cuda, false).unwrap_err();
+    fn cpu_never_opens_the_gpu() {
+        let (p, note) =
+            resolve_device::<()>(DeviceChoice::Cpu, || panic!("opened the GPU")).unwrap();
+        assert_eq!((p, note), (Placement::Cpu, None));
+    }
+
+    #[test]
+    fn explicit_cuda_without_a_gpu_is_a_clear_error() {
+        let e = resolve_device(DeviceChoice::Cuda, no_driver).unwrap_err();
         assert!(e.to_string().contains("no CUDA driver"), "{e}");
-        let e = resolve_device(DeviceChoice::Cuda, true).unwrap_err();
-        assert!(e.to_string().contains("not yet implemented"), "{e}");
+        let (p, _) = resolve_device(DeviceChoice::Cuda, || Ok(())).unwrap();
+        assert!(p.is_cuda());
+    }
+
+    #[test]
+    fn dtypes_resolve_per_device_and_bad_pairs_are_rejected() {
+        assert_eq!(DtypeChoice::Auto.resolve(true), Dtype::F16);
+        assert_eq!(DtypeChoice::Auto.resolve(false), Dtype::F32);
+        assert_eq!(DtypeChoice::Bf16.resolve(false), Dtype::Bf16);
+        let gpu = Placement::Cuda(());
+        let e = check_dtype(&gpu, Dtype::F32).unwrap_err().to_string();
+        assert!(
+            e.contains("f32 on the GPU") && e.contains("f16 or bf16"),
+            "{e}"
+        );
+        assert!(check_dtype(&gpu, Dtype::Bf16).is_ok());
+        let e = check_dtype(&Placement::<()>::Cpu, Dtype::F16)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f32 only"), "{e}");
+        assert!(check_dtype(&Placement::<()>::Cpu, Dtype::F32).is_ok());
     }
 }

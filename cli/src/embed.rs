@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{Backend, Stage, Timings, forward};
+use crate::backend::{Backend, Stage, Timings};
 use crate::config::MiniLmConfig;
 use crate::error::{Error, Result};
 use crate::tokenize::{MiniLmTokenizer, TokenBatch};
@@ -145,7 +145,7 @@ pub fn plan_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
 }
 
 /// Embeds `sentences` with `backend`: tokenizes, batches by length (at most `batch_size` per
-/// batch, padded per batch), runs [`forward`] on each batch and returns the embeddings in input
+/// batch, padded per batch), runs [`Backend::run_batch`] on each batch and returns the embeddings in input
 /// order. `on_batch(done, total)` is called after each batch with the number of sentences done.
 ///
 /// # Errors
@@ -179,7 +179,7 @@ pub fn embed<B: Backend, S: AsRef<str>>(
     for members in plan_batches(&lengths, batch_size) {
         let seqs: Vec<&[u32]> = members.iter().map(|&i| ids[i].as_slice()).collect();
         let batch = TokenBatch::pad(&seqs, tokenizer.pad_id())?;
-        let out = forward(backend, &batch, timings.as_deref_mut())?;
+        let out = backend.run_batch(&batch, timings.as_deref_mut())?;
         for (k, &i) in members.iter().enumerate() {
             data[i * dim..(i + 1) * dim].copy_from_slice(&out[k * dim..(k + 1) * dim]);
         }

@@ -8,14 +8,16 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use fused_gemm_cli::device::{DeviceChoice, ResolvedDevice, resolve_device};
+use fused_gemm::Gpu;
+use fused_gemm_cli::backend::cuda::bench::{self, BenchConfig};
+use fused_gemm_cli::device::{DeviceChoice, DtypeChoice, Placement, check_dtype, resolve_device};
 use fused_gemm_cli::input::{read_lines_from, read_lines_from_file};
 use fused_gemm_cli::output::{
     Format, check_output_path, similarity_table, write_jsonl, write_npy, write_output,
 };
 use fused_gemm_cli::{
-    CpuBackend, DEFAULT_MAX_SEQ_LEN, Dtype, Error, Model, Result, Stage, Timings,
-    default_model_dir, embed,
+    AnyCudaBackend, Backend, CpuBackend, CudaOptions, DEFAULT_MAX_SEQ_LEN, Embeddings, Error,
+    Model, Result, Stage, Timings, default_model_dir, embed, with_cuda_backend,
 };
 
 #[derive(Parser)]
@@ -33,6 +35,11 @@ struct Cli {
 enum Command {
     /// Embed sentences with all-MiniLM-L6-v2 (384-dim, L2-normalized, as sentence-transformers).
     Embed(EmbedArgs),
+    /// Measure the GPU forward pass: latency and sentences/s per batch size (eager and CUDA
+    /// graph), and the per-kernel times of one layer.
+    Bench(BenchArgs),
+    /// Write a copy of a model directory with its weights in f16 or bf16 (half the size).
+    ConvertModel(ConvertArgs),
     /// Run axpy and a naive GEMM on the GPU (or on the CPU without one) and check them against
     /// an f64 reference.
     Smoke,
@@ -57,12 +64,14 @@ struct EmbedArgs {
     /// --output is given.
     #[arg(long)]
     similarity: bool,
-    /// Where to run: auto = CUDA when a driver is present, else the CPU (said on stderr).
+    /// Where to run: auto = CUDA when a driver is present and GPU 0 opens, else the CPU (said
+    /// on stderr).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
-    /// Compute dtype (the CPU backend runs f32 only).
-    #[arg(long, value_enum, default_value_t = Dtype::F32)]
-    dtype: Dtype,
+    /// Storage dtype: auto = f16 on the GPU, f32 on the CPU. The CPU runs f32 only; the GPU
+    /// runs f16 and bf16 (f32 accumulation).
+    #[arg(long, value_enum, default_value_t = DtypeChoice::Auto)]
+    dtype: DtypeChoice,
     /// Sentences per forward pass (sentences are sorted by length and padded per batch).
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
@@ -73,11 +82,60 @@ struct EmbedArgs {
                 (sentence-transformers uses 256 for this model)"
     )]
     max_seq_len: usize,
-    /// Print per-stage times (each step synchronized) to stderr.
+    /// Print per-stage times to stderr (each step synchronized; on the GPU, device times from
+    /// CUDA events, every batch run eagerly).
     #[arg(long)]
     timings: bool,
+    /// On the GPU, run every batch op by op instead of replaying a CUDA graph per batch shape.
+    #[arg(long)]
+    no_graphs: bool,
     /// Model directory with config.json, model.safetensors and tokenizer.json [default: the
     /// cache filled by scripts/fetch-model.sh]
+    #[arg(long, env = "FUSED_GEMM_MODEL_DIR")]
+    model_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Storage dtype on the GPU.
+    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
+    dtype: DtypeChoice,
+    /// Batch sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 32, 256])]
+    batch_sizes: Vec<usize>,
+    #[arg(
+        long,
+        default_value_t = 128,
+        help = "Tokens per sequence ([CLS] and [SEP] included; every sequence full, no padding)"
+    )]
+    seq_len: usize,
+    /// Device time to spend per measurement, milliseconds (sets the repetitions, 5 to 500).
+    #[arg(long, default_value_t = 300.0)]
+    target_ms: f64,
+    /// Seed of the random token ids.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Measure the eager path only (no CUDA graphs).
+    #[arg(long)]
+    no_graphs: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Model directory (as for `embed`).
+    #[arg(long, env = "FUSED_GEMM_MODEL_DIR")]
+    model_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ConvertArgs {
+    /// Dtype of the written weights.
+    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
+    dtype: DtypeChoice,
+    /// Directory to write model.safetensors, config.json and tokenizer.json into (created if
+    /// missing).
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    /// Source model directory (as for `embed`).
     #[arg(long, env = "FUSED_GEMM_MODEL_DIR")]
     model_dir: Option<PathBuf>,
 }
@@ -86,6 +144,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Embed(args) => run_embed(args),
+        Command::Bench(args) => run_bench(args),
+        Command::ConvertModel(args) => run_convert(args),
         Command::Smoke => run_smoke(),
     };
     match result {
@@ -127,13 +187,25 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         });
     }
 
-    let (device, note) = resolve_device(args.device, fused_gemm::host::gpu::driver_present())?;
+    let (placement, note) = resolve_device(args.device, || Gpu::new(0))?;
+    let dtype = args.dtype.resolve(placement.is_cuda());
+    check_dtype(&placement, dtype)?;
     if let Some(note) = note {
-        eprintln!("fused-gemm: {note}");
+        eprintln!("fused-gemm: {note} ({dtype})");
     }
     let model_dir = args.model_dir.clone().unwrap_or_else(default_model_dir);
     let t_load = Instant::now();
     let model = Model::load(&model_dir, args.max_seq_len)?;
+    let mut cuda = match &placement {
+        Placement::Cuda(gpu) => {
+            let options = CudaOptions {
+                graphs: !args.no_graphs,
+                ..CudaOptions::default()
+            };
+            Some(AnyCudaBackend::new(gpu, &model.weights, dtype, options)?)
+        }
+        Placement::Cpu => None,
+    };
     let load_time = t_load.elapsed();
 
     let batches = sentences.len().div_ceil(args.batch_size);
@@ -149,17 +221,13 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     };
     let mut timings = Timings::default();
     let t_embed = Instant::now();
-    let emb = match device {
-        ResolvedDevice::Cpu => {
-            let mut backend = CpuBackend::new(model.weights.clone(), args.dtype)?;
-            embed(
-                &mut backend,
-                &model.tokenizer,
-                &sentences,
-                args.batch_size,
-                |done, _| bar.set_position(done as u64),
-                args.timings.then_some(&mut timings),
-            )?
+    let emb = match cuda.as_mut() {
+        Some(any) => {
+            with_cuda_backend!(any, b => embed_with(b, &model, &sentences, &args, &bar, &mut timings))?
+        }
+        None => {
+            let mut b = CpuBackend::new(model.weights.clone(), dtype)?;
+            embed_with(&mut b, &model, &sentences, &args, &bar, &mut timings)?
         }
     };
     bar.finish_and_clear();
@@ -181,9 +249,9 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
 
     if args.timings {
         eprintln!(
-            "device {}, {} sentences in {} batch(es) of at most {}; model load {:.1} ms, \
+            "device {} ({dtype}), {} sentences in {} batch(es) of at most {}; model load {:.1} ms, \
              embed {:.1} ms ({:.1} sentences/s)",
-            device.name(),
+            placement.name(),
             sentences.len(),
             batches,
             args.batch_size,
@@ -193,6 +261,82 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         );
         eprintln!("{timings}");
     }
+    Ok(())
+}
+
+/// [`embed()`] with the tool's progress bar and optional timings.
+fn embed_with<B: Backend>(
+    backend: &mut B,
+    model: &Model,
+    sentences: &[String],
+    args: &EmbedArgs,
+    bar: &ProgressBar,
+    timings: &mut Timings,
+) -> Result<Embeddings> {
+    embed(
+        backend,
+        &model.tokenizer,
+        sentences,
+        args.batch_size,
+        |done, _| bar.set_position(done as u64),
+        args.timings.then_some(timings),
+    )
+}
+
+fn run_bench(args: BenchArgs) -> Result<()> {
+    let gpu = Gpu::new(0)?;
+    let dtype = args.dtype.resolve(true);
+    check_dtype(&Placement::Cuda(()), dtype)?;
+    let model_dir = args.model_dir.clone().unwrap_or_else(default_model_dir);
+    if let Some(path) = &args.json {
+        check_output_path(path)?;
+    }
+    let t_load = Instant::now();
+    let model = Model::load(&model_dir, DEFAULT_MAX_SEQ_LEN)?;
+    let options = CudaOptions {
+        graphs: !args.no_graphs,
+        ..CudaOptions::default()
+    };
+    let mut any = AnyCudaBackend::new(&gpu, &model.weights, dtype, options)?;
+    eprintln!(
+        "fused-gemm bench: model loaded and kernels compiled in {:.1} s",
+        t_load.elapsed().as_secs_f64()
+    );
+    let cfg = BenchConfig {
+        batch_sizes: args.batch_sizes.clone(),
+        seq_len: args.seq_len,
+        target_ms: args.target_ms,
+        seed: args.seed,
+    };
+    let t0 = Instant::now();
+    let report = with_cuda_backend!(&mut any, b => bench::run(b, &cfg, |phase| {
+        eprintln!("fused-gemm bench: {phase} ({:.1} s)", t0.elapsed().as_secs_f64())
+    }))?;
+    print!("{report}");
+    if let Some(path) = &args.json {
+        let json = serde_json::to_vec_pretty(&report)
+            .map_err(|e| Error::io("write", path, std::io::Error::other(e)))?;
+        write_output(Some(path), |w| w.write_all(&json))?;
+    }
+    Ok(())
+}
+
+fn run_convert(args: ConvertArgs) -> Result<()> {
+    let src = args.model_dir.clone().unwrap_or_else(default_model_dir);
+    let dtype = args.dtype.resolve(true);
+    let r = fused_gemm_cli::convert::convert_model(&src, &args.output, dtype)?;
+    eprintln!(
+        "fused-gemm convert-model: {} tensors to {dtype} ({} copied as they were): {} -> {} \
+         ({:.1} MB -> {:.1} MB); max rounding error {:.2e} absolute, {:.2e} relative",
+        r.converted,
+        r.copied,
+        src.display(),
+        r.weights.display(),
+        r.bytes_in as f64 / 1e6,
+        r.bytes_out as f64 / 1e6,
+        r.max_abs_rounding,
+        r.max_rel_rounding
+    );
     Ok(())
 }
 

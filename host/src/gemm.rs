@@ -403,7 +403,11 @@ where
             tiles_n,
         });
         let shape = LaunchShape {
-            grid: (checked.m.div_ceil(norm_finish::ROWS_PER_CTA), 1, 1),
+            grid: (
+                checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
+                checked.n.div_ceil(norm_finish::COLS_PER_CTA),
+                1,
+            ),
             block: (norm_finish::THREADS, 1, 1),
             smem_bytes: 0,
         };

@@ -13,6 +13,7 @@
 //! | [`autotune`] | optional timing of the top candidates, cached on disk |
 //! | [`graph`] | capture launches into a CUDA graph and replay them |
 //! | [`reference`](mod@reference) | CPU f64 references of every kernel |
+//! | [`schedule`] | the wave scheduler (Rammer): persistent programs of many operators |
 //! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
 //! | [`weights`] | host-side weight layouts for fused SwiGLU/GeGLU and RoPE |
 //!
@@ -39,6 +40,7 @@ pub mod launch;
 pub mod module;
 pub mod plan;
 pub mod reference;
+pub mod schedule;
 pub mod tensor;
 pub mod testing;
 pub mod validate;

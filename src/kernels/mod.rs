@@ -27,3 +27,4 @@ pub mod gemm;
 pub mod rowwise;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod stages;
+pub mod waves;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, Dtype};
+use crate::backend::{Activations, Backend, Dtype};
 use crate::config::{Activation, MiniLmConfig};
 use crate::error::{Error, Result};
 use crate::tokenize::TokenBatch;
@@ -96,11 +96,20 @@ impl Backend for CpuBackend {
         Ok(batch.clone())
     }
 
-    fn alloc(&mut self, rows: usize, cols: usize) -> Result<CpuTensor> {
-        Ok(CpuTensor {
+    fn activations(&mut self, rows: usize) -> Result<Activations<CpuTensor>> {
+        let c = &self.weights.config;
+        let (d, f) = (c.hidden_size, c.intermediate_size);
+        let zeros = |cols: usize| CpuTensor {
             rows,
             cols,
             data: vec![0.0; rows * cols],
+        };
+        Ok(Activations {
+            x: zeros(d),
+            h: zeros(d),
+            qkv: zeros(3 * d),
+            ctx: zeros(d),
+            mid: zeros(f),
         })
     }
 

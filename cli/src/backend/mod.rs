@@ -14,10 +14,11 @@
 //! | [`Backend::ffn_down_residual_layernorm`] | `LN(mid·W_2ᵀ + b_2 + h)` | `x: [M, d]` (next layer's input) |
 //! | [`Backend::mean_pool_normalize`] | masked mean over t, then `v/max(‖v‖₂, 1e-12)` | `[B, d]` on the host |
 //!
-//! A CUDA backend implements the same steps with fused GEMM + epilogue kernels; the driver,
-//! the buffer plan and the timings stay shared.
+//! The CUDA backend ([`cuda`]) implements the same steps with fused GEMM + epilogue kernels;
+//! the order of the steps ([`encode`]) and the timings stay shared.
 
 pub mod cpu;
+pub mod cuda;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -104,15 +105,17 @@ impl Stage {
     }
 }
 
-/// Accumulated wall-clock time and call count per [`Stage`].
+/// Accumulated time and call count per [`Stage`].
 ///
-/// When timings are collected, [`forward`] synchronizes the backend after every step so that
-/// each step's time is its own (this serializes a GPU pipeline; leave timings off to measure
-/// throughput).
+/// When timings are collected, [`forward`] brackets every step with [`Backend::begin_step`] and
+/// [`Backend::end_step`], which wait for the step to finish, so that each step's time is its
+/// own (this serializes a GPU pipeline; leave timings off to measure throughput). How the
+/// device steps were timed is recorded with [`Timings::set_clock`] and printed with the table.
 #[derive(Clone, Debug, Default)]
 pub struct Timings {
     totals: [Duration; Stage::ALL.len()],
     calls: [u64; Stage::ALL.len()],
+    clock: Option<&'static str>,
 }
 
 impl Timings {
@@ -137,12 +140,26 @@ impl Timings {
     pub fn sum(&self) -> Duration {
         self.totals.iter().sum()
     }
+
+    /// Records how the device steps were timed ([`Backend::timing_clock`]).
+    pub fn set_clock(&mut self, clock: &'static str) {
+        self.clock = Some(clock);
+    }
+
+    /// How the device steps were timed, when recorded.
+    pub fn clock(&self) -> Option<&'static str> {
+        self.clock
+    }
 }
 
 impl fmt::Display for Timings {
-    /// A table: stage, calls, total ms, mean ms per call, share of the sum.
+    /// A table: stage, calls, total ms, mean ms per call, share of the sum; preceded by the
+    /// clock's description when one was recorded.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sum = self.sum().as_secs_f64().max(f64::MIN_POSITIVE);
+        if let Some(clock) = self.clock {
+            writeln!(f, "per-step times: {clock}")?;
+        }
         writeln!(
             f,
             "{:<34} {:>6} {:>11} {:>11} {:>6}",
@@ -167,11 +184,28 @@ impl fmt::Display for Timings {
     }
 }
 
+/// The activation matrices of one forward pass over `M` token rows, row-major, in the
+/// backend's dtype. Widths are the backend's (see [`Backend::activations`]): `qkv` and `ctx` may
+/// be wider than `3d` and `d` when a backend pads attention heads.
+#[derive(Debug)]
+pub struct Activations<T> {
+    /// Layer input and output, `[M, d]`.
+    pub x: T,
+    /// After attention + LayerNorm, `[M, d]`.
+    pub h: T,
+    /// QKV projection output, `[M, ≥3d]`.
+    pub qkv: T,
+    /// Attention context, `[M, ≥d]`.
+    pub ctx: T,
+    /// FFN inner activations, `[M, F]`.
+    pub mid: T,
+}
+
 /// A device that runs the forward pass step by step.
 ///
 /// Tensors are row-major matrices owned by the caller ([`forward`]) and allocated through
-/// [`Backend::alloc`]; a step never aliases its inputs and outputs. `layer` indexes the encoder
-/// layers, `0..config().num_layers`.
+/// [`Backend::activations`]; a step never aliases its inputs and outputs. `layer` indexes the
+/// encoder layers, `0..config().num_layers`.
 pub trait Backend {
     /// A row-major matrix on the backend's device.
     type Tensor;
@@ -191,11 +225,13 @@ pub trait Backend {
     /// device error.
     fn upload_inputs(&mut self, batch: &TokenBatch) -> Result<Self::Inputs>;
 
-    /// A `[rows, cols]` matrix (contents unspecified).
+    /// The activation matrices for `rows` token rows (contents unspecified): `x`, `h`: `[rows,
+    /// d]`; `qkv`: `[rows, 3d]` (or the backend's padded width); `ctx`: `[rows, d]` (or padded);
+    /// `mid`: `[rows, F]`.
     ///
     /// # Errors
     /// Device out of memory.
-    fn alloc(&mut self, rows: usize, cols: usize) -> Result<Self::Tensor>;
+    fn activations(&mut self, rows: usize) -> Result<Activations<Self::Tensor>>;
 
     /// `x[m] = LN(word[ids[m]] + position[m mod T] + token_type[type_ids[m]])`; `x: [M, d]`.
     ///
@@ -266,16 +302,55 @@ pub trait Backend {
     /// Device errors.
     fn mean_pool_normalize(&mut self, inputs: &Self::Inputs, x: &Self::Tensor) -> Result<Vec<f32>>;
 
-    /// Waits until all submitted work is done (used to time steps).
+    /// Waits until all submitted work is done.
     ///
     /// # Errors
     /// Device errors.
     fn synchronize(&mut self) -> Result<()>;
+
+    /// Marks the start of a timed step ([`forward`] with timings). The default does nothing: the
+    /// caller's host clock starts.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn begin_step(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Waits until the step begun by [`Backend::begin_step`] has finished and returns its time
+    /// when the backend measures it on the device (CUDA events), or `None` to have the caller
+    /// read its host clock. The default synchronizes and returns `None`.
+    ///
+    /// # Errors
+    /// Device errors.
+    fn end_step(&mut self) -> Result<Option<Duration>> {
+        self.synchronize()?;
+        Ok(None)
+    }
+
+    /// How [`Backend::end_step`] times a step, for the timings table.
+    fn timing_clock(&self) -> &'static str {
+        "host wall clock around each step"
+    }
+
+    /// Embeds one padded batch: `[B, d]` L2-normalized f32 rows. The default is [`forward`];
+    /// a backend may override it with a faster path (pooled buffers, CUDA graphs) that runs the
+    /// same steps.
+    ///
+    /// # Errors
+    /// Whatever the steps return.
+    fn run_batch(&mut self, batch: &TokenBatch, timings: Option<&mut Timings>) -> Result<Vec<f32>>
+    where
+        Self: Sized,
+    {
+        forward(self, batch, timings)
+    }
 }
 
-/// Runs the whole encoder on one batch and returns `[B, d]` L2-normalized sentence embeddings.
+/// Runs the whole encoder on one batch and returns `[B, d]` L2-normalized sentence embeddings:
+/// uploads the batch, allocates [`Activations`], runs [`encode`], pools.
 ///
-/// With `timings`, every step is followed by [`Backend::synchronize`] and its time added.
+/// With `timings`, every step (upload included) is timed on its own (see [`Timings`]).
 ///
 /// # Errors
 /// Whatever the backend's steps return.
@@ -284,69 +359,77 @@ pub fn forward<B: Backend>(
     batch: &TokenBatch,
     mut timings: Option<&mut Timings>,
 ) -> Result<Vec<f32>> {
-    let cfg = backend.config().clone();
-    let (m, d, f) = (batch.tokens(), cfg.hidden_size, cfg.intermediate_size);
-
-    let mut clock = Clock::start(timings.is_some());
-    let inputs = backend.upload_inputs(batch)?;
-    clock.lap(backend, &mut timings, Stage::Upload)?;
-
-    let mut x = backend.alloc(m, d)?;
-    let mut h = backend.alloc(m, d)?;
-    let mut qkv = backend.alloc(m, 3 * d)?;
-    let mut ctx = backend.alloc(m, d)?;
-    let mut mid = backend.alloc(m, f)?;
-    clock.reset();
-
-    backend.embeddings(&inputs, &mut x)?;
-    clock.lap(backend, &mut timings, Stage::Embeddings)?;
-    for layer in 0..cfg.num_layers {
-        backend.qkv_projection(layer, &x, &mut qkv)?;
-        clock.lap(backend, &mut timings, Stage::QkvProjection)?;
-        backend.attention(layer, &inputs, &qkv, &mut ctx)?;
-        clock.lap(backend, &mut timings, Stage::Attention)?;
-        backend.attn_out_residual_layernorm(layer, &ctx, &x, &mut h)?;
-        clock.lap(backend, &mut timings, Stage::AttnOutResidualLayerNorm)?;
-        backend.ffn_up_gelu(layer, &h, &mut mid)?;
-        clock.lap(backend, &mut timings, Stage::FfnUpGelu)?;
-        backend.ffn_down_residual_layernorm(layer, &mid, &h, &mut x)?;
-        clock.lap(backend, &mut timings, Stage::FfnDownResidualLayerNorm)?;
+    if let Some(t) = timings.as_deref_mut() {
+        t.set_clock(backend.timing_clock());
     }
-    let out = backend.mean_pool_normalize(&inputs, &x)?;
-    clock.lap(backend, &mut timings, Stage::MeanPoolNormalize)?;
-    Ok(out)
+    let inputs = timed(backend, &mut timings, Stage::Upload, |b| {
+        b.upload_inputs(batch)
+    })?;
+    let mut acts = backend.activations(batch.tokens())?;
+    encode(backend, &inputs, &mut acts, timings.as_deref_mut())?;
+    timed(backend, &mut timings, Stage::MeanPoolNormalize, |b| {
+        b.mean_pool_normalize(&inputs, &acts.x)
+    })
 }
 
-/// Times consecutive steps when enabled; free otherwise.
-struct Clock {
-    last: Option<Instant>,
+/// The encoder's steps in order, written once for every backend: embeddings into `acts.x`, then
+/// per layer QKV projection, attention, out-projection + residual + LayerNorm (into `acts.h`),
+/// FFN up + GELU, FFN down + residual + LayerNorm (back into `acts.x`). On return `acts.x`
+/// holds the last layer's output `[M, d]`.
+///
+/// # Errors
+/// Whatever the backend's steps return.
+pub fn encode<B: Backend>(
+    backend: &mut B,
+    inputs: &B::Inputs,
+    acts: &mut Activations<B::Tensor>,
+    mut timings: Option<&mut Timings>,
+) -> Result<()> {
+    let layers = backend.config().num_layers;
+    let Activations {
+        x,
+        h,
+        qkv,
+        ctx,
+        mid,
+    } = acts;
+    let t = &mut timings;
+    timed(backend, t, Stage::Embeddings, |b| b.embeddings(inputs, x))?;
+    for layer in 0..layers {
+        timed(backend, t, Stage::QkvProjection, |b| {
+            b.qkv_projection(layer, x, qkv)
+        })?;
+        timed(backend, t, Stage::Attention, |b| {
+            b.attention(layer, inputs, qkv, ctx)
+        })?;
+        timed(backend, t, Stage::AttnOutResidualLayerNorm, |b| {
+            b.attn_out_residual_layernorm(layer, ctx, x, h)
+        })?;
+        timed(backend, t, Stage::FfnUpGelu, |b| {
+            b.ffn_up_gelu(layer, h, mid)
+        })?;
+        timed(backend, t, Stage::FfnDownResidualLayerNorm, |b| {
+            b.ffn_down_residual_layernorm(layer, mid, h, x)
+        })?;
+    }
+    Ok(())
 }
 
-impl Clock {
-    fn start(enabled: bool) -> Self {
-        Clock {
-            last: enabled.then(Instant::now),
-        }
-    }
-
-    fn reset(&mut self) {
-        if self.last.is_some() {
-            self.last = Some(Instant::now());
-        }
-    }
-
-    fn lap<B: Backend>(
-        &mut self,
-        backend: &mut B,
-        timings: &mut Option<&mut Timings>,
-        stage: Stage,
-    ) -> Result<()> {
-        if let (Some(last), Some(t)) = (self.last, timings.as_deref_mut()) {
-            backend.synchronize()?;
-            let now = Instant::now();
-            t.add(stage, now - last);
-            self.last = Some(now);
-        }
-        Ok(())
-    }
+/// Runs `step`; with timings, brackets it with [`Backend::begin_step`] / [`Backend::end_step`]
+/// and adds its time (the device's when the backend measures it, else the host clock's).
+fn timed<B: Backend, R>(
+    backend: &mut B,
+    timings: &mut Option<&mut Timings>,
+    stage: Stage,
+    step: impl FnOnce(&mut B) -> Result<R>,
+) -> Result<R> {
+    let Some(t) = timings.as_deref_mut() else {
+        return step(backend);
+    };
+    backend.begin_step()?;
+    let start = Instant::now();
+    let r = step(backend)?;
+    let device = backend.end_step()?;
+    t.add(stage, device.unwrap_or_else(|| start.elapsed()));
+    Ok(r)
 }

@@ -205,6 +205,10 @@ pub const TILES_SM80: &[TileShape] = &[
     TileShape::new(128, 64, 32, 2, 2, 4),
     TileShape::new(64, 64, 32, 2, 2, 4),
     TileShape::new(32, 64, 64, 1, 2, 3),
+    // 64×64 warp tiles (twice the MMAs per ldmatrix) and BK = 64 (half the barriers per FLOP).
+    TileShape::new(128, 256, 32, 2, 4, 3),
+    TileShape::new(256, 128, 32, 4, 2, 3),
+    TileShape::new(128, 128, 64, 2, 2, 3),
 ];
 
 /// Row-spanning tiles: one CTA holds whole rows of up to BN columns, so a row norm finishes in

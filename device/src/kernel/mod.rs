@@ -6,3 +6,4 @@ pub mod naive_gemm;
 pub mod norm_finish;
 pub mod rowwise;
 pub mod timing;
+pub mod persistent;

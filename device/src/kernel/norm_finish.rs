@@ -2,7 +2,7 @@
 //! statistics): merges each row's per-tile [`Moments`], normalizes the pre-norm values the GEMM
 //! stored in C, runs the stages written after the norm, and stores C again.
 
-use crate::arch::thread::{block_idx_x, thread_idx_x};
+use crate::arch::thread::{block_idx_x, block_idx_y, thread_idx_x};
 use crate::epilogue::ops::load_pair;
 use crate::epilogue::stages::{Moments, RowFactors, RowNorm};
 use crate::epilogue::store::store_tile;
@@ -32,11 +32,14 @@ unsafe impl KernelParam for NormFinishArgs {}
 pub const THREADS: u32 = 128;
 /// Rows per CTA.
 pub const ROWS_PER_CTA: u32 = 64;
+/// Columns per CTA: the grid's y dimension splits rows into column blocks, so a memory-bound pass
+/// over a wide C has thousands of warps in flight (each re-merges its rows' few partials).
+pub const COLS_PER_CTA: u32 = 512;
 
 /// Columns a warp handles per step (`NI = 8` fragments of 8).
 const COLS_PER_STEP: u32 = 64;
 
-/// Launch: block `(128, 1, 1)`, grid `(ceil(M/64), 1, 1)`, no shared memory. `norm` must carry
+/// Launch: block `(128, 1, 1)`, grid `(ceil(M/64), ceil(N/512), 1)`, no shared memory. `norm` must carry
 /// the statistics workspace the GEMM wrote.
 ///
 /// # Safety
@@ -73,8 +76,9 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             *f = K::row_factors(norm, &st);
         }
     }
-    let mut col0 = 0;
-    while col0 < args.n {
+    let col_end = args.n.min((block_idx_y() + 1) * COLS_PER_CTA);
+    let mut col0 = block_idx_y() * COLS_PER_CTA;
+    while col0 < col_end {
         let mut ctx = TileCtx {
             m: args.m,
             n: args.n,

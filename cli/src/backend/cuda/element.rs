@@ -1,0 +1,149 @@
+//! The storage dtypes the CUDA backend runs and, for each, the three fused GEMM kernels of a
+//! BERT layer.
+//!
+//! Every GEMM is `C = epilogue(A·Bᵀ)` with A `[M, K]` row-major activations, B a PyTorch
+//! `nn.Linear` weight `[N, K]` row-major (`b_layout = col`), C `[M, N]`, all in the element
+//! type, f32 accumulation. Epilogue vectors (bias, γ, β) and the residual are in the element
+//! type too. The kernels are declared with `#[fused_gemm]` in `fused_gemm::kernels`; adding a
+//! dtype (e.g. f32 once there is an f32 mainloop) means declaring its three kernels and
+//! implementing [`GpuElement`] with them.
+
+use fused_gemm::bert::BertElement;
+use fused_gemm::host::cudarc::driver::{CudaSlice, ValidAsZeroBits};
+use fused_gemm::host::gemm::MatRef;
+use fused_gemm::host::plan::Plan;
+use fused_gemm::host::tensor::HostElement;
+use fused_gemm::host::{Gpu, Result};
+use fused_gemm::kernels::{blocks, stages};
+
+use crate::backend::Dtype;
+
+/// A row-major matrix operand: a typed device buffer seen through [`MatRef`].
+pub type Mat<'a, T> = MatRef<'a, T>;
+
+/// A storage dtype of the CUDA backend with its fused GEMMs.
+///
+/// Each launcher validates its operands (shapes, dtypes, alignment) and returns the plan that
+/// ran (tile, split-K), or `None` when M or N is 0.
+pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
+    /// The CLI's name for the dtype.
+    const CLI_DTYPE: Dtype;
+
+    /// `c = a·bᵀ + bias` (QKV projection).
+    ///
+    /// # Errors
+    /// Validation, planning and driver errors of the launcher.
+    fn gemm_bias(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>>;
+
+    /// `c = GELU(a·bᵀ + bias)`, erf GELU (BERT's `"gelu"`; FFN up).
+    ///
+    /// # Errors
+    /// As [`GpuElement::gemm_bias`].
+    fn gemm_bias_gelu(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>>;
+
+    /// `c = LayerNorm(a·bᵀ + bias + residual)·γ + β` with ε = 1e-12 (BERT's; attention output
+    /// projection and FFN down).
+    ///
+    /// # Errors
+    /// As [`GpuElement::gemm_bias`].
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_bias_residual_layer_norm(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+        residual: &Mat<'_, Self>,
+        gamma: &CudaSlice<Self>,
+        beta: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>>;
+}
+
+/// The LayerNorm ε compiled into [`GpuElement::gemm_bias_residual_layer_norm`]'s kernels.
+pub const LAYER_NORM_EPS: f32 = 1e-12;
+
+impl GpuElement for half::f16 {
+    const CLI_DTYPE: Dtype = Dtype::F16;
+
+    fn gemm_bias(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>> {
+        blocks::bias_f16(gpu, a, b, c, bias)
+    }
+
+    fn gemm_bias_gelu(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>> {
+        blocks::ffn_up_bias_gelu_f16(gpu, a, b, c, bias)
+    }
+
+    fn gemm_bias_residual_layer_norm(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+        residual: &Mat<'_, Self>,
+        gamma: &CudaSlice<Self>,
+        beta: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>> {
+        blocks::proj_bias_residual_layer_norm_f16(gpu, a, b, c, bias, residual, gamma, beta)
+    }
+}
+
+impl GpuElement for half::bf16 {
+    const CLI_DTYPE: Dtype = Dtype::Bf16;
+
+    fn gemm_bias(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>> {
+        stages::stage_bias(gpu, a, b, c, bias)
+    }
+
+    fn gemm_bias_gelu(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>> {
+        blocks::ffn_up_bias_gelu(gpu, a, b, c, bias)
+    }
+
+    fn gemm_bias_residual_layer_norm(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+        bias: &CudaSlice<Self>,
+        residual: &Mat<'_, Self>,
+        gamma: &CudaSlice<Self>,
+        beta: &CudaSlice<Self>,
+    ) -> Result<Option<Plan>> {
+        blocks::proj_bias_residual_layer_norm(gpu, a, b, c, bias, residual, gamma, beta)
+    }
+}

@@ -1,0 +1,103 @@
+//! `convert-model`: the f16/bf16 copy of the model is a working model directory under the
+//! 64 MiB transfer limit, and what rounding the weights costs the f32 CPU path.
+
+mod common;
+
+use common::{fixture, model, model_dir};
+use fused_gemm_cli::convert::convert_model;
+use fused_gemm_cli::embed::cosine;
+use fused_gemm_cli::{CpuBackend, Dtype, Error, Model, embed};
+
+/// Min cosine of the CPU f32 path with `m`'s weights against the 128-token fixtures.
+fn min_cosine_vs_fixtures(m: &Model) -> f64 {
+    let fx = fixture("embeddings_128.json");
+    let texts: Vec<&str> = fx.sentences.iter().map(|s| s.text.as_str()).collect();
+    let mut cpu = CpuBackend::new(m.weights.clone(), Dtype::F32).unwrap();
+    let emb = embed(&mut cpu, &m.tokenizer, &texts, 8, |_, _| {}, None).unwrap();
+    fx.sentences
+        .iter()
+        .enumerate()
+        .map(|(i, s)| cosine(emb.row(i), &s.embedding))
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn f16_copy_is_small_loads_and_stays_close_to_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = convert_model(&model_dir(), dir.path(), Dtype::F16).unwrap();
+    let size = std::fs::metadata(&r.weights).unwrap().len();
+    println!(
+        "f16: {} tensors converted, {} copied, {} -> {} bytes, max rounding {:.2e} abs / {:.2e} rel",
+        r.converted, r.copied, r.bytes_in, size, r.max_abs_rounding, r.max_rel_rounding
+    );
+    assert_eq!(size, r.bytes_out);
+    assert!(
+        size < 64 << 20,
+        "{size} bytes is over the 64 MiB transfer limit"
+    );
+    assert!(r.converted >= 100 && r.copied >= 1, "{r:?}");
+    assert!(r.max_rel_rounding <= 1.0 / 2048.0, "{r:?}");
+    for f in ["config.json", "tokenizer.json"] {
+        assert_eq!(
+            std::fs::read(dir.path().join(f)).unwrap(),
+            std::fs::read(model_dir().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+
+    let half = Model::load(dir.path(), 128).unwrap();
+    // The loader widens the f16 values exactly: every weight is the f16 rounding of the f32 one.
+    let (a, b) = (
+        &model().weights.layers[3].ffn_up,
+        &half.weights.layers[3].ffn_up,
+    );
+    for (x, y) in a.weight.iter().zip(&b.weight) {
+        assert_eq!(half::f16::from_f32(*x).to_f32(), *y);
+    }
+    let full = Model::load(&model_dir(), 128).unwrap();
+    let (c32, c16) = (min_cosine_vs_fixtures(&full), min_cosine_vs_fixtures(&half));
+    println!(
+        "CPU f32 path vs sentence-transformers at 128 tokens: min cosine {c32:.7} with the f32 \
+         weights, {c16:.7} with the f16 copy"
+    );
+    assert!(c16 >= 0.9999, "f16-rounded weights: min cosine {c16}");
+}
+
+#[test]
+fn bf16_copy_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = convert_model(&model_dir(), dir.path(), Dtype::Bf16).unwrap();
+    assert!(r.max_rel_rounding <= 1.0 / 256.0, "{r:?}");
+    let m = Model::load(dir.path(), 128).unwrap();
+    let w = &m.weights.embeddings.word;
+    assert!(w.iter().all(|v| half::bf16::from_f32(*v).to_f32() == *v));
+}
+
+#[test]
+fn bad_conversions_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = convert_model(&model_dir(), dir.path(), Dtype::F32).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "--dtype", .. }),
+        "{e}"
+    );
+    let e = convert_model(&model_dir(), &model_dir(), Dtype::F16).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                arg: "--output",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = convert_model(&dir.path().join("nothing"), dir.path(), Dtype::F16).unwrap_err();
+    assert!(matches!(e, Error::ModelFileMissing { .. }), "{e}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    // An output "directory" below a regular file cannot be created.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = convert_model(&model_dir(), &file.join("out"), Dtype::F16).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+}

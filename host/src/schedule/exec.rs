@@ -1,0 +1,283 @@
+//! Running a [`Schedule`] on the GPU: device tables, split-K scratch, the occupancy check, and
+//! the launches.
+
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use fused_gemm_device::gemm::GemmArgs;
+use fused_gemm_device::kernel::persistent::{EPI_WORDS, ProgramArgs, Task, Wait};
+use serde::Serialize;
+
+use super::dag::WaveGraph;
+use super::family::Family;
+use super::table::{SplitScratch, encode, gemm_args, split_scratch_bytes};
+use super::waves::{Program, Schedule, VDevice};
+use crate::gemm::Param;
+use crate::launch::LaunchShape;
+use crate::{Error, Gpu, Result};
+
+/// The epilogue parameter words, passed by pointer: the driver copies as many bytes as the
+/// entry point declares for its `Params` (`cuLaunchKernel` takes parameter sizes from the
+/// kernel image), which is at most these 80.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+struct EpiWords([u64; EPI_WORDS]);
+
+// SAFETY: plain integers, the layout the device's `Params` types are read from.
+unsafe impl DeviceRepr for EpiWords {}
+
+/// Occupancy of `family`'s persistent entry point on `gpu` as the driver reports it
+/// (`cuOccupancyMaxActiveBlocksPerMultiprocessor` with its block size and shared memory).
+///
+/// # Errors
+/// Module-loading and driver errors.
+pub fn vdevice(gpu: &Gpu, family: &Family) -> Result<VDevice> {
+    let f = gpu.function(family.ptx, family.entry)?;
+    let shape = LaunchShape {
+        grid: (1, 1, 1),
+        block: (family.threads, 1, 1),
+        smem_bytes: family.smem_bytes,
+    };
+    shape.prepare(&f, gpu.props())?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
+        family.threads,
+        family.smem_bytes as usize,
+        None,
+    )?;
+    Ok(VDevice {
+        sms: gpu.props().sm_count,
+        ctas_per_sm: per_sm,
+    })
+}
+
+enum Step {
+    Persistent {
+        func: CudaFunction,
+        cfg: LaunchConfig,
+        args: Param<ProgramArgs>,
+    },
+    Grid {
+        func: CudaFunction,
+        cfg: LaunchConfig,
+        args: Param<GemmArgs>,
+        epi: EpiWords,
+    },
+}
+
+/// What one launch of a [`WaveRunner`] occupies.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LaunchInfo {
+    /// Kernel entry point.
+    pub entry: &'static str,
+    /// Operators it computes.
+    pub ops: Vec<usize>,
+    /// CTAs launched.
+    pub ctas: u64,
+    /// CTAs the device holds at once for this entry point (SMs × occupancy).
+    pub slots: u64,
+    /// `min(ctas, slots) / slots`: the fraction of CTA slots (vEUs) the launch keeps busy at its
+    /// start.
+    pub resident_fraction: f64,
+}
+
+/// A [`Schedule`] made ready to launch: tables uploaded, scratch allocated, functions loaded,
+/// occupancy checked. [`WaveRunner::launch`] enqueues one execution.
+pub struct WaveRunner {
+    steps: Vec<Step>,
+    info: Vec<LaunchInfo>,
+    _buffers: Vec<CudaSlice<u8>>,
+}
+
+impl std::fmt::Debug for WaveRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaveRunner")
+            .field("launches", &self.info)
+            .finish()
+    }
+}
+
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: only called on `Task`, `Wait` and `u32` slices: `#[repr(C)]` integers without
+    // implicit padding (sizes asserted in the device crate), so every byte is initialized.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+impl WaveRunner {
+    /// Prepares `s` (scheduled from `graph` on `family`) on `gpu`.
+    ///
+    /// # Errors
+    /// [`Error::LaunchLimit`] when a persistent program has more CTAs than the device holds at
+    /// once (it could deadlock) or a launch exceeds a limit; allocation, module-loading and
+    /// driver errors.
+    pub fn new(gpu: &Gpu, graph: &WaveGraph, family: &Family, s: &Schedule) -> Result<Self> {
+        family.check()?;
+        let props = *gpu.props();
+        let mut buffers: Vec<CudaSlice<u8>> = Vec::new();
+        let mut scratch = vec![SplitScratch::default(); graph.ops().len()];
+        for (op, v) in s.variants.iter().enumerate() {
+            let (pb, cb) = split_scratch_bytes(v);
+            if pb > 0 {
+                let p = gpu.zeros::<u8>(pb as usize)?;
+                let c = gpu.zeros::<u8>(cb as usize)?;
+                scratch[op] = SplitScratch {
+                    partials: addr(gpu, &p),
+                    counters: addr(gpu, &c),
+                };
+                buffers.push(p);
+                buffers.push(c);
+            }
+        }
+        let mut steps = Vec::new();
+        let mut info = Vec::new();
+        for prog in &s.programs {
+            match prog {
+                Program::Persistent(p) => {
+                    let func = gpu.function(family.ptx, family.entry)?;
+                    let shape = LaunchShape {
+                        grid: (p.ctas, 1, 1),
+                        block: (family.threads, 1, 1),
+                        smem_bytes: family.smem_bytes,
+                    };
+                    let cfg = shape.prepare(&func, &props)?;
+                    let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(
+                        family.threads,
+                        family.smem_bytes as usize,
+                        None,
+                    )?;
+                    let slots = per_sm as u64 * props.sm_count as u64;
+                    if p.ctas as u64 > slots {
+                        return Err(Error::LaunchLimit(format!(
+                            "persistent program of {} CTAs, but only {slots} of `{}` are co-resident \
+                             ({per_sm} per SM): it could deadlock; schedule with the driver's \
+                             occupancy (`schedule::exec::vdevice`)",
+                            p.ctas, family.entry
+                        )));
+                    }
+                    let t = encode(graph, &s.variants, p, &|op| scratch[op])?;
+                    let tasks = gpu.upload(as_bytes(&t.tasks))?;
+                    let offsets = gpu.upload(as_bytes(&t.cta_offsets))?;
+                    let overflow = if t.overflow.is_empty() {
+                        gpu.zeros::<u8>(std::mem::size_of::<Wait>())?
+                    } else {
+                        gpu.upload(as_bytes(&t.overflow))?
+                    };
+                    let counters = gpu.zeros::<u8>((t.counters as usize + 1) * 4)?;
+                    let args = ProgramArgs {
+                        tasks: addr(gpu, &tasks),
+                        cta_offsets: addr(gpu, &offsets),
+                        waits: addr(gpu, &overflow),
+                        counters: addr(gpu, &counters),
+                        n_counters: t.counters,
+                        _pad: 0,
+                    };
+                    debug_assert_eq!(args.tasks % std::mem::align_of::<Task>() as u64, 0);
+                    buffers.extend([tasks, offsets, overflow, counters]);
+                    info.push(LaunchInfo {
+                        entry: family.entry,
+                        ops: p.ops.clone(),
+                        ctas: p.ctas as u64,
+                        slots,
+                        resident_fraction: (p.ctas as u64).min(slots) as f64 / slots as f64,
+                    });
+                    steps.push(Step::Persistent {
+                        func,
+                        cfg,
+                        args: Param(args),
+                    });
+                }
+                Program::Launches(ops) => {
+                    for &op in ops {
+                        let v = &s.variants[op];
+                        let arm = &family.arms[v.arm];
+                        let func = gpu.function(family.ptx, arm.grid_entry)?;
+                        let shape = LaunchShape {
+                            grid: (v.tiles_n, v.tiles_m, v.splits),
+                            block: (family.threads, 1, 1),
+                            smem_bytes: arm.tile.smem_bytes(true),
+                        };
+                        let cfg = shape.prepare(&func, &props)?;
+                        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(
+                            family.threads,
+                            shape.smem_bytes as usize,
+                            None,
+                        )?;
+                        let slots = (per_sm as u64 * props.sm_count as u64).max(1);
+                        let ctas = v.tasks() as u64;
+                        info.push(LaunchInfo {
+                            entry: arm.grid_entry,
+                            ops: vec![op],
+                            ctas,
+                            slots,
+                            resident_fraction: ctas.min(slots) as f64 / slots as f64,
+                        });
+                        steps.push(Step::Grid {
+                            func,
+                            cfg,
+                            args: Param(gemm_args(graph, op, v, scratch[op])),
+                            epi: EpiWords(graph.ops()[op].epi),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(WaveRunner {
+            steps,
+            info,
+            _buffers: buffers,
+        })
+    }
+
+    /// Enqueues one execution on `gpu`'s stream (may be a capturing handle from
+    /// [`Gpu::capture`]). The operands' buffers must be alive and unchanged in place.
+    ///
+    /// # Errors
+    /// Driver errors from the launches.
+    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+        for step in &self.steps {
+            match step {
+                Step::Persistent { func, cfg, args } => {
+                    let mut l = gpu.stream().launch_builder(func);
+                    l.arg(args);
+                    // SAFETY: the entry point takes `ProgramArgs` by value; the tables were
+                    // encoded from a schedule over validated operators, with arms of this family,
+                    // and the grid fits the device's co-resident CTAs (checked in `new`).
+                    unsafe { l.launch(*cfg) }?;
+                }
+                Step::Grid {
+                    func,
+                    cfg,
+                    args,
+                    epi,
+                } => {
+                    let mut l = gpu.stream().launch_builder(func);
+                    l.arg(args).arg(epi);
+                    // SAFETY: the grid entry takes `(GemmArgs, Params)` by value, `Params` no
+                    // larger than the words passed; operands validated when the graph was built.
+                    unsafe { l.launch(*cfg) }?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Kernel launches per execution.
+    pub fn launches(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Per launch: entry point, operators, CTAs and CTA slots.
+    pub fn info(&self) -> &[LaunchInfo] {
+        &self.info
+    }
+
+    /// Mean over launches of [`LaunchInfo::resident_fraction`].
+    pub fn mean_resident_fraction(&self) -> f64 {
+        if self.info.is_empty() {
+            return 0.0;
+        }
+        self.info.iter().map(|i| i.resident_fraction).sum::<f64>() / self.info.len() as f64
+    }
+}
+
+fn addr(gpu: &Gpu, b: &CudaSlice<u8>) -> u64 {
+    use cudarc::driver::DevicePtr;
+    b.device_ptr(gpu.stream()).0
+}

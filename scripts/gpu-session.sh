@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Developer helper for a session on the GPU machine (no Rust there): unpacks the bundle made by
+# scripts/gpu-bundle.sh and runs the named steps, logs under $OUT (or ./gpu-out). Steps:
+#   tests        every GPU test binary of the bundle
+#   memcheck     compute-sanitizer memcheck on a few small GEMM tests
+#   timing       the benchmark's timing self-check
+#   bench-quick  fused-gemm-bench --quick;  bench  the full shape table
+#   sweep        the planner sweep (construction vs exhaustive timing)
+#   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
+#   waves        the wave scheduler tests and benchmark
+# Example: scripts/gpu-session.sh target/gpu-bundle.txz tests bench-quick
+set -uo pipefail
+bundle="$1"; shift
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/gpu-out}"; mkdir -p "$out"
+work=/tmp/fg-bundle; rm -rf "$work"; mkdir -p "$work"
+tar -C "$work" -xJf "$bundle" || exit 2
+b="$work/gpu-bundle"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64" RUST_BACKTRACE=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+for step in "$@"; do
+    echo "=== $step ($(date +%T))"
+    case "$step" in
+        tests) "$b/run.sh" > "$out/tests.log" 2>&1; grep -E "^=== |FAILED|panicked|test result|PASSED" "$out/tests.log" ;;
+        memcheck) timeout 300 compute-sanitizer --tool memcheck "$b/tests/gpu_gemm" scale_and_bias misaligned degenerate --test-threads=1 > "$out/memcheck.log" 2>&1; tail -4 "$out/memcheck.log" ;;
+        timing) "$b/bin/fused-gemm-bench" timing 2>&1 | tail -8 ;;
+        bench-quick) "$b/bin/fused-gemm-bench" --quick --out "$out" > "$out/bench-quick.log" 2>&1; tail -30 "$out/bench-quick.log" ;;
+        bench) "$b/bin/fused-gemm-bench" --out "$out" > "$out/bench.log" 2>&1; tail -60 "$out/bench.log" ;;
+        sweep) "$b/bin/plan_sweep" > "$out/sweep.log" 2>&1; cp "$root"/bench/results/plan_sweep-* "$out/" 2>/dev/null; tail -12 "$out/sweep.log" ;;
+        minilm) "$b/tests/gpu_minilm" --test-threads=1 --nocapture > "$out/minilm-tests.log" 2>&1; grep -E "cos|FAILED|panicked|test result" "$out/minilm-tests.log" | tail -25
+                "$root/bench/minilm/bench.sh" --bin "$b/bin/fused-gemm" --out "$out" > "$out/minilm-bench.log" 2>&1; tail -30 "$out/minilm-bench.log" ;;
+        waves) "$b/tests/gpu_waves" --test-threads=1 --nocapture > "$out/waves-tests.log" 2>&1; grep -E "FAILED|panicked|test result" "$out/waves-tests.log"
+               WAVES_RESULTS_DIR="$out" "$b/bin/waves" > "$out/waves-bench.log" 2>&1; tail -30 "$out/waves-bench.log" ;;
+        *) echo "unknown step $step" ;;
+    esac
+done
