@@ -271,6 +271,9 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
         &GEMM_F16_BROW,
         &GEMM_BF16_F32,
         &GEMM_F32,
+        &GEMM_BF16_T128X256,
+        &GEMM_BF16_T256X128,
+        &GEMM_BF16_T128X128X64,
     ];
     let entries = |arch: &str| -> std::collections::HashSet<String> {
         let m = fused_gemm::ptx::BUILTIN
