@@ -211,6 +211,111 @@ fn ptxas_log_parser_reads_resources() {
     );
 }
 
+/// Every entry point of every `#[fused_gemm]` kernel in `src/kernels/` (its tile variants and its
+/// norm-finishing kernel) is in the PTX of each arch it is compiled for: sm_80 kernels in both
+/// modules, `arch = sm_90` kernels in the sm_90 module only. Together with
+/// `builtin_ptx_is_accepted_by_ptxas_for_every_arch`, each stage and option has an expansion that
+/// ptxas accepts.
+#[test]
+fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
+    use fused_gemm::kernels::{blocks::*, gemm::*, stages::*};
+    let specs = [
+        &STAGE_SCALE,
+        &STAGE_SCALE_ROW,
+        &STAGE_SCALE_COL,
+        &STAGE_BIAS,
+        &STAGE_BIAS_ROW,
+        &STAGE_RELU,
+        &STAGE_GELU,
+        &STAGE_GELU_TANH,
+        &STAGE_SILU,
+        &STAGE_SIGMOID,
+        &STAGE_RESIDUAL,
+        &STAGE_ACCUMULATE,
+        &STAGE_LAYER_NORM,
+        &STAGE_RMS_NORM,
+        &STAGE_SWIGLU,
+        &STAGE_GEGLU,
+        &STAGE_ROPE,
+        &STAGE_CAST_F16,
+        &STAGE_USER,
+        &STAGE_SCALE_CONST_USER,
+        &STAGE_CAST_BF16,
+        &COMBO_PAIR_THEN_OPERANDS,
+        &COMBO_NORM_THEN_POST,
+        &OPTION_TILE_DERIVED,
+        &OPTION_F16_BROW_F32,
+        &OPTION_SM90,
+        &OPTION_F32_TILE_DERIVED,
+        &FFN_UP_BIAS_GELU,
+        &FFN_UP_BIAS_GELU_F16,
+        &FFN_UP_BIAS_GELU_TANH,
+        &PROJ_BIAS_RESIDUAL_LAYER_NORM,
+        &PROJ_BIAS_RESIDUAL_LAYER_NORM_F16,
+        &PROJ_BIAS_RESIDUAL,
+        &MLP_UP_SWIGLU,
+        &RMS_SCALED_GEMM,
+        &QK_PROJ_ROPE,
+        &SCALE_THEN_BIAS,
+        &BIAS_THEN_SCALE,
+        &BIAS_F16,
+        &BIAS_GELU_F16_F32,
+        &RESIDUAL_RMS_NORM_F16,
+        &MLP_UP_SWIGLU_F16,
+        &BIAS_F32,
+        &FFN_UP_BIAS_GELU_F32,
+        &PROJ_BIAS_RESIDUAL_LAYER_NORM_F32,
+        &GEMM_BF16,
+        &GEMM_F16,
+        &GEMM_BF16_BROW,
+        &GEMM_F16_BROW,
+        &GEMM_BF16_F32,
+        &GEMM_F32,
+        &GEMM_BF16_T128X256,
+        &GEMM_BF16_T256X128,
+        &GEMM_BF16_T128X128X64,
+    ];
+    let entries = |arch: &str| -> std::collections::HashSet<String> {
+        let m = fused_gemm::ptx::BUILTIN
+            .modules
+            .iter()
+            .find(|m| m.arch == arch)
+            .unwrap_or_else(|| panic!("no {arch} module (built with FUSED_GEMM_SKIP_PTX?)"));
+        m.ptx
+            .lines()
+            .filter_map(|l| l.strip_prefix(".visible .entry "))
+            .map(|l| l.split('(').next().unwrap_or("").trim().to_owned())
+            .collect()
+    };
+    let (sm80, sm90) = (entries("sm_80"), entries("sm_90"));
+    for spec in specs {
+        let hopper_only = spec.variants[0].entry.contains("sm90_");
+        let names = spec
+            .variants
+            .iter()
+            .map(|v| v.entry)
+            .chain(spec.norm_finish);
+        for name in names {
+            assert!(
+                sm90.contains(name),
+                "{}: {name} missing from the sm_90 PTX",
+                spec.name
+            );
+            assert_eq!(
+                sm80.contains(name),
+                !hopper_only,
+                "{}: {name} {} the sm_80 PTX",
+                spec.name,
+                if hopper_only {
+                    "is in"
+                } else {
+                    "is missing from"
+                }
+            );
+        }
+    }
+}
+
 /// The unfused row kernels (`kernels::rowwise`) are in every arch's PTX and keep their row
 /// slots in registers: no stack frame, no spills.
 #[test]

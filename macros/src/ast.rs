@@ -41,6 +41,24 @@ pub enum Arch {
     Sm90,
 }
 
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90 => "sm_90",
+        }
+    }
+
+    /// Largest dynamic shared memory one CTA may opt in to, bytes (CUDA C Programming Guide,
+    /// "Technical Specifications per Compute Capability": 163 KB on sm_80, 227 KB on sm_90).
+    pub fn smem_limit(self) -> u32 {
+        match self {
+            Arch::Sm80 => 163 * 1024,
+            Arch::Sm90 => 227 * 1024,
+        }
+    }
+}
+
 /// Where `scale`/`bias` vectors run along.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Axis {
@@ -53,7 +71,7 @@ pub enum Axis {
 pub enum ScaleArg {
     /// A launch-time scalar with this parameter name.
     Param(syn::Ident),
-    /// A literal baked into the launcher.
+    /// A literal baked into the kernel.
     Const(f64),
     /// A per-row or per-column f32 vector.
     Vector(Axis),
@@ -84,6 +102,7 @@ pub enum StageKind {
 #[derive(Clone, Debug)]
 pub struct Stage {
     pub kind: StageKind,
+    /// The whole stage, arguments included.
     pub span: Span,
 }
 
@@ -135,10 +154,10 @@ pub enum BLayout {
 pub struct KernelAttr {
     pub stages: Vec<Stage>,
     pub dtype: Dtype,
-    pub dtype_span: Span,
     pub out: Option<(Dtype, Span)>,
     pub b_layout: BLayout,
     pub arch: Arch,
+    /// `tile = (BM, BN, BK)` as written.
     pub tile: Option<((u32, u32, u32), Span)>,
 }
 
@@ -146,4 +165,56 @@ impl KernelAttr {
     pub fn out_dtype(&self) -> Dtype {
         self.out.map(|(d, _)| d).unwrap_or(self.dtype)
     }
+}
+
+/// Names of the launcher's operands `gpu`, `a`, `b`, `c`, which stage parameters must not reuse.
+pub const FIXED_PARAMS: &[(&str, &str)] = &[
+    ("gpu", "the launcher's device parameter"),
+    ("a", "the launcher's A operand"),
+    ("b", "the launcher's B operand"),
+    ("c", "the launcher's C operand"),
+];
+
+/// A launcher parameter that a stage adds.
+#[derive(Clone, Debug)]
+pub struct ParamName {
+    /// Its name.
+    pub name: String,
+    /// Set when the user chose the name (`scale(alpha)`): where it was written.
+    pub chosen: Option<Span>,
+}
+
+/// The launcher parameters each stage adds, in stage order. Generated names are made unique
+/// among themselves (`bias`, `bias_2`, ...); names the user chose are kept as written, so
+/// `validate` reports their collisions instead.
+pub fn stage_params(stages: &[Stage]) -> Vec<Vec<ParamName>> {
+    let mut taken: Vec<String> = FIXED_PARAMS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut generated = |base: &str| {
+        let mut name = base.to_string();
+        let mut i = 2;
+        while taken.contains(&name) {
+            name = format!("{base}_{i}");
+            i += 1;
+        }
+        taken.push(name.clone());
+        ParamName { name, chosen: None }
+    };
+    stages
+        .iter()
+        .map(|s| match &s.kind {
+            StageKind::Scale(ScaleArg::Param(p)) => vec![ParamName {
+                name: p.to_string(),
+                chosen: Some(p.span()),
+            }],
+            StageKind::Scale(ScaleArg::Vector(Axis::Row)) => vec![generated("row_scale")],
+            StageKind::Scale(ScaleArg::Vector(Axis::Col)) => vec![generated("col_scale")],
+            StageKind::Bias(Axis::Row) => vec![generated("row_bias")],
+            StageKind::Bias(Axis::Col) => vec![generated("bias")],
+            StageKind::Residual => vec![generated("residual")],
+            StageKind::LayerNorm { .. } => vec![generated("gamma"), generated("beta")],
+            StageKind::RmsNorm { .. } => vec![generated("gamma")],
+            StageKind::Rope { .. } => vec![generated("rope")],
+            _ => vec![],
+        })
+        .collect()
 }

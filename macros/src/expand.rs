@@ -1,9 +1,10 @@
 //! Code generation: device entry points (nvptx64) and the host spec + typed launcher.
+//!
+//! Generated code names everything by absolute path (`::fused_gemm::__private::...`), and the
+//! launcher's internal locals have mixed-site hygiene, so a `scale(name)` parameter can be any
+//! name that `validate` accepts.
 
-use fused_gemm_device::gemm::{
-    DEFAULT_TILES_SM80, ROW_TILES_F32, ROW_TILES_SM80, SCALAR_TILE_SM80, TILES_F32, TILES_SM80,
-    TileShape,
-};
+use fused_gemm_device::gemm::{DEFAULT_TILES_SM80, SCALAR_TILE_SM80, TILES_F32, TileShape};
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
@@ -15,20 +16,16 @@ fn dev() -> TokenStream {
     DEV.parse().unwrap()
 }
 
+/// An identifier invisible to user code (macro_rules-like hygiene).
+fn hidden(name: &str) -> syn::Ident {
+    syn::Ident::new(name, Span::mixed_site())
+}
+
 /// One compiled variant.
 struct Variant {
     entry: String,
     tile: TileShape,
     vec: bool,
-}
-
-/// The instantiated tiles of the mainloop that serves `dtype`: tensor cores (`mma.sync`) for
-/// 16-bit inputs, CUDA cores for f32.
-pub fn tile_lists(dtype: Dtype) -> (&'static [TileShape], &'static [TileShape]) {
-    match dtype {
-        Dtype::F32 => (TILES_F32, ROW_TILES_F32),
-        _ => (TILES_SM80, ROW_TILES_SM80),
-    }
 }
 
 /// The tiles compiled when no `tile = (...)` is given, and the one of the bounds-checked variant.
@@ -41,15 +38,18 @@ fn default_tiles(dtype: Dtype) -> (&'static [TileShape], TileShape) {
 
 fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
     let has_norm = attr.stages.iter().any(Stage::is_norm);
-    let (main, rows) = tile_lists(attr.dtype);
+    let (_, rows) = crate::validate::tile_lists(attr.dtype);
     let mut tiles: Vec<(TileShape, bool)> = Vec::new();
-    if let Some(((bm, bn, bk), _)) = attr.tile {
-        let t = *main
-            .iter()
-            .chain(rows)
-            .find(|t| (t.bm, t.bn, t.bk) == (bm, bn, bk))
-            .expect("validated");
+    if let Some((shape, _)) = attr.tile {
+        let t = crate::validate::resolve_tile(
+            shape,
+            attr.dtype,
+            attr.b_layout == BLayout::Col,
+            attr.arch,
+        )
+        .expect("validated before expansion");
         tiles.push((t, true));
+        // The bounds-checked path for operands that are not 16-byte aligned (known-faults #3).
         tiles.push((t, false));
     } else {
         let (defaults, scalar) = default_tiles(attr.dtype);
@@ -61,7 +61,8 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         }
     }
     let arch = match (attr.dtype, attr.arch) {
-        (Dtype::F32, _) => "simt",
+        (Dtype::F32, Arch::Sm80) => "simt",
+        (Dtype::F32, Arch::Sm90) => "simt_sm90",
         (_, Arch::Sm80) => "sm80",
         (_, Arch::Sm90) => "sm90",
     };
@@ -107,59 +108,80 @@ struct StageGen {
     /// `EpilogueArg` expressions describing the operands for validation.
     operands: Vec<TokenStream>,
     launch_params: Vec<LaunchParam>,
+    /// One line for the launcher's docs: what the stage does.
+    doc: String,
 }
 
-struct Names(Vec<String>);
-
-impl Names {
-    fn take(&mut self, base: &str) -> syn::Ident {
-        let mut name = base.to_string();
-        let mut i = 2;
-        while self.0.contains(&name) {
-            name = format!("{base}_{i}");
-            i += 1;
-        }
-        self.0.push(name.clone());
-        format_ident!("{}", name)
-    }
-}
-
-fn stage_gen(
-    kernel: &str,
+/// What the expansion knows about the position of a stage in the list.
+struct StageCtx<'a> {
+    kernel: &'a str,
     idx: usize,
-    s: &Stage,
-    attr: &KernelAttr,
+    attr: &'a KernelAttr,
+    /// A pair stage came earlier: vectors and tiles have N/2 columns.
     after_pair: bool,
-    names: &mut Names,
-    extra_items: &mut TokenStream,
-) -> StageGen {
+    /// A row norm came earlier: the stage may run in the norm's finishing kernel.
+    after_norm: bool,
+    /// The launcher parameter names of this stage (`ast::stage_params`).
+    names: &'a [ParamName],
+    /// Hidden identifier of the row-statistics workspace address in the build closure.
+    stats: &'a syn::Ident,
+}
+
+fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> StageGen {
     let d = dev();
     let st = quote!(#d::epilogue::stages);
-    let out_name = attr.out_dtype().name();
-    let width_doc = if after_pair { "N/2" } else { "N" };
+    let val = quote!(::fused_gemm::__private::host::validate);
+    let idx = cx.idx;
+    let out_name = cx.attr.out_dtype().name();
+    let width = if cx.after_pair { "N/2" } else { "N" };
     let nil = quote!(#d::epilogue::Nil);
-    let simple = |ty: TokenStream| StageGen {
+    let param = |i: usize| format_ident!("{}", cx.names[i].name);
+    let desc = |i: usize| hidden(&format!("{}_desc", cx.names[i].name));
+    let simple = |ty: TokenStream, doc: String| StageGen {
         ty,
         params: nil.clone(),
         checks: quote!(),
         operands: vec![],
         launch_params: vec![],
+        doc,
     };
     match &s.kind {
-        StageKind::Relu => simple(quote!(#st::Relu)),
-        StageKind::Gelu => simple(quote!(#st::Gelu)),
-        StageKind::GeluTanh => simple(quote!(#st::GeluTanh)),
-        StageKind::Silu => simple(quote!(#st::Silu)),
-        StageKind::Sigmoid => simple(quote!(#st::Sigmoid)),
-        StageKind::SwiGlu => simple(quote!(#st::SwiGlu)),
-        StageKind::GeGlu => simple(quote!(#st::GeGlu)),
-        StageKind::Accumulate => simple(quote!(#st::Accumulate)),
+        StageKind::Relu => simple(quote!(#st::Relu), "`relu`: max(x, 0).".into()),
+        StageKind::Gelu => simple(
+            quote!(#st::Gelu),
+            "`gelu`: x·Φ(x), the exact erf form (BERT's \"gelu\"; `gelu_tanh` is the approximation).".into(),
+        ),
+        StageKind::GeluTanh => simple(
+            quote!(#st::GeluTanh),
+            "`gelu_tanh`: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the tanh approximation (\"gelu_new\").".into(),
+        ),
+        StageKind::Silu => simple(quote!(#st::Silu), "`silu`: x·sigmoid(x).".into()),
+        StageKind::Sigmoid => simple(quote!(#st::Sigmoid), "`sigmoid`: 1/(1 + e^−x).".into()),
+        StageKind::SwiGlu => simple(
+            quote!(#st::SwiGlu),
+            "`swiglu`: on interleaved gate/up columns `[g0, u0, g1, u1, …]` (B's gate and up rows interleaved the same way), `silu(g)·u`; halves the width: C and every later operand have N/2 columns.".into(),
+        ),
+        StageKind::GeGlu => simple(
+            quote!(#st::GeGlu),
+            "`geglu`: as `swiglu` with erf-GELU as the gate, `gelu(g)·u`; halves the width to N/2.".into(),
+        ),
+        StageKind::Accumulate => simple(
+            quote!(#st::Accumulate),
+            "`accumulate`: adds what C holds before the launch, `C + x`.".into(),
+        ),
         StageKind::Cast(dt) => {
             let t = dt.device_type();
-            simple(quote!(#st::Cast<#t>))
+            simple(
+                quote!(#st::Cast<#t>),
+                format!(
+                    "`cast({})`: rounds x to {} precision (and back to f32 for the next stage).",
+                    dt.name(),
+                    dt.name()
+                ),
+            )
         }
         StageKind::User(path) => {
-            let w = format_ident!("__FusedGemmUser_{}_{}", kernel, idx);
+            let w = format_ident!("__FusedGemmUser_{}_{}", cx.kernel, idx);
             extra_items.extend(quote! {
                 #[doc(hidden)]
                 #[allow(non_camel_case_types)]
@@ -172,168 +194,181 @@ fn stage_gen(
                     }
                 }
             });
-            simple(quote!(#st::User<#w>))
+            let p = quote!(#path).to_string().replace(' ', "");
+            simple(
+                quote!(#st::User<#w>),
+                format!("`{p}`: your function, applied to every element."),
+            )
         }
         StageKind::Scale(ScaleArg::Const(v)) => {
-            let v = *v as f32;
+            let v32 = *v as f32;
             StageGen {
                 ty: quote!(#st::Scale),
-                params: quote!(#st::ScaleParams { alpha: #v }),
+                params: quote!(#st::ScaleParams { alpha: #v32 }),
                 checks: quote!(),
                 operands: vec![],
                 launch_params: vec![],
+                doc: format!("`scale({v})`: multiplies by {v}."),
             }
         }
-        StageKind::Scale(ScaleArg::Param(p)) => {
-            let id = names.take(&p.to_string());
+        StageKind::Scale(ScaleArg::Param(_)) => {
+            let id = param(0);
             StageGen {
                 ty: quote!(#st::Scale),
                 params: quote!(#st::ScaleParams { alpha: #id }),
                 checks: quote!(),
                 operands: vec![],
                 launch_params: vec![LaunchParam {
-                    ident: id,
+                    ident: id.clone(),
                     ty: quote!(f32),
-                    doc: "scalar factor of `scale`".into(),
+                    doc: format!("f32 scalar; stage {} multiplies by it", idx + 1),
                 }],
+                doc: format!("`scale({id})`: multiplies by the scalar `{id}`."),
             }
         }
         StageKind::Scale(ScaleArg::Vector(axis)) | StageKind::Bias(axis) => {
             let is_scale = matches!(s.kind, StageKind::Scale(_));
-            let (ty, base, variant, len_doc) = match (is_scale, axis) {
-                (true, Axis::Row) => (
-                    quote!(#st::ScaleRow),
-                    "row_scale",
-                    format_ident!("ScaleRow"),
-                    "M",
-                ),
-                (true, Axis::Col) => (
-                    quote!(#st::ScaleCol),
-                    "col_scale",
-                    format_ident!("ScaleCol"),
-                    width_doc,
-                ),
-                (false, Axis::Row) => (
-                    quote!(#st::BiasRow),
-                    "row_bias",
-                    format_ident!("BiasRow"),
-                    "M",
-                ),
-                (false, Axis::Col) => (
-                    quote!(#st::BiasCol),
-                    "bias",
-                    format_ident!("Bias"),
-                    width_doc,
+            let (ty, variant) = match (is_scale, axis) {
+                (true, Axis::Row) => (quote!(#st::ScaleRow), format_ident!("ScaleRow")),
+                (true, Axis::Col) => (quote!(#st::ScaleCol), format_ident!("ScaleCol")),
+                (false, Axis::Row) => (quote!(#st::BiasRow), format_ident!("BiasRow")),
+                (false, Axis::Col) => (quote!(#st::BiasCol), format_ident!("Bias")),
+            };
+            let (id, dsc) = (param(0), desc(0));
+            let lit = id.to_string();
+            let dt_name = if is_scale { "f32" } else { out_name };
+            let (len, along, index) = match axis {
+                Axis::Row => ("M", "one value per row of C, broadcast along the row", "r"),
+                Axis::Col => (
+                    width,
+                    "one value per output column, broadcast down the rows",
+                    "c",
                 ),
             };
-
-            let dt_name = if is_scale { "f32" } else { out_name };
-            let id = names.take(base);
-            let desc = format_ident!("{}_desc", id);
-            let lit = id.to_string();
-            let what = if is_scale { "multiplies" } else { "adds" };
-            let along = if *axis == Axis::Row {
-                "one value per row"
+            let (stage_text, what, formula) = if is_scale {
+                let n = if *axis == Axis::Row { "row" } else { "col" };
+                (
+                    format!("scale({n})"),
+                    "multiplies by",
+                    format!("x·{id}[{index}]"),
+                )
+            } else if *axis == Axis::Row {
+                ("bias(row)".to_string(), "adds", format!("x + {id}[{index}]"))
             } else {
-                "one value per output column, broadcast down the rows"
+                ("bias".to_string(), "adds", format!("x + {id}[{index}]"))
             };
             StageGen {
                 ty,
-                params: quote!(#st::VectorParams { ptr: #desc.ptr }),
-                checks: quote!(let #desc = #id.vector(gpu)?;),
-                operands: vec![
-                    quote!(::fused_gemm::__private::host::validate::EpilogueArg {
-                        name: #lit, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::#variant(#desc),
-                    }),
-                ],
+                params: quote!(#st::VectorParams { ptr: #dsc.ptr }),
+                checks: quote!(let #dsc = #id.vector(gpu)?;),
+                operands: vec![quote!(#val::EpilogueArg {
+                    name: #lit, stage: #idx, operand: #val::Operand::#variant(#dsc),
+                })],
                 launch_params: vec![LaunchParam {
-                    ident: id,
+                    ident: id.clone(),
                     ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
-                    doc: format!("length {len_doc}, {dt_name}; {what} {along}"),
+                    doc: format!(
+                        "length {len}, {dt_name}, contiguous: {along}; stage {} {what} it",
+                        idx + 1
+                    ),
                 }],
+                doc: format!("`{stage_text}`: {formula} ({along})."),
             }
         }
         StageKind::Residual => {
-            let id = names.take("residual");
-            let desc = format_ident!("{}_desc", id);
+            let (id, dsc) = (param(0), desc(0));
             let lit = id.to_string();
+            let alias = if cx.after_norm {
+                "must not overlap `c`"
+            } else {
+                "may be `c` itself (an in-place residual), but must not overlap it otherwise"
+            };
             StageGen {
                 ty: quote!(#st::Residual),
-                params: quote!(#st::MatrixParams { ptr: #desc.ptr, ld: #desc.ld as u32, _pad: 0 }),
-                checks: quote!(let #desc = #id.matrix(gpu)?;),
-                operands: vec![
-                    quote!(::fused_gemm::__private::host::validate::EpilogueArg {
-                        name: #lit, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Residual(#desc),
-                    }),
-                ],
+                params: quote!(#st::MatrixParams { ptr: #dsc.ptr, ld: #dsc.ld as u32, _pad: 0 }),
+                checks: quote!(let #dsc = #id.matrix(gpu)?;),
+                operands: vec![quote!(#val::EpilogueArg {
+                    name: #lit, stage: #idx, operand: #val::Operand::Residual(#dsc),
+                })],
                 launch_params: vec![LaunchParam {
-                    ident: id,
+                    ident: id.clone(),
                     ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsMatrix),
                     doc: format!(
-                        "M×{width_doc}, {out_name}, row-major; added element-wise (may be C itself)"
+                        "M×{width}, {out_name}, row-major (any leading dimension ≥ {width}); stage {} adds it element-wise; {alias}",
+                        idx + 1
                     ),
                 }],
+                doc: format!("`residual`: x + {id}[r, c]."),
             }
         }
         StageKind::LayerNorm { eps } | StageKind::RmsNorm { eps } => {
             let ln = matches!(s.kind, StageKind::LayerNorm { .. });
-            let eps = *eps as f32;
-            let g = names.take("gamma");
-            let gd = format_ident!("{}_desc", g);
+            let eps32 = *eps as f32;
+            let stats = cx.stats;
+            let (g, gd) = (param(0), desc(0));
             let gl = g.to_string();
             let mut checks = quote!(let #gd = #g.vector(gpu)?;);
             let mut operands = vec![
-                quote!(::fused_gemm::__private::host::validate::EpilogueArg {
-                    name: #gl, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Gamma(#gd),
+                quote!(#val::EpilogueArg {
+                    name: #gl, stage: #idx, operand: #val::Operand::Gamma(#gd),
                 }),
-                quote!(::fused_gemm::__private::host::validate::EpilogueArg {
-                    name: "eps", stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Eps(#eps),
+                quote!(#val::EpilogueArg {
+                    name: "eps", stage: #idx, operand: #val::Operand::Eps(#eps32),
                 }),
             ];
             let mut lp = vec![LaunchParam {
-                ident: g,
+                ident: g.clone(),
                 ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
-                doc: format!("length {width_doc}, {out_name}; the norm's scale γ"),
+                doc: format!(
+                    "length {width}, {out_name}, contiguous: the norm's scale γ, one per column"
+                ),
             }];
+            let finish = "finished in the GEMM's epilogue when one CTA tile spans the row, else by a second, small kernel from per-tile partial statistics (CODA); statistics in f32 whatever the dtype";
             if ln {
-                let b = names.take("beta");
-                let bd = format_ident!("{}_desc", b);
+                let (b, bd) = (param(1), desc(1));
                 let bl = b.to_string();
                 checks.extend(quote!(let #bd = #b.vector(gpu)?;));
-                operands.push(quote!(::fused_gemm::__private::host::validate::EpilogueArg {
-                    name: #bl, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Beta(#bd),
+                operands.push(quote!(#val::EpilogueArg {
+                    name: #bl, stage: #idx, operand: #val::Operand::Beta(#bd),
                 }));
                 lp.push(LaunchParam {
-                    ident: b,
+                    ident: b.clone(),
                     ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
-                    doc: format!("length {width_doc}, {out_name}; the norm's shift β"),
+                    doc: format!(
+                        "length {width}, {out_name}, contiguous: the norm's shift β, one per column"
+                    ),
                 });
                 StageGen {
                     ty: quote!(#st::Norm<#st::LayerNorm>),
-                    params: quote!(#st::LayerNormParams { gamma: #gd.ptr, beta: #bd.ptr, stats, eps: #eps, _pad: 0 }),
+                    params: quote!(#st::LayerNormParams { gamma: #gd.ptr, beta: #bd.ptr, stats: #stats, eps: #eps32, _pad: 0 }),
                     checks,
                     operands,
                     launch_params: lp,
+                    doc: format!(
+                        "`layer_norm(eps = {eps:e})`: over each row's {width} values, (x − mean)/√(var + {eps:e})·{g}[c] + {b}[c] (biased variance); {finish}."
+                    ),
                 }
             } else {
                 StageGen {
                     ty: quote!(#st::Norm<#st::RmsNorm>),
-                    params: quote!(#st::RmsNormParams { gamma: #gd.ptr, stats, eps: #eps, _pad: 0 }),
+                    params: quote!(#st::RmsNormParams { gamma: #gd.ptr, stats: #stats, eps: #eps32, _pad: 0 }),
                     checks,
                     operands,
                     launch_params: lp,
+                    doc: format!(
+                        "`rms_norm(eps = {eps:e})`: over each row's {width} values, x/√(mean(x²) + {eps:e})·{g}[c]; {finish}."
+                    ),
                 }
             }
         }
         StageKind::Rope { theta } => {
-            let theta = *theta as f32;
-            let id = names.take("rope");
+            let theta32 = *theta as f32;
+            let id = param(0);
             let lit = id.to_string();
-            let idx = idx;
             StageGen {
                 ty: quote!(#st::Rope),
                 params: quote!(#st::RopeParams {
-                    theta: #theta,
+                    theta: #theta32,
                     head_dim: #id.head_dim,
                     rotary_dim: #id.rotary_dim,
                     seq_len: #id.seq_len,
@@ -341,14 +376,20 @@ fn stage_gen(
                     _pad: 0,
                 }),
                 checks: quote!(),
-                operands: vec![quote!(::fused_gemm::__private::host::validate::EpilogueArg {
-                    name: #lit, stage: #idx, operand: ::fused_gemm::__private::host::validate::Operand::Rope(#id.spec(#theta)),
+                operands: vec![quote!(#val::EpilogueArg {
+                    name: #lit, stage: #idx, operand: #val::Operand::Rope(#id.spec(#theta32)),
                 })],
                 launch_params: vec![LaunchParam {
-                    ident: id,
+                    ident: id.clone(),
                     ty: quote!(::fused_gemm::__private::host::gemm::RopeArgs),
-                    doc: "head_dim, rotary_dim, seq_len and pos_offset of the rotation (row r is at position r % seq_len + pos_offset)".into(),
+                    doc: format!(
+                        "the rotation of stage {}: `head_dim` (columns per head, even), `rotary_dim` (rotated columns at the start of each head, even, ≤ head_dim), `seq_len` and `pos_offset` (row r is at position r % seq_len + pos_offset)",
+                        idx + 1
+                    ),
                 }],
+                doc: format!(
+                    "`rope(theta = {theta})`: rotates the interleaved pairs (2i, 2i+1) of each head by p·{theta}^(−2i/rotary_dim), p the row's position: x' = x·cos − y·sin, y' = y·cos + x·sin (LLaMA/NeoX convention; interleave half-split weight rows first)."
+                ),
             }
         }
     }
@@ -370,6 +411,40 @@ fn cons_value(items: &[TokenStream]) -> TokenStream {
     )
 }
 
+/// The whole epilogue as one formula over `A·B`, for the launcher's first doc line, e.g.
+/// `layer_norm(A·B + bias[c] + residual[r, c])`.
+fn formula(stages: &[Stage], params: &[Vec<ParamName>]) -> String {
+    // `sum`: the expression is a sum at top level (needs parentheses under a product).
+    let (mut x, mut sum) = ("A·B".to_string(), false);
+    let wrap = |x: &str, sum: bool| {
+        if sum { format!("({x})") } else { x.to_string() }
+    };
+    for (s, ps) in stages.iter().zip(params) {
+        let p = |i: usize| ps[i].name.as_str();
+        (x, sum) = match &s.kind {
+            StageKind::Scale(ScaleArg::Param(_)) => (format!("{}·{}", p(0), wrap(&x, sum)), false),
+            StageKind::Scale(ScaleArg::Const(v)) => (format!("{v}·{}", wrap(&x, sum)), false),
+            StageKind::Scale(ScaleArg::Vector(Axis::Row)) => {
+                (format!("{}[r]·{}", p(0), wrap(&x, sum)), false)
+            }
+            StageKind::Scale(ScaleArg::Vector(Axis::Col)) => {
+                (format!("{}[c]·{}", p(0), wrap(&x, sum)), false)
+            }
+            StageKind::Bias(Axis::Row) => (format!("{x} + {}[r]", p(0)), true),
+            StageKind::Bias(Axis::Col) => (format!("{x} + {}[c]", p(0)), true),
+            StageKind::Residual => (format!("{x} + {}[r, c]", p(0)), true),
+            StageKind::Accumulate => (format!("C + {x}"), true),
+            StageKind::Cast(d) => (format!("round_{}({x})", d.name()), false),
+            StageKind::User(path) => (
+                format!("{}({x})", quote!(#path).to_string().replace(' ', "")),
+                false,
+            ),
+            _ => (format!("{}({x})", s.name()), false),
+        };
+    }
+    x
+}
+
 pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
     let d = dev();
     let name = &item.sig.ident;
@@ -379,29 +454,36 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         .iter()
         .filter(|a| a.path().is_ident("doc"))
         .collect();
+    // `#[cfg(...)]` on the kernel applies to every item generated for it.
+    let cfgs: Vec<&syn::Attribute> = item
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg"))
+        .collect();
+    let cfgs = quote!(#(#cfgs)*);
     let spec = format_ident!("{}", name_s.to_uppercase());
     let chain_ty = format_ident!("__FusedGemmChain_{}", name_s);
     let post_ty = format_ident!("__FusedGemmPost_{}", name_s);
+    let stats = hidden("stats");
+    let call = hidden("call");
 
-    let mut names = Names(vec![
-        "gpu".into(),
-        "a".into(),
-        "b".into(),
-        "c".into(),
-        "m".into(),
-        "n".into(),
-        "stats".into(),
-    ]);
+    let names = stage_params(&attr.stages);
     let mut extra = TokenStream::new();
     let mut gens = Vec::new();
-    let mut after_pair = false;
+    let (mut after_pair, mut after_norm) = (false, false);
     for (i, s) in attr.stages.iter().enumerate() {
-        gens.push(stage_gen(
-            &name_s, i, s, attr, after_pair, &mut names, &mut extra,
-        ));
-        if s.is_pairwise_reducing() {
-            after_pair = true;
-        }
+        let cx = StageCtx {
+            kernel: &name_s,
+            idx: i,
+            attr,
+            after_pair,
+            after_norm,
+            names: &names[i],
+            stats: &stats,
+        };
+        gens.push(stage_gen(&cx, s, &mut extra));
+        after_pair |= s.is_pairwise_reducing();
+        after_norm |= s.is_norm();
     }
     let pairs = after_pair;
     let norm_idx = attr.stages.iter().position(Stage::is_norm);
@@ -450,12 +532,14 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         let bounds = format_ident!("__fg_launch_bounds__{}", v.entry);
         let (threads, min_ctas) = (t.threads(), t.min_ctas_per_sm());
         entries.extend(quote! {
+            #cfgs
             #[cfg(#arch_cfg)]
             #[unsafe(no_mangle)]
             #[used]
             #[doc(hidden)]
             #[allow(non_upper_case_globals)]
             pub static #bounds: [u32; 2] = [#threads, #min_ctas];
+            #cfgs
             #[cfg(#arch_cfg)]
             #[unsafe(no_mangle)]
             #[doc(hidden)]
@@ -496,9 +580,11 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             );
             (
                 quote! {
+                    #cfgs
                     #[doc(hidden)]
                     #[allow(non_camel_case_types)]
                     pub type #post_ty = #post;
+                    #cfgs
                     #[cfg(#arch_cfg)]
                     #[unsafe(no_mangle)]
                     #[doc(hidden)]
@@ -526,44 +612,39 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
     let stage_list: Vec<String> = attr.stages.iter().map(stage_text).collect();
     let stage_str = stage_list.join(", ");
 
-    // Launcher docs.
-    let (b_shape, b_desc) = if b_col {
-        ("N×K", "row-major (B transposed: PyTorch `Linear` weights)")
-    } else {
-        ("K×N", "row-major")
-    };
-    let c_shape = if pairs { "M×N/2" } else { "M×N" };
-    let mut doc = format!(
-        "Launches `{name_s}`: C = epilogue(A·B) on the GPU, the epilogue `[{stage_str}]` applied in that order to the f32 \
-         accumulator tile before the store.\n\n# Parameters\n- `gpu`: the device.\n- `a`: A, M×K, {} row-major.\n\
-         - `b`: B, {b_shape}, {}, {b_desc}.\n- `c`: C, {c_shape}, {}, row-major (written).\n",
-        attr.dtype.name(),
-        attr.dtype.name(),
-        attr.out_dtype().name()
-    );
     let mut sig_params = TokenStream::new();
+    let mut param_docs = String::new();
     for g in &gens {
         for p in &g.launch_params {
-            doc.push_str(&format!("- `{}`: {}.\n", p.ident, p.doc));
+            param_docs.push_str(&format!("- `{}`: {}.\n", p.ident, p.doc));
             let (id, ty) = (&p.ident, &p.ty);
             sig_params.extend(quote!(#id: #ty,));
         }
     }
-    doc.push_str(
-        "\n# Errors\n`Error::InvalidArgument` naming the operand whose shape, dtype, leading dimension, bounds or aliasing \
-         is wrong; `Error::LaunchLimit` when no compiled tile fits; `Error::NoDriver`-family and driver errors from the launch.\n\
-         Returns the plan that ran (tile, split-K, grid), or `None` when M or N is 0 (nothing to do).",
+    let doc = launcher_doc(
+        &name_s,
+        attr,
+        &formula(&attr.stages, &names),
+        &gens,
+        &param_docs,
+        pairs,
+        &vars,
     );
-    let spec_doc = format!("Compiled variants and dtypes of [`{name_s}`].");
+    let spec_doc = format!(
+        "What the launcher [`{name_s}`] needs to know about its kernel: the dtypes, the stage list `[{stage_str}]` and the {} compiled variants (entry points and tiles).",
+        vars.len()
+    );
 
     quote! {
         #extra
+        #cfgs
         #[doc(hidden)]
         #[allow(non_camel_case_types)]
         pub type #chain_ty = #chain;
         #post_items
         #entries
 
+        #cfgs
         #[cfg(not(target_arch = "nvptx64"))]
         #[doc = #spec_doc]
         pub static #spec: ::fused_gemm::__private::host::gemm::GemmKernelSpec = ::fused_gemm::__private::host::gemm::GemmKernelSpec {
@@ -579,6 +660,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         };
 
         #(#user_docs)*
+        #cfgs
         #[cfg(not(target_arch = "nvptx64"))]
         #[doc = #doc]
         #[allow(clippy::too_many_arguments, unused_variables)]
@@ -594,7 +676,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             let b = b.matrix(gpu)?;
             let c = c.matrix(gpu)?;
             #(#checks)*
-            let call = ::fused_gemm::__private::host::validate::GemmCall {
+            let #call = ::fused_gemm::__private::host::validate::GemmCall {
                 a,
                 b,
                 b_layout: #b_layout,
@@ -605,9 +687,92 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
                 pair_stage: #pair_stage,
                 row_norm_stage: #norm_stage,
             };
-            ::fused_gemm::__private::host::gemm::launch(gpu, &#spec, &call, |stats: u64| (#params_value, #finish_value))
+            ::fused_gemm::__private::host::gemm::launch(gpu, &#spec, &#call, |#stats: u64| (#params_value, #finish_value))
         }
     }
+}
+
+/// The launcher's docstring: what it computes, the stages in order, every parameter with its
+/// shape and dtype, the errors and the return value.
+fn launcher_doc(
+    name: &str,
+    attr: &KernelAttr,
+    formula: &str,
+    gens: &[StageGen],
+    param_docs: &str,
+    pairs: bool,
+    vars: &[Variant],
+) -> String {
+    let (i, o) = (attr.dtype.name(), attr.out_dtype().name());
+    let (b_shape, b_desc) = if attr.b_layout == BLayout::Col {
+        (
+            "N×K",
+            "row-major, i.e. Bᵀ stored, as a PyTorch `Linear` weight (`b_layout = col`, the default); leading dimension ≥ K",
+        )
+    } else {
+        ("K×N", "row-major (`b_layout = row`); leading dimension ≥ N")
+    };
+    let c_shape = if pairs { "M×N/2" } else { "M×N" };
+    let c_reads = if attr
+        .stages
+        .iter()
+        .any(|s| matches!(s.kind, StageKind::Accumulate))
+    {
+        "read (by `accumulate`) and written"
+    } else {
+        "written; its old contents are not read"
+    };
+    // Starts with an empty line: it follows the user's doc comment, if any, as a new paragraph.
+    let mut doc = format!(
+        "\nLaunches the fused GEMM `{name}` on `gpu`'s stream: `C = {formula}`, where r and c are the row and column of C.\n\n"
+    );
+    if gens.is_empty() {
+        doc.push_str("No epilogue: C = A·B, accumulated in f32 and rounded once to C's dtype.\n\n");
+    } else {
+        doc.push_str(&format!(
+            "The epilogue stages apply in the order written, on the f32 accumulator tile while it is on chip, before C is rounded to {o} and stored:\n"
+        ));
+        for (k, g) in gens.iter().enumerate() {
+            doc.push_str(&format!("{}. {}\n", k + 1, g.doc));
+        }
+        doc.push('\n');
+    }
+    doc.push_str(&format!(
+        "# Parameters\n\
+         - `gpu`: the device; the launch is enqueued on its stream and not waited for.\n\
+         - `a`: A, M×K, {i}, row-major (leading dimension ≥ K).\n\
+         - `b`: B, {b_shape}, {i}, {b_desc}.\n\
+         - `c`: C, {c_shape}, {o}, row-major; {c_reads}. Must not overlap `a` or `b`.\n"
+    ));
+    doc.push_str(param_docs);
+    let tiles: Vec<String> = vars
+        .iter()
+        .filter(|v| v.vec)
+        .map(|v| format!("{}×{}×{}", v.tile.bm, v.tile.bn, v.tile.bk))
+        .collect();
+    let arch_note = if attr.arch == Arch::Sm90 {
+        " Compiled for sm_90 only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`."
+    } else {
+        ""
+    };
+    let per_16_bytes = if attr.dtype == Dtype::F32 { 4 } else { 8 };
+    doc.push_str(&format!(
+        "\nAny alignment is accepted: when every device pointer is 16-byte aligned and the leading dimensions and K are multiples of {per_16_bytes} elements, the mainloop loads with 16-byte `cp.async`, otherwise with bounds-checked element loads. Tiles compiled (BM×BN×BK): {}; the planner picks one and a split-K factor per shape.{arch_note}\n",
+        tiles.join(", ")
+    ));
+    doc.push_str(
+        "\n# Errors\n\
+         Operands are validated before anything is launched.\n\
+         - `Error::DtypeMismatch`, `Error::ShapeMismatch`, `Error::LeadingDimension`, `Error::NullPointer`, \
+         `Error::TooLarge`, `Error::Aliasing`, `Error::Misaligned` (not even element-aligned) and \
+         `Error::InvalidArgument` (e.g. RoPE dimensions) name the operand that is wrong.\n\
+         - `Error::LaunchLimit` when no compiled tile can launch this shape on this device.\n\
+         - `Error::PtxNotBuilt`, `Error::UnsupportedArch`, `Error::KernelNotFound` when the kernel crate's PTX lacks \
+         this kernel for the device; `Error::OutOfMemory` for the split-K or statistics workspace; `Error::Driver` for CUDA errors.\n\
+         \n# Returns\n\
+         The plan that ran (tile, split-K factor, grid), or `None` when M or N is 0 (nothing to do).",
+    );
+    doc
 }
 
 fn stage_text(s: &Stage) -> String {
@@ -627,8 +792,97 @@ fn stage_text(s: &Stage) -> String {
     }
 }
 
-/// Keeps the user's item compiling (for IDEs and to avoid cascading errors) beside the errors.
+/// Keeps the user's item compiling beside the errors (for IDEs, and so that one mistake does not
+/// cascade into "cannot find function" errors at every call). A function's body is kept unless it
+/// declares a return type, which its `{}` would not satisfy.
 pub fn fallback(item: &TokenStream) -> TokenStream {
-    let _ = Span::call_site();
-    quote!(#[allow(dead_code)] #item)
+    match syn::parse2::<syn::ItemFn>(item.clone()) {
+        Ok(mut f) => {
+            if matches!(f.sig.output, syn::ReturnType::Type(..)) {
+                f.block = syn::parse_quote!({ ::core::unreachable!() });
+            }
+            quote!(#[allow(dead_code, unused_variables)] #f)
+        }
+        Err(_) => quote!(#[allow(dead_code)] #item),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(attr: &str, item: &str) -> String {
+        let mut errors = crate::errors::Errors::default();
+        let a = crate::parse::parse_attr(attr.parse().unwrap(), &mut errors).unwrap();
+        assert!(errors.is_empty());
+        let f: syn::ItemFn = syn::parse_str(item).unwrap();
+        expand(&f, &a).to_string()
+    }
+
+    /// The `#[doc = "..."]` strings of the launcher, joined.
+    fn launcher_doc_of(expansion: &str) -> String {
+        let file: syn::File = syn::parse_str(expansion).unwrap();
+        let f = file
+            .items
+            .iter()
+            .find_map(|i| match i {
+                syn::Item::Fn(f) if !f.sig.ident.to_string().contains("__") => Some(f),
+                _ => None,
+            })
+            .expect("a launcher");
+        f.attrs
+            .iter()
+            .filter_map(|a| match &a.meta {
+                syn::Meta::NameValue(nv) if nv.path.is_ident("doc") => match &nv.value {
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }) => Some(s.value()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn launcher_doc_gives_order_shapes_and_errors() {
+        let e = expand_str(
+            "epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = bf16",
+            "/// BERT attention output projection.\npub fn attn_out_proj() {}",
+        );
+        let doc = launcher_doc_of(&e);
+        println!("{doc}");
+        assert!(
+            doc.starts_with(" BERT attention output projection.\n\nLaunches"),
+            "{doc}"
+        );
+        assert!(doc.contains("`C = layer_norm(A·B + bias[c] + residual[r, c])`"));
+        assert!(doc.contains("apply in the order written"));
+        assert!(doc.contains("- `bias`: length N, bf16, contiguous: one value per output column, broadcast down the rows"));
+        assert!(doc.contains("- `b`: B, N×K, bf16"));
+        assert!(doc.contains("- `gamma`: length N"));
+        assert!(doc.contains("`Error::ShapeMismatch`") && doc.contains("# Returns"));
+    }
+
+    #[test]
+    fn formula_shows_where_scale_applies() {
+        // known-faults #1: the order of `scale` and `bias` is visible in the docs.
+        let d1 = launcher_doc_of(&expand_str(
+            "epilogue = [scale(alpha), bias]",
+            "pub fn k() {}",
+        ));
+        let d2 = launcher_doc_of(&expand_str(
+            "epilogue = [bias, scale(alpha)]",
+            "pub fn k() {}",
+        ));
+        assert!(d1.contains("`C = alpha·A·B + bias[c]`"), "{d1}");
+        assert!(d2.contains("`C = alpha·(A·B + bias[c])`"), "{d2}");
+        let d3 = launcher_doc_of(&expand_str("epilogue = [swiglu, bias]", "pub fn k() {}"));
+        assert!(
+            d3.contains("`c`: C, M×N/2") && d3.contains("- `bias`: length N/2"),
+            "{d3}"
+        );
+    }
 }

@@ -65,3 +65,42 @@ pub fn stage_cast_f16() {}
 /// C = (A·B)² + 1 through a user function.
 #[fused_gemm(epilogue = [crate::kernels::stages::square_plus_one])]
 pub fn stage_user() {}
+
+// Forms and options the kernels above do not use, so that their expansions also go through the
+// nvptx64 build and ptxas (`tests/ptx.rs`). Each names one tile (two entry points: 16-byte and
+// bounds-checked loads) to keep the PTX small.
+
+/// C = (A·B)/8 squared plus one: a constant scale, and a user stage named by a bare identifier.
+#[fused_gemm(epilogue = [scale(0.125), square_plus_one], tile = (64, 64, 32))]
+pub fn stage_scale_const_user() {}
+/// C = gelu(A·B) rounded to bf16 precision, stored as f32.
+#[fused_gemm(epilogue = [gelu, cast(bf16)], out = f32, tile = (64, 64, 32))]
+pub fn stage_cast_bf16() {}
+/// Operands after a pair stage (width N/2), then `accumulate`: C += R + s[c]·(b[c] +
+/// swiglu(rope(A·B))), f16.
+#[fused_gemm(
+    epilogue = [rope(theta = 10000.0), swiglu, bias, scale(col), residual, accumulate],
+    dtype = f16,
+    tile = (64, 64, 32)
+)]
+pub fn combo_pair_then_operands() {}
+/// Stages after a row norm, which run in the norm's finishing kernel when the row spans several
+/// CTA tiles: C = rope(R + alpha·gelu_tanh(LayerNorm(A·B + b))), f32 output.
+#[fused_gemm(
+    epilogue = [bias, layer_norm(eps = 1e-5), gelu_tanh, scale(alpha), residual, rope(theta = 10000.0)],
+    out = f32,
+    tile = (32, 64, 64)
+)]
+pub fn combo_norm_then_post() {}
+/// A tile that is not one of the built-in shapes (the macro derives a 2×2 warp grid).
+#[fused_gemm(epilogue = [bias, relu], tile = (96, 96, 48))]
+pub fn option_tile_derived() {}
+/// f16 inputs, B stored K×N, f32 output.
+#[fused_gemm(epilogue = [bias, silu], dtype = f16, out = f32, b_layout = row, tile = (128, 64, 32))]
+pub fn option_f16_brow_f32() {}
+/// Compiled into the sm_90 PTX only.
+#[fused_gemm(epilogue = [bias, gelu], arch = sm_90, tile = (128, 128, 32))]
+pub fn option_sm90() {}
+/// f32 inputs (CUDA-core mainloop) with a tile that is not one of its built-in shapes.
+#[fused_gemm(epilogue = [bias, gelu], dtype = f32, tile = (64, 128, 16))]
+pub fn option_f32_tile_derived() {}

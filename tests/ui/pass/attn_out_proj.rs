@@ -1,0 +1,50 @@
+// The example of docs/macro.md: BERT's attention output projection, C = LayerNorm(A·W + b + R).
+//
+// A kernel crate defines `__FUSED_GEMM_PTX` at its root with `fused_gemm::include_ptx!`, which
+// reads the PTX its build script wrote to OUT_DIR. trybuild compiles these cases without a build
+// script (no OUT_DIR), so each passing case defines an empty PTX set instead: everything compiles
+// and the specs can be inspected; a launch would fail with `Error::PtxNotBuilt`.
+static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
+    fused_gemm::host::module::PtxSet::new("ui", &[]);
+
+use fused_gemm::device::types::DType;
+use fused_gemm::host::plan::Plan;
+use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::fused_gemm;
+
+/// BERT attention output projection.
+#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = bf16)]
+pub fn attn_out_proj() {}
+
+// The launcher's signature: gpu, A, B, C, then one parameter per stage operand, in stage order.
+#[allow(dead_code)]
+fn call(
+    gpu: &Gpu,
+    x: &Tensor,
+    w: &Tensor,
+    out: &mut Tensor,
+    b: &Tensor,
+    r: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+) -> Result<Option<Plan>> {
+    attn_out_proj(gpu, x, w, out, b, r, gamma, beta)
+}
+
+fn main() {
+    let spec = &ATTN_OUT_PROJ;
+    assert_eq!(spec.name, "attn_out_proj");
+    assert_eq!(spec.stages, "bias, residual, layer_norm(eps = 1e-12)");
+    assert_eq!((spec.input, spec.output), (DType::Bf16, DType::Bf16));
+    assert!(spec.b_col && !spec.accumulate);
+    assert_eq!(spec.norm_finish, Some("attn_out_proj__norm_finish_bf16"));
+    assert_eq!(spec.ptx.crate_name, "ui");
+    // Three general tiles with 16-byte loads, one bounds-checked, five row-spanning tiles.
+    assert_eq!(spec.variants.len(), 9);
+    assert_eq!(spec.variants.iter().filter(|v| !v.vec).count(), 1);
+    assert!(spec.variants.iter().any(|v| v.tile.bn == 1024));
+    for v in spec.variants {
+        assert!(v.entry.starts_with("attn_out_proj__sm80_bf16_bf16_bcol_t"), "{}", v.entry);
+        assert_eq!(v.tile.check(), None);
+    }
+}

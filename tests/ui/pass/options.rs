@@ -1,0 +1,69 @@
+// Every option, alone and combined, on the host side of the expansion.
+static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
+    fused_gemm::host::module::PtxSet::new("ui", &[]);
+
+use fused_gemm::device::types::DType;
+use fused_gemm::fused_gemm;
+
+#[fused_gemm(epilogue = [])]
+pub fn defaults() {}
+
+#[fused_gemm(epilogue = [bias], dtype = f16, out = f32, b_layout = row)]
+pub fn f16_to_f32_brow() {}
+
+#[fused_gemm(epilogue = [gelu], arch = sm_90)]
+pub fn hopper_only() {}
+
+// f32 inputs run on the CUDA cores; a tile of theirs, and one derived for them.
+#[fused_gemm(epilogue = [bias, layer_norm(eps = 1e-5)], dtype = f32)]
+pub fn f32_inputs() {}
+
+#[fused_gemm(epilogue = [relu], dtype = f32, out = bf16, tile = (64, 128, 32), arch = sm_90)]
+pub fn f32_derived_tile() {}
+
+// An instantiated tile keeps its warp grid; another is given one (and a pipeline depth that fits).
+#[fused_gemm(epilogue = [relu], tile = (64, 64, 32))]
+pub fn fixed_tile() {}
+
+#[fused_gemm(epilogue = [relu], tile = (96, 96, 48), arch = sm_80)]
+pub fn derived_tile() {}
+
+#[fused_gemm(epilogue = [rms_norm(eps = 1e-6)], tile = (32, 768, 32), b_layout = col, arch = sm_80)]
+pub fn row_tile_fewer_stages() {}
+
+fn main() {
+    assert_eq!((DEFAULTS.input, DEFAULTS.output), (DType::Bf16, DType::Bf16));
+    assert!(DEFAULTS.b_col && DEFAULTS.norm_finish.is_none());
+    assert_eq!(DEFAULTS.variants.len(), 4);
+
+    assert_eq!(
+        (F16_TO_F32_BROW.input, F16_TO_F32_BROW.output),
+        (DType::F16, DType::F32)
+    );
+    assert!(!F16_TO_F32_BROW.b_col);
+    assert!(F16_TO_F32_BROW.variants[0].entry.contains("_sm80_f16_f32_brow_"));
+
+    assert!(HOPPER_ONLY.variants.iter().all(|v| v.entry.contains("__sm90_")));
+
+    assert_eq!((F32_INPUTS.input, F32_INPUTS.output), (DType::F32, DType::F32));
+    assert!(F32_INPUTS.variants.iter().all(|v| v.entry.contains("__simt_f32_f32_")));
+    assert!(F32_INPUTS.variants.iter().any(|v| v.tile.bn == 768));
+    assert!(F32_DERIVED_TILE.variants[0].entry.contains("__simt_sm90_f32_bf16_"));
+    assert_eq!(F32_DERIVED_TILE.variants[0].tile.check(), None);
+
+    // `tile` compiles one tile, twice: 16-byte loads and bounds-checked loads.
+    for spec in [&FIXED_TILE, &DERIVED_TILE, &ROW_TILE_FEWER_STAGES] {
+        assert_eq!(spec.variants.len(), 2, "{}", spec.name);
+        assert_eq!(spec.variants[0].tile, spec.variants[1].tile);
+        assert!(spec.variants[0].vec && !spec.variants[1].vec);
+        assert_eq!(spec.variants[0].tile.check(), None);
+    }
+    let t = FIXED_TILE.variants[0].tile;
+    assert_eq!((t.warps_m, t.warps_n, t.stages), (2, 2, 4));
+    let t = DERIVED_TILE.variants[0].tile;
+    assert_eq!((t.bm, t.bn, t.bk), (96, 96, 48));
+    // 163 KB on sm_80: the 3-stage row tile (192000 B with B stored N×K) drops to 2 stages.
+    let t = ROW_TILE_FEWER_STAGES.variants[0].tile;
+    assert_eq!((t.bm, t.bn, t.warps_n, t.stages), (32, 768, 8, 2));
+    assert!(t.smem_bytes(true) <= 163 * 1024);
+}

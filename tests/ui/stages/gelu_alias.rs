@@ -1,0 +1,10 @@
+use fused_gemm::fused_gemm;
+
+// Names from model configs map to our stages, saying which GELU is which (known-faults #2).
+#[fused_gemm(epilogue = [bias, gelu_new])]
+pub fn gpt2_ffn_up() {}
+
+#[fused_gemm(epilogue = [bias, swish])]
+pub fn ffn_swish() {}
+
+fn main() {}
