@@ -211,11 +211,19 @@ impl PtxBuilder {
 
     /// Compiles the crate once per arch and returns the PTX files.
     ///
+    /// Returns no artifacts when called from the nvptx64 build itself (the nested build runs the
+    /// crate's build script again).
+    ///
     /// # Errors
     /// [`BuildError::Compile`] when the device code does not compile (rustc's diagnostics, with
     /// the device source's file and line, go to stderr, which cargo prints for a failed build
     /// script); the other variants for a missing cargo environment or i/o failures.
     pub fn build(self) -> Result<Vec<PtxArtifact>, BuildError> {
+        // The nested nvptx64 build of the kernel crate runs its build script again; building
+        // PTX from there would recurse without end, and that build needs none.
+        if std::env::var("TARGET").is_ok_and(|t| t.starts_with("nvptx")) {
+            return Ok(Vec::new());
+        }
         let out_dir = match &self.out_dir {
             Some(d) => d.clone(),
             None => PathBuf::from(env("OUT_DIR")?),
