@@ -15,7 +15,7 @@
 //! Kernel bodies and launch shapes: `fused_gemm_device::kernel::bert`; f64 references:
 //! `fused_gemm_host::reference::bert`.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, PushKernelArg};
 use fused_gemm_device::kernel::bert::{
     attention as dattn, attention_mma as dmma, embed as dembed, pool as dpool,
 };
@@ -336,6 +336,17 @@ fn check_len(name: &'static str, len: usize, want: usize, what: &str) -> Result<
     Ok(())
 }
 
+fn same_device<T, B: DeviceSlice<T> + ?Sized>(gpu: &Gpu, name: &'static str, b: &B) -> Result<()> {
+    if b.stream().context().cu_ctx() != gpu.context().cu_ctx() {
+        return Err(Error::invalid(
+            name,
+            format!("a buffer on this device ({})", gpu.name()),
+            "a buffer from another CUDA context",
+        ));
+    }
+    Ok(())
+}
+
 fn grid_x(ctas: u64) -> Result<u32> {
     u32::try_from(ctas)
         .ok()
@@ -446,24 +457,26 @@ pub fn embeddings<T: BertElement>(
 /// `qkv` is `[B·T, 3·heads·head_dim]` row-major (the fused QKV projection: columns
 /// `[Q | K | V]`, heads of `head_dim` contiguous columns within each); `out` is
 /// `[B·T, heads·head_dim]`, heads concatenated. `head_dim` is one of [`HEAD_DIMS`]; any T and B
-/// (T up to 512 is what the tests cover).
+/// (T up to 512 is what the tests cover). Both may be `CudaSlice`s or `CudaView`s (`slice(a..)`)
+/// of this device.
 ///
 /// f32 storage runs on the CUDA cores in f32 (`fused_gemm_device::kernel::bert::attention`);
 /// f16/bf16 run on the tensor cores (`mma.sync` m16n8k16, f32 accumulation and softmax,
 /// P rounded to the storage type for `P·V`; `fused_gemm_device::kernel::bert::attention_mma`).
-/// Buffers that are not 16-byte aligned (sub-slices) take element-wise loads and stores.
+/// Buffers that are not 16-byte aligned (offset views) take element-wise loads and stores.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for `head_dim` not in [`HEAD_DIMS`], `heads = 0` or too many
-/// heads for 32-bit column indices, or buffers of the wrong length; [`Error::LaunchLimit`]
+/// heads for 32-bit column indices, buffers of the wrong length or from another CUDA context;
+/// [`Error::LaunchLimit`]
 /// when `B·heads·ceil(T/64)` CTAs exceed the grid; module-loading and driver errors.
 pub fn attention<T: BertElement>(
     gpu: &Gpu,
     batch: &SeqBatch,
     heads: usize,
     head_dim: usize,
-    qkv: &CudaSlice<T>,
-    out: &mut CudaSlice<T>,
+    qkv: &dyn DevicePtr<T>,
+    out: &mut dyn DevicePtrMut<T>,
 ) -> Result<()> {
     let Some((name, launch)) = attention_entry(T::DTYPE, head_dim) else {
         return Err(Error::invalid(
@@ -475,7 +488,10 @@ pub fn attention<T: BertElement>(
     if heads == 0 || heads > u32::MAX as usize / (3 * head_dim) {
         return Err(Error::invalid(
             "heads",
-            format!("1..={} heads of {head_dim} columns", u32::MAX as usize / (3 * head_dim)),
+            format!(
+                "1..={} heads of {head_dim} columns",
+                u32::MAX as usize / (3 * head_dim)
+            ),
             heads,
         ));
     }
@@ -483,6 +499,8 @@ pub fn attention<T: BertElement>(
     let rows = batch.tokens();
     check_len("qkv", qkv.len(), rows * 3 * d, "[B·T, 3·heads·head_dim]")?;
     check_len("out", out.len(), rows * d, "[B·T, heads·head_dim]")?;
+    same_device(gpu, "qkv", qkv)?;
+    same_device(gpu, "out", &*out)?;
     let shape = LaunchShape {
         grid: (
             grid_x(dattn::attn_ctas(
@@ -499,16 +517,18 @@ pub fn attention<T: BertElement>(
     let f = gpu.function(&BUILTIN, name)?;
     let cfg = shape.prepare(&f, gpu.props())?;
     let (b, t, h) = (batch.batch() as u32, batch.seq_len as u32, heads as u32);
+    let (qkv_ptr, _qkv_guard) = qkv.device_ptr(gpu.stream());
+    let (out_ptr, _out_guard) = out.device_ptr_mut(gpu.stream());
     let mut l = gpu.stream().launch_builder(&f);
-    l.arg(qkv)
+    l.arg(&qkv_ptr)
         .arg(&batch.lengths_dev)
         .arg(&b)
         .arg(&t)
         .arg(&h)
-        .arg(out);
-    // SAFETY: argument order and types match `fg_bert_attention_*`, whose head dimension is
-    // `head_dim`; `qkv` and `out` hold B·T rows of 3·heads·head_dim and heads·head_dim
-    // elements; lengths are in 1..=T (checked when `batch` was built).
+        .arg(&out_ptr);
+    // SAFETY: argument order and types match `fg_bert_attention_*` (device pointers as u64),
+    // whose head dimension is `head_dim`; `qkv` and `out` hold B·T rows of 3·heads·head_dim
+    // and heads·head_dim elements; lengths are in 1..=T (checked when `batch` was built).
     unsafe { l.launch(cfg) }?;
     Ok(())
 }

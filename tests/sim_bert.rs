@@ -24,9 +24,9 @@ use std::time::Duration;
 use fused_gemm::device::kernel::bert::Exec;
 use fused_gemm::device::kernel::bert::attention::{self as attn, AttnArgs};
 use fused_gemm::device::kernel::bert::attention_mma::{self as attn_mma, MmaExec};
-use fused_gemm::device::mma::sm80::MmaInput;
 use fused_gemm::device::kernel::bert::embed::{self, EmbedArgs};
 use fused_gemm::device::kernel::bert::pool::{self, PoolArgs};
+use fused_gemm::device::mma::sm80::MmaInput;
 use fused_gemm::device::types::{Bf16, Element, F16};
 use fused_gemm::host::reference::bert as reference;
 use fused_gemm::host::reference::rel_frobenius_error;
@@ -134,7 +134,11 @@ fn warp_exchange<R>(words: &[u32], f: impl FnOnce(&dyn Fn(usize, usize) -> u32, 
 /// The 16-bit word at byte offset `at` of this CTA's shared memory, bounds-checked.
 fn smem_u16(at: usize) -> u32 {
     let cta = ctx().2;
-    assert!(at + 2 <= cta.smem_len, "shared read at byte {at} beyond {}", cta.smem_len);
+    assert!(
+        at + 2 <= cta.smem_len,
+        "shared read at byte {at} beyond {}",
+        cta.smem_len
+    );
     // SAFETY: in bounds (checked); shared memory is plain bytes.
     u16::from_le_bytes(unsafe { [*cta.smem.add(at), *cta.smem.add(at + 1)] }) as u32
 }
@@ -143,7 +147,10 @@ fn smem_u16(at: usize) -> u32 {
 /// gets, per matrix, row `l/4` columns `2(l%4), 2(l%4)+1`, or with `trans` column `l/4` rows
 /// `2(l%4), 2(l%4)+1` (lower index in the lower half).
 fn ldmatrix(addr: u32, trans: bool) -> [u32; 4] {
-    assert!(addr.is_multiple_of(16), "ldmatrix row address {addr} not 16-byte aligned");
+    assert!(
+        addr.is_multiple_of(16),
+        "ldmatrix row address {addr} not 16-byte aligned"
+    );
     warp_exchange(&[addr], |read, l| {
         std::array::from_fn(|m| {
             let row = |r: usize| read(8 * m + r, 0) as usize;
@@ -213,13 +220,19 @@ impl MmaExec for Sim {
     fn cp_async_wait_all() {
         let cta = ctx().2;
         for (dst, src, n) in PENDING.take() {
-            assert!(dst as usize + 16 <= cta.smem_len, "cp.async beyond shared memory");
+            assert!(
+                dst as usize + 16 <= cta.smem_len,
+                "cp.async beyond shared memory"
+            );
             for i in 0..16 {
                 // SAFETY: in bounds (checked); the source is valid for `n` bytes (kernel contract,
                 // and the NaN guards around every test buffer catch reads past it).
                 unsafe {
-                    *cta.smem.add(dst as usize + i) =
-                        if (i as u32) < n { *(src as *const u8).add(i) } else { 0 };
+                    *cta.smem.add(dst as usize + i) = if (i as u32) < n {
+                        *(src as *const u8).add(i)
+                    } else {
+                        0
+                    };
                 }
             }
         }
@@ -587,16 +600,28 @@ fn simt_body<E: Element>(head_dim: usize) -> (unsafe fn(&AttnArgs<E>), attn::Att
     match head_dim {
         32 => (attn::attention::<E, Sim, 32>, attn::SimtShape::<32>::LAUNCH),
         64 => (attn::attention::<E, Sim, 64>, attn::SimtShape::<64>::LAUNCH),
-        128 => (attn::attention::<E, Sim, 128>, attn::SimtShape::<128>::LAUNCH),
+        128 => (
+            attn::attention::<E, Sim, 128>,
+            attn::SimtShape::<128>::LAUNCH,
+        ),
         _ => panic!("no CUDA-core body for head dim {head_dim}"),
     }
 }
 
 fn mma_body<E: MmaInput>(head_dim: usize) -> (unsafe fn(&AttnArgs<E>), attn::AttnLaunch) {
     match head_dim {
-        32 => (attn_mma::attention_mma::<E, Sim, 32>, attn_mma::MmaShape::<32>::LAUNCH),
-        64 => (attn_mma::attention_mma::<E, Sim, 64>, attn_mma::MmaShape::<64>::LAUNCH),
-        128 => (attn_mma::attention_mma::<E, Sim, 128>, attn_mma::MmaShape::<128>::LAUNCH),
+        32 => (
+            attn_mma::attention_mma::<E, Sim, 32>,
+            attn_mma::MmaShape::<32>::LAUNCH,
+        ),
+        64 => (
+            attn_mma::attention_mma::<E, Sim, 64>,
+            attn_mma::MmaShape::<64>::LAUNCH,
+        ),
+        128 => (
+            attn_mma::attention_mma::<E, Sim, 128>,
+            attn_mma::MmaShape::<128>::LAUNCH,
+        ),
         _ => panic!("no tensor-core body for head dim {head_dim}"),
     }
 }
@@ -650,9 +675,17 @@ fn attention_case<E: Element + PartialEq>(
     assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
     for (b, &len) in lengths.iter().enumerate() {
         let pad = &got[(b * seq_len + len as usize) * d..(b + 1) * seq_len * d];
-        assert!(pad.iter().all(|&v| v == 0.0), "padded query rows of sequence {b} not zero");
+        assert!(
+            pad.iter().all(|&v| v == 0.0),
+            "padded query rows of sequence {b} not zero"
+        );
     }
-    assert!(err < tol, "{kernel:?} {} hd={}: {err}", E::DTYPE.name(), c.head_dim);
+    assert!(
+        err < tol,
+        "{kernel:?} {} hd={}: {err}",
+        E::DTYPE.name(),
+        c.head_dim
+    );
     err
 }
 
@@ -674,7 +707,13 @@ fn attention_body_matches_reference() {
     let s = AttnKernel::Simt;
     for hd in [32, 64, 128] {
         // Crosses the 64-query block and the key tile by a few; one key, one query.
-        attention_case::<f32>(&mut r, &case(2, hd, 70, &[70, 1, 33]), s, simt_body(hd), t32);
+        attention_case::<f32>(
+            &mut r,
+            &case(2, hd, 70, &[70, 1, 33]),
+            s,
+            simt_body(hd),
+            t32,
+        );
         attention_case::<f32>(&mut r, &case(1, hd, 1, &[1]), s, simt_body(hd), t32);
         let mis = AttnCase {
             misalign: (true, true),
@@ -683,7 +722,13 @@ fn attention_body_matches_reference() {
         attention_case::<f32>(&mut r, &mis, s, simt_body(hd), t32);
     }
     // The body is generic over storage; the GPU runs it for f32 only.
-    attention_case::<F16>(&mut r, &case(2, 32, 70, &[70, 1, 33]), s, simt_body(32), tol::<F16>());
+    attention_case::<F16>(
+        &mut r,
+        &case(2, 32, 70, &[70, 1, 33]),
+        s,
+        simt_body(32),
+        tol::<F16>(),
+    );
     // Scores of a few hundred: e^score overflows f32 without max subtraction.
     let big = AttnCase {
         scale: 10.0,

@@ -72,15 +72,69 @@ macro_rules! attn_entry {
     };
 }
 
-attn_entry!(ATTN_SIMT_H32_F32 = fg_bert_attention_simt_h32_f32, f32, 32, attention::attention, "f32 storage, CUDA cores");
-attn_entry!(ATTN_SIMT_H64_F32 = fg_bert_attention_simt_h64_f32, f32, 64, attention::attention, "f32 storage, CUDA cores");
-attn_entry!(ATTN_SIMT_H128_F32 = fg_bert_attention_simt_h128_f32, f32, 128, attention::attention, "f32 storage, CUDA cores");
-attn_entry!(ATTN_MMA_H32_F16 = fg_bert_attention_mma_h32_f16, F16, 32, attention_mma::attention_mma, "f16 storage, tensor cores");
-attn_entry!(ATTN_MMA_H64_F16 = fg_bert_attention_mma_h64_f16, F16, 64, attention_mma::attention_mma, "f16 storage, tensor cores");
-attn_entry!(ATTN_MMA_H128_F16 = fg_bert_attention_mma_h128_f16, F16, 128, attention_mma::attention_mma, "f16 storage, tensor cores");
-attn_entry!(ATTN_MMA_H32_BF16 = fg_bert_attention_mma_h32_bf16, Bf16, 32, attention_mma::attention_mma, "bf16 storage, tensor cores");
-attn_entry!(ATTN_MMA_H64_BF16 = fg_bert_attention_mma_h64_bf16, Bf16, 64, attention_mma::attention_mma, "bf16 storage, tensor cores");
-attn_entry!(ATTN_MMA_H128_BF16 = fg_bert_attention_mma_h128_bf16, Bf16, 128, attention_mma::attention_mma, "bf16 storage, tensor cores");
+attn_entry!(
+    ATTN_SIMT_H32_F32 = fg_bert_attention_simt_h32_f32,
+    f32,
+    32,
+    attention::attention,
+    "f32 storage, CUDA cores"
+);
+attn_entry!(
+    ATTN_SIMT_H64_F32 = fg_bert_attention_simt_h64_f32,
+    f32,
+    64,
+    attention::attention,
+    "f32 storage, CUDA cores"
+);
+attn_entry!(
+    ATTN_SIMT_H128_F32 = fg_bert_attention_simt_h128_f32,
+    f32,
+    128,
+    attention::attention,
+    "f32 storage, CUDA cores"
+);
+attn_entry!(
+    ATTN_MMA_H32_F16 = fg_bert_attention_mma_h32_f16,
+    F16,
+    32,
+    attention_mma::attention_mma,
+    "f16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H64_F16 = fg_bert_attention_mma_h64_f16,
+    F16,
+    64,
+    attention_mma::attention_mma,
+    "f16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H128_F16 = fg_bert_attention_mma_h128_f16,
+    F16,
+    128,
+    attention_mma::attention_mma,
+    "f16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H32_BF16 = fg_bert_attention_mma_h32_bf16,
+    Bf16,
+    32,
+    attention_mma::attention_mma,
+    "bf16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H64_BF16 = fg_bert_attention_mma_h64_bf16,
+    Bf16,
+    64,
+    attention_mma::attention_mma,
+    "bf16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H128_BF16 = fg_bert_attention_mma_h128_bf16,
+    Bf16,
+    128,
+    attention_mma::attention_mma,
+    "bf16 storage, tensor cores"
+);
 
 /// Every attention entry point (for the PTX resource checks).
 pub const ATTENTION: &[&str] = &[

@@ -89,8 +89,13 @@ impl<const HD: u32> SimtShape<HD> {
             "head dim must be one of ATTN_HEAD_DIMS"
         );
         assert!(Self::SPLIT == 2 || Self::SPLIT == 4, "one or two shuffles");
-        assert!(Self::CHUNKS <= MAX_CHUNKS && Self::CHUNKS * 4 * Self::SPLIT as usize == HD as usize);
-        assert!(Self::STAGE <= 8 && Self::STAGE * Self::THREADS as usize * 4 == (Self::BK * HD) as usize);
+        assert!(
+            Self::CHUNKS <= MAX_CHUNKS && Self::CHUNKS * 4 * Self::SPLIT as usize == HD as usize
+        );
+        assert!(
+            Self::STAGE <= 8
+                && Self::STAGE * Self::THREADS as usize * 4 == (Self::BK * HD) as usize
+        );
         assert!(Self::BK as usize % ATTN_KC == 0);
     };
 }
@@ -364,7 +369,10 @@ mod tests {
     fn score_scale_is_log2e_over_sqrt_head_dim() {
         for hd in ATTN_HEAD_DIMS {
             let want = core::f64::consts::LOG2_E / (hd as f64).sqrt();
-            assert!(((score_scale(hd) as f64) - want).abs() < 1e-7 * want, "{hd}");
+            assert!(
+                ((score_scale(hd) as f64) - want).abs() < 1e-7 * want,
+                "{hd}"
+            );
         }
         assert_eq!(score_scale(48), 0.0);
     }

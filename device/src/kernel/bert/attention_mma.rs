@@ -34,7 +34,9 @@
 //! `P·V` (0·NaN would). Query rows `≥ len` are zero-filled Q rows and are written as zeros; a
 //! query block entirely in the padding only writes zeros.
 
-use super::attention::{ATTN_BQ, ATTN_HEAD_DIMS, AttnArgs, AttnBlock, AttnLaunch, attn_block, score_scale};
+use super::attention::{
+    ATTN_BQ, ATTN_HEAD_DIMS, AttnArgs, AttnBlock, AttnLaunch, attn_block, score_scale,
+};
 use super::{Exec, Ptx, st_global_v4};
 use crate::math;
 use crate::mma::sm80::MmaInput;
@@ -140,7 +142,10 @@ impl<const HD: u32> MmaShape<HD> {
             HD == 32 || HD == 64 || HD == 128,
             "head dim must be one of ATTN_HEAD_DIMS"
         );
-        assert!(ATTN_BQ == 64 && Self::BKV == 64, "the unrolled loops list 8 n8 fragments of S");
+        assert!(
+            ATTN_BQ == 64 && Self::BKV == 64,
+            "the unrolled loops list 8 n8 fragments of S"
+        );
         assert!(Self::KSTEPS <= 8 && Self::ONF <= 16 && Self::COPIES <= 8);
         assert!(Self::COPIES * Self::THREADS as usize * 8 == (ATTN_BQ * HD) as usize);
         assert!((Self::LDS * 2) % 16 == 0, "16-byte aligned shared rows");
@@ -275,9 +280,8 @@ pub unsafe fn attention_mma<E: MmaInput, X: MmaExec, const HD: u32>(a: &AttnArgs
     let vec_out = (a.out as usize).is_multiple_of(16);
     // Chunk `c8` (8 elements) of row `row` of the block in `out`.
     let out16 = a.out as *mut u16;
-    let out_at = |row: u32, c8: u32| {
-        (row0 + (q0 + row) as usize) * d as usize + (h * HD + 8 * c8) as usize
-    };
+    let out_at =
+        |row: u32, c8: u32| (row0 + (q0 + row) as usize) * d as usize + (h * HD + 8 * c8) as usize;
 
     if q0 >= len {
         // The whole query block is padding (uniform per CTA, so no barrier is skipped unevenly).
