@@ -198,7 +198,7 @@ impl MmaExec for Sim {
         *d = warp_exchange(&words, |read, l| {
             let half = |w: u32, k: usize| {
                 let (lo, hi) = E::unpack2(w);
-                if k % 2 == 0 { lo } else { hi }
+                if k.is_multiple_of(2) { lo } else { hi }
             };
             let a_at = |r: usize, k: usize| {
                 half(read((r % 8) * 4 + (k % 8) / 2, r / 8 + 2 * (k / 8)), k) as f64

@@ -149,11 +149,11 @@ mod tests {
                 layout.head_dim,
             );
             for (b, &len) in batch.lengths.iter().enumerate() {
-                for i in (b * t * hidden)..((b * t + len) * hidden) {
-                    let (g, w) = (ctx.data[i] as f64, want[i]);
+                let real = (b * t * hidden)..((b * t + len) * hidden);
+                for (i, (&g, &w)) in ctx.data[real.clone()].iter().zip(&want[real]).enumerate() {
                     assert!(
-                        (g - w).abs() <= 1e-5 * w.abs().max(1.0),
-                        "hidden {hidden}, element {i}: CPU backend {g}, kernel reference {w}"
+                        (g as f64 - w).abs() <= 1e-5 * w.abs().max(1.0),
+                        "hidden {hidden}, sequence {b}, element {i}: CPU backend {g}, kernel reference {w}"
                     );
                 }
             }

@@ -42,11 +42,11 @@ const MAX_CHUNKS: usize = 8;
 /// softmax, `e^(q·k/√hd) = 2^(q·k·log2(e)/√hd)`. 0 for a head dimension not in
 /// [`ATTN_HEAD_DIMS`].
 pub const fn score_scale(head_dim: u32) -> f32 {
-    // 1/√hd to f64 precision, then one rounding.
+    // 1/√hd in f64 (1/√32 = (1/√2)/4, 1/√128 = (1/√2)/8), then one rounding.
     let inv_sqrt = match head_dim {
-        32 => 0.176_776_695_296_636_88,
+        32 => core::f64::consts::FRAC_1_SQRT_2 / 4.0,
         64 => 0.125,
-        128 => 0.088_388_347_648_318_44,
+        128 => core::f64::consts::FRAC_1_SQRT_2 / 8.0,
         _ => 0.0,
     };
     (core::f64::consts::LOG2_E * inv_sqrt) as f32
@@ -96,7 +96,7 @@ impl<const HD: u32> SimtShape<HD> {
             Self::STAGE <= 8
                 && Self::STAGE * Self::THREADS as usize * 4 == (Self::BK * HD) as usize
         );
-        assert!(Self::BK as usize % ATTN_KC == 0);
+        assert!((Self::BK as usize).is_multiple_of(ATTN_KC));
     };
 }
 

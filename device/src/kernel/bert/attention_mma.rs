@@ -367,9 +367,9 @@ pub unsafe fn attention_mma<E: MmaInput, X: MmaExec, const HD: u32>(a: &AttnArgs
         let kt = j * bkv;
         if kt + bkv > len {
             unrolled!(n in [0, 1, 2, 3, 4, 5, 6, 7] {
-                for e in 0..4 {
+                for (e, x) in s[n].iter_mut().enumerate() {
                     if kt + n as u32 * 8 + t2 + (e as u32 & 1) >= len {
-                        s[n][e] = f32::NEG_INFINITY;
+                        *x = f32::NEG_INFINITY;
                     }
                 }
             });
