@@ -1,5 +1,5 @@
 //! Host launchers for the BERT encoder's kernels other than its GEMMs: embeddings + LayerNorm,
-//! masked multi-head attention (head dimension 64) and masked mean pooling + L2 normalization
+//! masked multi-head attention (head dimensions 32, 64 and 128) and masked mean pooling + L2 normalization
 //! (sentence-transformers' `Pooling(mean)` + `Normalize`).
 //!
 //! Shapes follow the encoder's forward pass for a right-padded batch `[B, T]` (B sequences,
@@ -15,8 +15,10 @@
 //! Kernel bodies and launch shapes: `fused_gemm_device::kernel::bert`; f64 references:
 //! `fused_gemm_host::reference::bert`.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
-use fused_gemm_device::kernel::bert::{attention as dattn, embed as dembed, pool as dpool};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, PushKernelArg};
+use fused_gemm_device::kernel::bert::{
+    attention as dattn, attention_mma as dmma, embed as dembed, pool as dpool,
+};
 use fused_gemm_device::types::DType;
 use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::{Error, Gpu, Result};
@@ -26,8 +28,15 @@ use crate::ptx::BUILTIN;
 
 use fused_gemm_host::cudarc;
 
-/// Columns per attention head (the only head size the attention kernel is built for).
-pub const HEAD_DIM: usize = dattn::ATTN_HEAD_DIM as usize;
+/// Head dimensions (columns per attention head) [`attention`] is built for.
+pub const HEAD_DIMS: [usize; 3] = [32, 64, 128];
+const _: () = {
+    let mut i = 0;
+    while i < HEAD_DIMS.len() {
+        assert!(HEAD_DIMS[i] == dattn::ATTN_HEAD_DIMS[i] as usize);
+        i += 1;
+    }
+};
 /// Largest hidden size d of [`embeddings`] (1024, BERT-large).
 pub const MAX_HIDDEN: usize = dembed::EMBED_MAX_HIDDEN as usize;
 /// Largest hidden size of [`mean_pool_l2`] (2048).
@@ -57,13 +66,36 @@ impl BertElement for half::bf16 {
     const DTYPE: DType = DType::Bf16;
 }
 
-/// Entry points for one dtype: (embeddings, attention, pooling).
-fn entries(dtype: DType) -> (&'static str, &'static str, &'static str) {
+/// Entry points for one dtype: (embeddings, pooling).
+fn entries(dtype: DType) -> (&'static str, &'static str) {
     match dtype {
-        DType::F32 => (k::EMBED_LN_F32, k::ATTN_H64_F32, k::POOL_L2_F32),
-        DType::F16 => (k::EMBED_LN_F16, k::ATTN_H64_F16, k::POOL_L2_F16),
-        DType::Bf16 => (k::EMBED_LN_BF16, k::ATTN_H64_BF16, k::POOL_L2_BF16),
+        DType::F32 => (k::EMBED_LN_F32, k::POOL_L2_F32),
+        DType::F16 => (k::EMBED_LN_F16, k::POOL_L2_F16),
+        DType::Bf16 => (k::EMBED_LN_BF16, k::POOL_L2_BF16),
     }
+}
+
+/// The attention kernel for a dtype and head dimension and its launch: the CUDA-core kernel
+/// for f32, the tensor-core kernel for f16/bf16; `None` for a head dimension not in
+/// [`HEAD_DIMS`].
+fn attention_entry(dtype: DType, head_dim: usize) -> Option<(&'static str, dattn::AttnLaunch)> {
+    let name = match (dtype, head_dim) {
+        (DType::F32, 32) => k::ATTN_SIMT_H32_F32,
+        (DType::F32, 64) => k::ATTN_SIMT_H64_F32,
+        (DType::F32, 128) => k::ATTN_SIMT_H128_F32,
+        (DType::F16, 32) => k::ATTN_MMA_H32_F16,
+        (DType::F16, 64) => k::ATTN_MMA_H64_F16,
+        (DType::F16, 128) => k::ATTN_MMA_H128_F16,
+        (DType::Bf16, 32) => k::ATTN_MMA_H32_BF16,
+        (DType::Bf16, 64) => k::ATTN_MMA_H64_BF16,
+        (DType::Bf16, 128) => k::ATTN_MMA_H128_BF16,
+        _ => return None,
+    };
+    let launch = match dtype {
+        DType::F32 => dattn::simt_launch(head_dim as u32),
+        DType::F16 | DType::Bf16 => dmma::mma_launch(head_dim as u32),
+    }?;
+    Some((name, launch))
 }
 
 /// Checks a right-padded batch on the host: `seq_len ≥ 1`, at least one sequence, every
@@ -304,6 +336,17 @@ fn check_len(name: &'static str, len: usize, want: usize, what: &str) -> Result<
     Ok(())
 }
 
+fn same_device<T, B: DeviceSlice<T> + ?Sized>(gpu: &Gpu, name: &'static str, b: &B) -> Result<()> {
+    if b.stream().context().cu_ctx() != gpu.context().cu_ctx() {
+        return Err(Error::invalid(
+            name,
+            format!("a buffer on this device ({})", gpu.name()),
+            "a buffer from another CUDA context",
+        ));
+    }
+    Ok(())
+}
+
 fn grid_x(ctas: u64) -> Result<u32> {
     u32::try_from(ctas)
         .ok()
@@ -406,35 +449,58 @@ pub fn embeddings<T: BertElement>(
 }
 
 /// Multi-head self-attention with a key padding mask:
-/// `out[b·T + i, h·64..] = Σ_{j < len_b} softmax_j(q_i·k_j / 8)·v_j` for query rows `i < len_b`,
-/// with q, k, v the 64 columns of head h in the Q, K and V thirds of `qkv`. Rows `i ≥ len_b`
-/// (padding) are written as zeros. Padded keys are never read, so they may hold anything.
+/// `out[b·T + i, h·hd..] = Σ_{j < len_b} softmax_j(q_i·k_j/√hd)·v_j` for query rows `i < len_b`,
+/// with q, k, v the `hd = head_dim` columns of head h in the Q, K and V thirds of `qkv`. Rows
+/// `i ≥ len_b` (padding) are written as zeros. Padded keys are never read, so they may hold
+/// anything (NaN included).
 ///
-/// `qkv` is `[B·T, 3·heads·64]` row-major (the fused QKV projection: columns `[Q | K | V]`, heads
-/// of 64 contiguous columns within each); `out` is `[B·T, heads·64]`, heads concatenated.
+/// `qkv` is `[B·T, 3·heads·head_dim]` row-major (the fused QKV projection: columns
+/// `[Q | K | V]`, heads of `head_dim` contiguous columns within each); `out` is
+/// `[B·T, heads·head_dim]`, heads concatenated. `head_dim` is one of [`HEAD_DIMS`]; any T and B
+/// (T up to 512 is what the tests cover). Both may be `CudaSlice`s or `CudaView`s (`slice(a..)`)
+/// of this device.
+///
+/// f32 storage runs on the CUDA cores in f32 (`fused_gemm_device::kernel::bert::attention`);
+/// f16/bf16 run on the tensor cores (`mma.sync` m16n8k16, f32 accumulation and softmax,
+/// P rounded to the storage type for `P·V`; `fused_gemm_device::kernel::bert::attention_mma`).
+/// Buffers that are not 16-byte aligned (offset views) take element-wise loads and stores.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for `heads = 0` or buffers of the wrong length;
-/// [`Error::LaunchLimit`] when `B·heads·ceil(T/64)` CTAs exceed the grid; module-loading and
-/// driver errors.
+/// [`Error::InvalidArgument`] for `head_dim` not in [`HEAD_DIMS`], `heads = 0` or too many
+/// heads for 32-bit column indices, buffers of the wrong length or from another CUDA context;
+/// [`Error::LaunchLimit`]
+/// when `B·heads·ceil(T/64)` CTAs exceed the grid; module-loading and driver errors.
 pub fn attention<T: BertElement>(
     gpu: &Gpu,
     batch: &SeqBatch,
     heads: usize,
-    qkv: &CudaSlice<T>,
-    out: &mut CudaSlice<T>,
+    head_dim: usize,
+    qkv: &dyn DevicePtr<T>,
+    out: &mut dyn DevicePtrMut<T>,
 ) -> Result<()> {
-    if heads == 0 || heads > u32::MAX as usize / (3 * HEAD_DIM) {
+    let Some((name, launch)) = attention_entry(T::DTYPE, head_dim) else {
+        return Err(Error::invalid(
+            "head_dim",
+            format!("one of {HEAD_DIMS:?}"),
+            head_dim,
+        ));
+    };
+    if heads == 0 || heads > u32::MAX as usize / (3 * head_dim) {
         return Err(Error::invalid(
             "heads",
-            "at least 1 head of 64 columns",
+            format!(
+                "1..={} heads of {head_dim} columns",
+                u32::MAX as usize / (3 * head_dim)
+            ),
             heads,
         ));
     }
-    let d = heads * HEAD_DIM;
+    let d = heads * head_dim;
     let rows = batch.tokens();
-    check_len("qkv", qkv.len(), rows * 3 * d, "[B·T, 3·heads·64]")?;
-    check_len("out", out.len(), rows * d, "[B·T, heads·64]")?;
+    check_len("qkv", qkv.len(), rows * 3 * d, "[B·T, 3·heads·head_dim]")?;
+    check_len("out", out.len(), rows * d, "[B·T, heads·head_dim]")?;
+    same_device(gpu, "qkv", qkv)?;
+    same_device(gpu, "out", &*out)?;
     let shape = LaunchShape {
         grid: (
             grid_x(dattn::attn_ctas(
@@ -445,21 +511,24 @@ pub fn attention<T: BertElement>(
             1,
             1,
         ),
-        block: (dattn::ATTN_THREADS, 1, 1),
-        smem_bytes: dattn::ATTN_SMEM_BYTES,
+        block: (launch.threads, 1, 1),
+        smem_bytes: launch.smem_bytes,
     };
-    let f = gpu.function(&BUILTIN, entries(T::DTYPE).1)?;
+    let f = gpu.function(&BUILTIN, name)?;
     let cfg = shape.prepare(&f, gpu.props())?;
     let (b, t, h) = (batch.batch() as u32, batch.seq_len as u32, heads as u32);
+    let (qkv_ptr, _qkv_guard) = qkv.device_ptr(gpu.stream());
+    let (out_ptr, _out_guard) = out.device_ptr_mut(gpu.stream());
     let mut l = gpu.stream().launch_builder(&f);
-    l.arg(qkv)
+    l.arg(&qkv_ptr)
         .arg(&batch.lengths_dev)
         .arg(&b)
         .arg(&t)
         .arg(&h)
-        .arg(out);
-    // SAFETY: argument order and types match `fg_bert_attention_h64_*`; `qkv` and `out` hold
-    // B·T rows of 3d and d elements; lengths are in 1..=T (checked when `batch` was built).
+        .arg(&out_ptr);
+    // SAFETY: argument order and types match `fg_bert_attention_*` (device pointers as u64),
+    // whose head dimension is `head_dim`; `qkv` and `out` hold B·T rows of 3·heads·head_dim
+    // and heads·head_dim elements; lengths are in 1..=T (checked when `batch` was built).
     unsafe { l.launch(cfg) }?;
     Ok(())
 }
@@ -504,7 +573,7 @@ pub fn mean_pool_l2<T: BertElement>(
         block: (dpool::POOL_THREADS, 1, 1),
         smem_bytes: dpool::POOL_SMEM_BYTES,
     };
-    let f = gpu.function(&BUILTIN, entries(T::DTYPE).2)?;
+    let f = gpu.function(&BUILTIN, entries(T::DTYPE).1)?;
     let cfg = shape.prepare(&f, gpu.props())?;
     let (b, t, d) = (
         batch.batch() as u32,
@@ -575,7 +644,7 @@ mod tests {
         let all = [DType::F32, DType::F16, DType::Bf16].map(entries);
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
-                assert!(a.0 != b.0 && a.1 != b.1 && a.2 != b.2);
+                assert!(a.0 != b.0 && a.1 != b.1);
             }
         }
         assert!(
@@ -583,5 +652,29 @@ mod tests {
                 .1
                 .ends_with("_bf16")
         );
+    }
+
+    #[test]
+    fn attention_has_one_kernel_per_dtype_and_head_dim() {
+        let mut names = Vec::new();
+        for dt in [DType::F32, DType::F16, DType::Bf16] {
+            for hd in HEAD_DIMS {
+                let (name, launch) = attention_entry(dt, hd).unwrap();
+                assert!(name.contains(&format!("_h{hd}_")), "{name}");
+                assert!(name.ends_with(dt.name()), "{name}");
+                // Tensor cores for the 16-bit types, CUDA cores for f32.
+                assert_eq!(name.contains("_mma_"), dt != DType::F32, "{name}");
+                assert!(launch.threads.is_multiple_of(32) && launch.threads <= 1024);
+                assert!(launch.smem_bytes <= 227 * 1024);
+                names.push(name);
+            }
+            for bad in [0, 16, 48, 96, 256] {
+                assert!(attention_entry(dt, bad).is_none(), "{bad}");
+            }
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), k::ATTENTION.len());
     }
 }

@@ -140,19 +140,19 @@ fn builtin_infos() -> &'static [(String, KernelInfo)] {
 #[test]
 fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
     let infos = builtin_infos();
-    for name in [
+    for &name in [
         fused_gemm::kernels::basic::AXPY_F32,
         fused_gemm::kernels::basic::GEMM_NAIVE_F32,
         fused_gemm::kernels::bert::EMBED_LN_F32,
         fused_gemm::kernels::bert::EMBED_LN_F16,
         fused_gemm::kernels::bert::EMBED_LN_BF16,
-        fused_gemm::kernels::bert::ATTN_H64_F32,
-        fused_gemm::kernels::bert::ATTN_H64_F16,
-        fused_gemm::kernels::bert::ATTN_H64_BF16,
         fused_gemm::kernels::bert::POOL_L2_F32,
         fused_gemm::kernels::bert::POOL_L2_F16,
         fused_gemm::kernels::bert::POOL_L2_BF16,
-    ] {
+    ]
+    .iter()
+    .chain(fused_gemm::kernels::bert::ATTENTION)
+    {
         for arch in ["sm_80", "sm_90"] {
             assert!(
                 infos.iter().any(|(a, k)| a == arch && k.name == name),
@@ -327,6 +327,30 @@ fn rowwise_kernels_have_no_stack_or_spills() {
                 .iter()
                 .find(|(a, k)| a == arch && k.name == name)
                 .unwrap_or_else(|| panic!("{name} missing from the {arch} PTX"));
+            assert_eq!(
+                (k.stack, k.spill_stores, k.spill_loads),
+                (0, 0, 0),
+                "{arch} {name}: stack frame or spills"
+            );
+        }
+    }
+}
+
+/// The attention kernels (CUDA-core f32, tensor-core f16/bf16, every head dimension) keep their
+/// fragments, accumulators and softmax state in registers: no stack frame, no spills.
+#[test]
+fn attention_kernels_have_no_stack_or_spills() {
+    let infos = builtin_infos();
+    for &name in fused_gemm::kernels::bert::ATTENTION {
+        for arch in ["sm_80", "sm_90"] {
+            let (_, k) = infos
+                .iter()
+                .find(|(a, k)| a == arch && k.name == name)
+                .unwrap_or_else(|| panic!("{name} missing from the {arch} PTX"));
+            println!(
+                "{arch} {name}: {} registers, {} bytes stack, {}/{} bytes spill stores/loads",
+                k.registers, k.stack, k.spill_stores, k.spill_loads
+            );
             assert_eq!(
                 (k.stack, k.spill_stores, k.spill_loads),
                 (0, 0, 0),

@@ -7,19 +7,26 @@
 //! NaN guard zones around every buffer (an out-of-bounds read shows up as NaN, an
 //! out-of-bounds write as a changed guard).
 //!
+//! The tensor-core attention body also runs here: `ldmatrix`, `mma.sync.m16n8k16` and
+//! `cp.async` are emulated per warp from the fragment layouts of PTX ISA §9.7.14.5.8 (mma) and
+//! §9.7.14.5.15 (ldmatrix); `cp.async` copies land only at `cp.async.wait_group`, so a read
+//! of a tile before its wait sees the NaN fill.
+//!
 //! This checks indexing, masking, reductions and synchronization; the PTX itself (vector
-//! instructions, `ex2.approx`, register allocation) is checked by `tests/ptx.rs` and on the GPU
-//! by `tests/gpu_bert.rs`.
+//! instructions, `ex2.approx`, register allocation, the real tensor cores) is checked by
+//! `tests/ptx.rs` and on the GPU by `tests/gpu_bert.rs`.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use fused_gemm::device::kernel::bert::Exec;
 use fused_gemm::device::kernel::bert::attention::{self as attn, AttnArgs};
+use fused_gemm::device::kernel::bert::attention_mma::{self as attn_mma, MmaExec};
 use fused_gemm::device::kernel::bert::embed::{self, EmbedArgs};
 use fused_gemm::device::kernel::bert::pool::{self, PoolArgs};
+use fused_gemm::device::mma::sm80::MmaInput;
 use fused_gemm::device::types::{Bf16, Element, F16};
 use fused_gemm::host::reference::bert as reference;
 use fused_gemm::host::reference::rel_frobenius_error;
@@ -67,15 +74,19 @@ impl Barrier {
     }
 }
 
+/// 32-bit words a lane publishes in one warp-wide exchange (an mma's A, B and C fragments).
+const SLOT_WORDS: usize = 10;
+
 struct Warp {
     barrier: Barrier,
-    slots: [AtomicU32; 32],
+    slots: [[AtomicU32; SLOT_WORDS]; 32],
 }
 
 struct Cta {
     barrier: Barrier,
     warps: Vec<Warp>,
     smem: *mut u8,
+    smem_len: usize,
     aborted: AtomicBool,
 }
 
@@ -103,8 +114,130 @@ fn ctx() -> (u32, u32, &'static Cta) {
     (b, t, unsafe { &*c })
 }
 
+/// A warp-wide exchange: this lane publishes `words`, the warp waits for all 32 lanes, `f`
+/// reads any lane's words (`read(lane, i)`) and gets this lane's index, the warp waits again so
+/// the slots can be reused.
+fn warp_exchange<R>(words: &[u32], f: impl FnOnce(&dyn Fn(usize, usize) -> u32, usize) -> R) -> R {
+    let (_, t, cta) = ctx();
+    let w = &cta.warps[(t / 32) as usize];
+    let lane = (t % 32) as usize;
+    for (slot, &x) in w.slots[lane].iter().zip(words) {
+        slot.store(x, Ordering::SeqCst);
+    }
+    w.barrier.wait(&cta.aborted);
+    let read = |l: usize, i: usize| w.slots[l][i].load(Ordering::SeqCst);
+    let r = f(&read, lane);
+    w.barrier.wait(&cta.aborted);
+    r
+}
+
+/// The 16-bit word at byte offset `at` of this CTA's shared memory, bounds-checked.
+fn smem_u16(at: usize) -> u32 {
+    let cta = ctx().2;
+    assert!(
+        at + 2 <= cta.smem_len,
+        "shared read at byte {at} beyond {}",
+        cta.smem_len
+    );
+    // SAFETY: in bounds (checked); shared memory is plain bytes.
+    u16::from_le_bytes(unsafe { [*cta.smem.add(at), *cta.smem.add(at + 1)] }) as u32
+}
+
+/// `ldmatrix.x4` emulated: lanes `8m..8m+8` give the row addresses of matrix `m`; lane `l`
+/// gets, per matrix, row `l/4` columns `2(l%4), 2(l%4)+1`, or with `trans` column `l/4` rows
+/// `2(l%4), 2(l%4)+1` (lower index in the lower half).
+fn ldmatrix(addr: u32, trans: bool) -> [u32; 4] {
+    assert!(
+        addr.is_multiple_of(16),
+        "ldmatrix row address {addr} not 16-byte aligned"
+    );
+    warp_exchange(&[addr], |read, l| {
+        std::array::from_fn(|m| {
+            let row = |r: usize| read(8 * m + r, 0) as usize;
+            let (lo, hi) = if trans {
+                let (r, c) = (2 * (l % 4), l / 4);
+                (smem_u16(row(r) + 2 * c), smem_u16(row(r + 1) + 2 * c))
+            } else {
+                let (r, c) = (l / 4, 2 * (l % 4));
+                (smem_u16(row(r) + 2 * c), smem_u16(row(r) + 2 * c + 2))
+            };
+            lo | (hi << 16)
+        })
+    })
+}
+
+thread_local! {
+    /// `cp.async` copies issued and not yet waited for: (shared offset, source, bytes).
+    static PENDING: RefCell<Vec<(u32, usize, u32)>> = const { RefCell::new(Vec::new()) };
+}
+
 /// [`Exec`] on OS threads.
 struct Sim;
+
+impl MmaExec for Sim {
+    fn shared_addr(p: *const u8) -> u32 {
+        let cta = ctx().2;
+        let off = (p as usize).wrapping_sub(cta.smem as usize);
+        assert!(off < cta.smem_len, "pointer outside shared memory");
+        off as u32
+    }
+    unsafe fn ldsm_x4(addr: u32) -> [u32; 4] {
+        ldmatrix(addr, false)
+    }
+    unsafe fn ldsm_x4_trans(addr: u32) -> [u32; 4] {
+        ldmatrix(addr, true)
+    }
+    /// Fragments (PTX ISA §9.7.14.5.8), `g = lane/4`, `t = lane%4`: A register `i` holds row
+    /// `g + 8(i%2)`, columns `2t + 8(i/2) + {0,1}`; B register `i` rows (k) `2t + 8i + {0,1}`,
+    /// column `g`; C/D element `i` row `g + 8(i/2)`, column `2t + i%2`.
+    unsafe fn mma_16816<E: MmaInput>(d: &mut [f32; 4], a: &[u32; 4], b: &[u32; 2]) {
+        let mut words = [0u32; SLOT_WORDS];
+        words[..4].copy_from_slice(a);
+        words[4..6].copy_from_slice(b);
+        let c = *d;
+        *d = warp_exchange(&words, |read, l| {
+            let half = |w: u32, k: usize| {
+                let (lo, hi) = E::unpack2(w);
+                if k.is_multiple_of(2) { lo } else { hi }
+            };
+            let a_at = |r: usize, k: usize| {
+                half(read((r % 8) * 4 + (k % 8) / 2, r / 8 + 2 * (k / 8)), k) as f64
+            };
+            let b_at = |k: usize, n: usize| half(read(n * 4 + (k % 8) / 2, 4 + k / 8), k) as f64;
+            std::array::from_fn(|i| {
+                let (r, n) = (l / 4 + 8 * (i / 2), 2 * (l % 4) + i % 2);
+                let dot: f64 = (0..16).map(|k| a_at(r, k) * b_at(k, n)).sum();
+                (c[i] as f64 + dot) as f32
+            })
+        });
+    }
+    unsafe fn cp_async_16(dst: u32, src: *const u8, src_bytes: u32) {
+        assert!(dst.is_multiple_of(16) && (src as usize).is_multiple_of(16));
+        assert!(src_bytes <= 16);
+        PENDING.with_borrow_mut(|p| p.push((dst, src as usize, src_bytes)));
+    }
+    fn cp_async_commit() {}
+    fn cp_async_wait_all() {
+        let cta = ctx().2;
+        for (dst, src, n) in PENDING.take() {
+            assert!(
+                dst as usize + 16 <= cta.smem_len,
+                "cp.async beyond shared memory"
+            );
+            for i in 0..16 {
+                // SAFETY: in bounds (checked); the source is valid for `n` bytes (kernel contract,
+                // and the NaN guards around every test buffer catch reads past it).
+                unsafe {
+                    *cta.smem.add(dst as usize + i) = if (i as u32) < n {
+                        *(src as *const u8).add(i)
+                    } else {
+                        0
+                    };
+                }
+            }
+        }
+    }
+}
 
 impl Exec for Sim {
     fn block_idx_x() -> u32 {
@@ -118,14 +251,9 @@ impl Exec for Sim {
         cta.barrier.wait(&cta.aborted);
     }
     unsafe fn shfl_xor_f32(v: f32, lane_mask: u32) -> f32 {
-        let (_, t, cta) = ctx();
-        let w = &cta.warps[(t / 32) as usize];
-        let lane = (t % 32) as usize;
-        w.slots[lane].store(v.to_bits(), Ordering::SeqCst);
-        w.barrier.wait(&cta.aborted);
-        let r = w.slots[lane ^ lane_mask as usize].load(Ordering::SeqCst);
-        w.barrier.wait(&cta.aborted);
-        f32::from_bits(r)
+        f32::from_bits(warp_exchange(&[v.to_bits()], |read, lane| {
+            read(lane ^ lane_mask as usize, 0)
+        }))
     }
     fn dynamic_shared_base() -> *mut u8 {
         ctx().2.smem
@@ -152,10 +280,11 @@ fn launch<A>(grid: u32, block: u32, smem_bytes: usize, args: &A, body: unsafe fn
             warps: (0..block / 32)
                 .map(|_| Warp {
                     barrier: Barrier::new(32),
-                    slots: std::array::from_fn(|_| AtomicU32::new(0)),
+                    slots: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU32::new(0))),
                 })
                 .collect(),
             smem: smem.as_mut_ptr() as *mut u8,
+            smem_len: smem_bytes,
             aborted: AtomicBool::new(false),
         };
         let cta_addr = &cta as *const Cta as usize;
@@ -166,6 +295,7 @@ fn launch<A>(grid: u32, block: u32, smem_bytes: usize, args: &A, body: unsafe fn
                     .stack_size(1 << 20)
                     .spawn_scoped(s, move || {
                         CTX.set(Some((bid, tid, cta_addr as *const Cta)));
+                        PENDING.take();
                         let _guard = AbortOnPanic(&ctx().2.aborted);
                         // SAFETY: the caller's arguments describe valid buffers.
                         unsafe { body(args.0) };
@@ -446,27 +576,79 @@ fn embeddings_body_writes_nan_for_out_of_range_ids() {
     }
 }
 
+/// Which attention body a case runs.
+#[derive(Clone, Copy, Debug)]
+enum AttnKernel {
+    /// `attention::attention` (CUDA cores; f32 on the GPU).
+    Simt,
+    /// `attention_mma::attention_mma` (tensor cores; f16/bf16 on the GPU).
+    Mma,
+}
+
+/// An attention case: shape, inputs scaled by `scale`, which operands start one element into
+/// their buffers (`misalign`: qkv, out).
+struct AttnCase<'a> {
+    heads: usize,
+    head_dim: usize,
+    seq_len: usize,
+    lengths: &'a [u32],
+    misalign: (bool, bool),
+    scale: f32,
+}
+
+fn simt_body<E: Element>(head_dim: usize) -> (unsafe fn(&AttnArgs<E>), attn::AttnLaunch) {
+    match head_dim {
+        32 => (attn::attention::<E, Sim, 32>, attn::SimtShape::<32>::LAUNCH),
+        64 => (attn::attention::<E, Sim, 64>, attn::SimtShape::<64>::LAUNCH),
+        128 => (
+            attn::attention::<E, Sim, 128>,
+            attn::SimtShape::<128>::LAUNCH,
+        ),
+        _ => panic!("no CUDA-core body for head dim {head_dim}"),
+    }
+}
+
+fn mma_body<E: MmaInput>(head_dim: usize) -> (unsafe fn(&AttnArgs<E>), attn::AttnLaunch) {
+    match head_dim {
+        32 => (
+            attn_mma::attention_mma::<E, Sim, 32>,
+            attn_mma::MmaShape::<32>::LAUNCH,
+        ),
+        64 => (
+            attn_mma::attention_mma::<E, Sim, 64>,
+            attn_mma::MmaShape::<64>::LAUNCH,
+        ),
+        128 => (
+            attn_mma::attention_mma::<E, Sim, 128>,
+            attn_mma::MmaShape::<128>::LAUNCH,
+        ),
+        _ => panic!("no tensor-core body for head dim {head_dim}"),
+    }
+}
+
+/// Runs `body` on random QKV whose padded rows are NaN and checks the output against the f64
+/// reference: finite everywhere, padded query rows exactly 0, relative Frobenius error below
+/// `tol`. Returns the error.
 fn attention_case<E: Element + PartialEq>(
     r: &mut StdRng,
-    heads: usize,
-    seq_len: usize,
-    lengths: &[u32],
-    misalign: bool,
-    scale: f32,
+    c: &AttnCase<'_>,
+    kernel: AttnKernel,
+    (body, shape): (unsafe fn(&AttnArgs<E>), attn::AttnLaunch),
     tol: f64,
-) {
-    let d = heads * attn::ATTN_HEAD_DIM as usize;
+) -> f64 {
+    let (heads, seq_len, lengths) = (c.heads, c.seq_len, c.lengths);
+    let d = heads * c.head_dim;
     let mut x = uniform(r, lengths.len() * seq_len * 3 * d);
-    x.iter_mut().for_each(|v| *v *= scale);
+    x.iter_mut().for_each(|v| *v *= c.scale);
     for (b, &len) in lengths.iter().enumerate() {
         x[(b * seq_len + len as usize) * 3 * d..(b + 1) * seq_len * 3 * d].fill(f32::NAN);
     }
     let qkv_e: Vec<E> = rounded(&x);
-    let qkv = Buf::new(&qkv_e, misalign, nan::<E>());
+    let qkv = Buf::new(&qkv_e, c.misalign.0, nan::<E>());
     let sentinel = E::from_f32(-7.0);
     let mut out = Buf::new(
         &vec![nan::<E>(); lengths.len() * seq_len * d],
-        misalign,
+        c.misalign.1,
         sentinel,
     );
     let a = AttnArgs {
@@ -478,43 +660,111 @@ fn attention_case<E: Element + PartialEq>(
         out: out.mut_ptr(),
     };
     let grid = attn::attn_ctas(lengths.len() as u64, heads as u64, seq_len as u64) as u32;
-    launch(
-        grid,
-        attn::ATTN_THREADS,
-        attn::ATTN_SMEM_BYTES as usize,
-        &a,
-        attn::attention::<E, Sim>,
-    );
+    launch(grid, shape.threads, shape.smem_bytes as usize, &a, body);
     out.assert_guards(sentinel, "attention out");
     let got = out.data();
-    let want = reference::attention(
-        &widen(&qkv_e),
-        lengths,
-        seq_len,
-        heads,
-        attn::ATTN_HEAD_DIM as usize,
-    );
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    let want = reference::attention(&widen(&qkv_e), lengths, seq_len, heads, c.head_dim);
     let err = rel_frobenius_error(&got, &want);
     println!(
-        "sim attention {} heads={heads} T={seq_len} lengths={lengths:?} misaligned={misalign} scale={scale}: rel Frobenius error {err:.2e}",
-        E::DTYPE.name()
+        "sim attention {kernel:?} {} hd={} heads={heads} T={seq_len} lengths={lengths:?} misaligned={:?} scale={}: rel Frobenius error {err:.2e}",
+        E::DTYPE.name(),
+        c.head_dim,
+        c.misalign,
+        c.scale
     );
-    assert!(err < tol, "{}: {err}", E::DTYPE.name());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    for (b, &len) in lengths.iter().enumerate() {
+        let pad = &got[(b * seq_len + len as usize) * d..(b + 1) * seq_len * d];
+        assert!(
+            pad.iter().all(|&v| v == 0.0),
+            "padded query rows of sequence {b} not zero"
+        );
+    }
+    assert!(
+        err < tol,
+        "{kernel:?} {} hd={}: {err}",
+        E::DTYPE.name(),
+        c.head_dim
+    );
+    err
+}
+
+fn case<'a>(heads: usize, head_dim: usize, seq_len: usize, lengths: &'a [u32]) -> AttnCase<'a> {
+    AttnCase {
+        heads,
+        head_dim,
+        seq_len,
+        lengths,
+        misalign: (false, false),
+        scale: 2.0,
+    }
 }
 
 #[test]
 fn attention_body_matches_reference() {
     let mut r = rng("sim attention");
-    // Crosses the 64-query block and the 64-key tile by a few; one key, one query.
-    let (t32, t16, tb16) = (tol::<f32>(), tol::<F16>(), tol::<Bf16>());
-    attention_case::<f32>(&mut r, 2, 70, &[70, 1, 33], false, 2.0, t32);
-    attention_case::<f32>(&mut r, 1, 1, &[1], false, 2.0, t32);
-    attention_case::<f32>(&mut r, 1, 66, &[66], true, 2.0, t32);
-    attention_case::<F16>(&mut r, 2, 70, &[70, 1, 33], false, 2.0, t16);
-    attention_case::<Bf16>(&mut r, 1, 66, &[17, 66], true, 2.0, tb16);
+    let t32 = tol::<f32>();
+    let s = AttnKernel::Simt;
+    for hd in [32, 64, 128] {
+        // Crosses the 64-query block and the key tile by a few; one key, one query.
+        attention_case::<f32>(
+            &mut r,
+            &case(2, hd, 70, &[70, 1, 33]),
+            s,
+            simt_body(hd),
+            t32,
+        );
+        attention_case::<f32>(&mut r, &case(1, hd, 1, &[1]), s, simt_body(hd), t32);
+        let mis = AttnCase {
+            misalign: (true, true),
+            ..case(1, hd, 66, &[66])
+        };
+        attention_case::<f32>(&mut r, &mis, s, simt_body(hd), t32);
+    }
+    // The body is generic over storage; the GPU runs it for f32 only.
+    attention_case::<F16>(
+        &mut r,
+        &case(2, 32, 70, &[70, 1, 33]),
+        s,
+        simt_body(32),
+        tol::<F16>(),
+    );
     // Scores of a few hundred: e^score overflows f32 without max subtraction.
-    attention_case::<f32>(&mut r, 2, 70, &[70, 40], false, 10.0, t32);
+    let big = AttnCase {
+        scale: 10.0,
+        ..case(2, 64, 70, &[70, 40])
+    };
+    attention_case::<f32>(&mut r, &big, s, simt_body(64), t32);
+}
+
+#[test]
+fn attention_mma_body_matches_reference() {
+    let mut r = rng("sim attention mma");
+    let (t16, tb16) = (tol::<F16>(), tol::<Bf16>());
+    let m = AttnKernel::Mma;
+    for hd in [32, 64] {
+        attention_case::<F16>(&mut r, &case(2, hd, 70, &[70, 1, 33]), m, mma_body(hd), t16);
+        attention_case::<Bf16>(&mut r, &case(1, hd, 70, &[64, 65]), m, mma_body(hd), tb16);
+    }
+    // Element-wise paths: qkv and out misaligned, or only out.
+    let mis = AttnCase {
+        misalign: (true, true),
+        ..case(1, 32, 66, &[17, 66])
+    };
+    attention_case::<Bf16>(&mut r, &mis, m, mma_body(32), tb16);
+    let mis_out = AttnCase {
+        misalign: (false, true),
+        ..case(1, 64, 20, &[20, 3])
+    };
+    attention_case::<F16>(&mut r, &mis_out, m, mma_body(64), t16);
+    attention_case::<F16>(&mut r, &case(1, 128, 129, &[129]), m, mma_body(128), t16);
+    attention_case::<F16>(&mut r, &case(1, 32, 1, &[1]), m, mma_body(32), t16);
+    // Scores of a few hundred: f32 exp overflows without max subtraction.
+    let big = AttnCase {
+        scale: 10.0,
+        ..case(1, 32, 70, &[70, 40])
+    };
+    attention_case::<F16>(&mut r, &big, m, mma_body(32), t16);
 }
 
 fn pool_case<E: Element + PartialEq>(

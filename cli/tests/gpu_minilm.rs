@@ -154,45 +154,6 @@ fn up<T: GpuElement>(gpu: &Gpu, t: &CpuTensor) -> DeviceMatrix<T> {
     DeviceMatrix::from_f32(gpu, t.rows, t.cols, &t.data).unwrap()
 }
 
-/// `[rows, parts·H·P]` padded heads → `[rows, parts·H·hd]`, part `i` divided by `scale[i]`
-/// (one part per entry of `scale`: Q, K, V or the context).
-fn unpad(data: &[f32], rows: usize, heads: usize, hd: usize, p: usize, scale: &[f32]) -> Vec<f32> {
-    let parts = scale.len();
-    let mut out = Vec::with_capacity(rows * parts * heads * hd);
-    for r in 0..rows {
-        for (part, &sc) in scale.iter().enumerate() {
-            for h in 0..heads {
-                let s = r * parts * heads * p + part * heads * p + h * p;
-                out.extend(data[s..s + hd].iter().map(|v| v / sc));
-            }
-        }
-    }
-    out
-}
-
-/// `[rows, parts·H·hd]` → padded `[rows, parts·H·P]` (zeros), part `i` multiplied by
-/// `scale[i]`.
-fn pad(t: &CpuTensor, heads: usize, hd: usize, p: usize, scale: &[f32]) -> CpuTensor {
-    let cols = scale.len() * heads * p;
-    let mut data = vec![0.0; t.rows * cols];
-    for r in 0..t.rows {
-        for (part, &sc) in scale.iter().enumerate() {
-            for h in 0..heads {
-                let s = r * t.cols + (part * heads + h) * hd;
-                let d = r * cols + (part * heads + h) * p;
-                for c in 0..hd {
-                    data[d + c] = t.data[s + c] * sc;
-                }
-            }
-        }
-    }
-    CpuTensor {
-        rows: t.rows,
-        cols,
-        data,
-    }
-}
-
 /// Relative Frobenius error over the rows of real tokens.
 fn rel_err(got: &[f32], want: &[f32], cols: usize, real: &[bool]) -> f64 {
     let (mut num, mut den) = (0.0f64, 0.0f64);
@@ -224,8 +185,8 @@ fn steps_for<T: GpuElement>(gpu: &Gpu, m: &Model, tol: f64) {
     let mut cpu = CpuBackend::new(m.weights.clone(), Dtype::F32).unwrap();
     let mut gb = CudaBackend::<T>::new(gpu, &m.weights, options(false)).unwrap();
     let lay = gb.heads();
-    let (heads, hd, p, d) = (lay.heads, lay.head_dim, lay.padded_head_dim, lay.hidden());
-    let q = lay.q_scale();
+    let d = lay.hidden();
+    assert_eq!(lay.qkv_width(), 3 * d, "{name}: QKV is the model's [M, 3d]");
 
     let ci = cpu.upload_inputs(&batch).unwrap();
     let gi = gb.upload_inputs(&batch).unwrap();
@@ -260,38 +221,20 @@ fn steps_for<T: GpuElement>(gpu: &Gpu, m: &Model, tol: f64) {
     let x = up::<T>(gpu, &c.x);
     cpu.qkv_projection(layer, &c.x, &mut c.qkv).unwrap();
     gb.qkv_projection(layer, &x, &mut g.qkv).unwrap();
-    let got = g.qkv.download_f32(gpu).unwrap();
-    // Padding columns are exactly zero.
-    for r in 0..rows {
-        for part in 0..3 {
-            for h in 0..heads {
-                let s = r * 3 * heads * p + (part * heads + h) * p;
-                assert!(
-                    got[s + hd..s + p].iter().all(|&v| v == 0.0),
-                    "{name}: QKV padding of row {r} head {h} is not zero"
-                );
-            }
-        }
-    }
     check(
         Stage::QkvProjection,
-        unpad(&got, rows, heads, hd, p, &[q, 1.0, 1.0]),
+        g.qkv.download_f32(gpu).unwrap(),
         &c.qkv,
     );
 
     cpu.attention(layer, &ci, &c.qkv, &mut c.ctx).unwrap();
-    let qkv = up::<T>(gpu, &pad(&c.qkv, heads, hd, p, &[q, 1.0, 1.0]));
+    let qkv = up::<T>(gpu, &c.qkv);
     gb.attention(layer, &gi, &qkv, &mut g.ctx).unwrap();
-    let got = g.ctx.download_f32(gpu).unwrap();
-    check(
-        Stage::Attention,
-        unpad(&got, rows, heads, hd, p, &[1.0]),
-        &c.ctx,
-    );
+    check(Stage::Attention, g.ctx.download_f32(gpu).unwrap(), &c.ctx);
 
     cpu.attn_out_residual_layernorm(layer, &c.ctx, &c.x, &mut c.h)
         .unwrap();
-    let ctx = up::<T>(gpu, &pad(&c.ctx, heads, hd, p, &[1.0]));
+    let ctx = up::<T>(gpu, &c.ctx);
     gb.attn_out_residual_layernorm(layer, &ctx, &x, &mut g.h)
         .unwrap();
     check(
@@ -487,51 +430,6 @@ fn benchmark_runs_on_small_shapes() {
         );
     }
     assert!(r.graph_error.is_none());
-}
-
-/// The padding helpers above describe the same layout as the backend's weight rewrite: the
-/// QKV GEMM with the rewritten weights equals `pad` of the unpadded projection, and `unpad`
-/// inverts `pad` (CPU only).
-#[test]
-fn test_helpers_match_the_backend_head_layout() {
-    use fused_gemm_cli::backend::cuda::HeadLayout;
-    use fused_gemm_cli::weights::Linear;
-    let (heads, hd, p, m) = (12, 32, 64, 3);
-    let d = heads * hd;
-    let lay = HeadLayout::new(heads, hd, p).unwrap();
-    let val = |i: usize| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0;
-    let qkv = Linear {
-        out_features: 3 * d,
-        in_features: d,
-        weight: (0..3 * d * d).map(val).collect(),
-        bias: (0..3 * d).map(|i| val(i + 17)).collect(),
-    };
-    let x: Vec<f32> = (0..m * d).map(|i| val(i + 5)).collect();
-    let lin = |w: &[f32], b: &[f32], n: usize| -> Vec<f32> {
-        (0..m * n)
-            .map(|i| {
-                let (r, j) = (i / n, i % n);
-                b[j] + (0..d).map(|k| x[r * d + k] * w[j * d + k]).sum::<f32>()
-            })
-            .collect()
-    };
-    let plain = CpuTensor {
-        rows: m,
-        cols: 3 * d,
-        data: lin(&qkv.weight, &qkv.bias, 3 * d),
-    };
-    let (w, b) = lay.pad_qkv(&qkv).unwrap();
-    let padded = lin(&w, &b, lay.qkv_width());
-    let q = lay.q_scale();
-    let want = pad(&plain, heads, hd, p, &[q, 1.0, 1.0]);
-    let worst = padded
-        .iter()
-        .zip(&want.data)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    assert!(worst < 1e-3, "padded QKV GEMM vs pad(): {worst}");
-    let back = unpad(&want.data, m, heads, hd, p, &[q, 1.0, 1.0]);
-    assert!(max_abs_diff(&back, &plain.data) < 1e-5);
 }
 
 /// A batch of `lengths.len()` sequences with these lengths and ids from `seed`.

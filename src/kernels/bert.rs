@@ -1,15 +1,16 @@
-//! BERT encoder kernels other than the GEMMs: embeddings + LayerNorm, masked attention
-//! (head dim 64), masked mean pooling + L2 normalization; one entry point per storage dtype.
+//! BERT encoder kernels other than the GEMMs: embeddings + LayerNorm, masked attention, masked
+//! mean pooling + L2 normalization; one entry point per storage dtype, and for attention per
+//! (dtype, head dim): CUDA-core kernels for f32, tensor-core (`mma.sync`) kernels for f16/bf16.
 //! Bodies and launch shapes: `fused_gemm_device::kernel::bert`; host launchers:
 //! [`crate::bert`].
 
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
-use crate::device::kernel::bert::{Ptx, attention, embed, pool};
+use crate::device::kernel::bert::{Ptx, attention, attention_mma, embed, pool};
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
 use crate::device::types::{Bf16, F16};
 
 macro_rules! bert_entries {
-    ($t:ty, $dt:literal, $embed:ident = $embed_fn:ident, $attn:ident = $attn_fn:ident, $pool:ident = $pool_fn:ident) => {
+    ($t:ty, $dt:literal, $embed:ident = $embed_fn:ident, $pool:ident = $pool_fn:ident) => {
         entry! {
             #[doc = concat!("Embeddings + LayerNorm, ", $dt, " storage. Args: `(ids, token_types (0 = none), rows, seq_len, hidden, word, vocab, position, positions, token_type, types, gamma, beta, eps, out)`.")]
             $embed = fn $embed_fn(
@@ -23,14 +24,6 @@ macro_rules! bert_entries {
                         ids, token_types, rows, seq_len, hidden, word, vocab, position, positions,
                         token_type, types, gamma, beta, eps, out,
                     })
-                }
-            }
-        }
-        entry! {
-            #[doc = concat!("Masked attention, head dim 64, ", $dt, " storage. Args: `(qkv, lengths, batch, seq_len, heads, out)`.")]
-            $attn = fn $attn_fn(qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32, out: *mut $t) {
-                unsafe {
-                    attention::attention::<_, Ptx>(&attention::AttnArgs { qkv, lengths, batch, seq_len, heads, out })
                 }
             }
         }
@@ -49,20 +42,109 @@ bert_entries!(
     f32,
     "f32",
     EMBED_LN_F32 = fg_bert_embed_layer_norm_f32,
-    ATTN_H64_F32 = fg_bert_attention_h64_f32,
     POOL_L2_F32 = fg_bert_mean_pool_l2_f32
 );
 bert_entries!(
     F16,
     "f16",
     EMBED_LN_F16 = fg_bert_embed_layer_norm_f16,
-    ATTN_H64_F16 = fg_bert_attention_h64_f16,
     POOL_L2_F16 = fg_bert_mean_pool_l2_f16
 );
 bert_entries!(
     Bf16,
     "bf16",
     EMBED_LN_BF16 = fg_bert_embed_layer_norm_bf16,
-    ATTN_H64_BF16 = fg_bert_attention_h64_bf16,
     POOL_L2_BF16 = fg_bert_mean_pool_l2_bf16
 );
+
+/// One attention entry point: `$body` is the kernel body (`attention` or `attention_mma`)
+/// instantiated for storage `$t` and head dimension `$hd`.
+macro_rules! attn_entry {
+    ($konst:ident = $name:ident, $t:ty, $hd:literal, $module:ident :: $body:ident, $what:literal) => {
+        entry! {
+            #[doc = concat!("Masked attention, head dim ", $hd, ", ", $what, ". Args: `(qkv, lengths, batch, seq_len, heads, out)`.")]
+            $konst = fn $name(qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32, out: *mut $t) {
+                unsafe {
+                    $module::$body::<_, Ptx, $hd>(&attention::AttnArgs { qkv, lengths, batch, seq_len, heads, out })
+                }
+            }
+        }
+    };
+}
+
+attn_entry!(
+    ATTN_SIMT_H32_F32 = fg_bert_attention_simt_h32_f32,
+    f32,
+    32,
+    attention::attention,
+    "f32 storage, CUDA cores"
+);
+attn_entry!(
+    ATTN_SIMT_H64_F32 = fg_bert_attention_simt_h64_f32,
+    f32,
+    64,
+    attention::attention,
+    "f32 storage, CUDA cores"
+);
+attn_entry!(
+    ATTN_SIMT_H128_F32 = fg_bert_attention_simt_h128_f32,
+    f32,
+    128,
+    attention::attention,
+    "f32 storage, CUDA cores"
+);
+attn_entry!(
+    ATTN_MMA_H32_F16 = fg_bert_attention_mma_h32_f16,
+    F16,
+    32,
+    attention_mma::attention_mma,
+    "f16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H64_F16 = fg_bert_attention_mma_h64_f16,
+    F16,
+    64,
+    attention_mma::attention_mma,
+    "f16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H128_F16 = fg_bert_attention_mma_h128_f16,
+    F16,
+    128,
+    attention_mma::attention_mma,
+    "f16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H32_BF16 = fg_bert_attention_mma_h32_bf16,
+    Bf16,
+    32,
+    attention_mma::attention_mma,
+    "bf16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H64_BF16 = fg_bert_attention_mma_h64_bf16,
+    Bf16,
+    64,
+    attention_mma::attention_mma,
+    "bf16 storage, tensor cores"
+);
+attn_entry!(
+    ATTN_MMA_H128_BF16 = fg_bert_attention_mma_h128_bf16,
+    Bf16,
+    128,
+    attention_mma::attention_mma,
+    "bf16 storage, tensor cores"
+);
+
+/// Every attention entry point (for the PTX resource checks).
+pub const ATTENTION: &[&str] = &[
+    ATTN_SIMT_H32_F32,
+    ATTN_SIMT_H64_F32,
+    ATTN_SIMT_H128_F32,
+    ATTN_MMA_H32_F16,
+    ATTN_MMA_H64_F16,
+    ATTN_MMA_H128_F16,
+    ATTN_MMA_H32_BF16,
+    ATTN_MMA_H64_BF16,
+    ATTN_MMA_H128_BF16,
+];

@@ -84,7 +84,7 @@ pub struct BenchReport {
     pub dtype: String,
     /// T.
     pub seq_len: usize,
-    /// Attention heads × padded head dimension on the device (e.g. `"12x32 padded to 64"`).
+    /// Attention heads × head dimension on the device (e.g. `"12x32"`).
     pub heads: String,
     /// How the numbers were measured.
     pub method: &'static str,
@@ -310,7 +310,7 @@ pub fn run<T: GpuElement>(
         device: be.gpu.name().to_owned(),
         dtype: T::CLI_DTYPE.to_string(),
         seq_len: cfg.seq_len,
-        heads: format!("{}x{} padded to {}", h.heads, h.head_dim, h.padded_head_dim),
+        heads: format!("{}x{}", h.heads, h.head_dim),
         method: "median of CUDA-event device times per forward pass (inputs on the device, \
                  repetitions back to back, after warm-up); end_to_end on the host clock",
         rows,

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | embeddings + LayerNorm | [`fused_gemm::bert::embeddings`] |
 //! | QKV projection + bias | [`GpuElement::gemm_bias`] (`#[fused_gemm(epilogue = [bias])]`) |
-//! | attention (key-padding mask) | [`fused_gemm::bert::attention`] (heads padded to 64, see [`layout`]) |
+//! | attention (key-padding mask) | [`fused_gemm::bert::attention`] (the model's heads, tensor cores; see [`layout`]) |
 //! | out-proj + bias + residual + LayerNorm | [`GpuElement::gemm_bias_residual_layer_norm`] |
 //! | FFN up + bias + GELU | [`GpuElement::gemm_bias_gelu`] |
 //! | FFN down + bias + residual + LayerNorm | [`GpuElement::gemm_bias_residual_layer_norm`] |
@@ -224,7 +224,7 @@ impl<T: GpuElement> DeviceNorm<T> {
     }
 }
 
-/// One layer's weights on the device, QKV and the output projection in the padded head layout.
+/// One layer's weights on the device (QKV packed `[3d, d]`, rows Q | K | V).
 #[derive(Debug)]
 struct DeviceLayer<T> {
     qkv: DeviceLinear<T>,
@@ -325,7 +325,8 @@ impl<T: GpuElement> std::fmt::Debug for CudaBackend<T> {
 }
 
 /// Checks that `config` is a model the CUDA kernels compute exactly: erf GELU, LayerNorm ε =
-/// [`LAYER_NORM_EPS`], hidden sizes within the BERT kernels' limits, heads of at most 64.
+/// [`LAYER_NORM_EPS`], hidden sizes within the BERT kernels' limits, a head dimension the
+/// attention kernel is built for ([`fused_gemm::bert::HEAD_DIMS`]).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] (`model`) naming what does not fit.
@@ -354,8 +355,7 @@ pub fn check_config(config: &MiniLmConfig) -> Result<HeadLayout> {
 }
 
 impl<T: GpuElement> CudaBackend<T> {
-    /// Converts `weights` to `T`, rewrites QKV and the attention output projection for the
-    /// padded head layout ([`layout`]), uploads everything to `gpu`, and loads the kernels
+    /// Converts `weights` to `T`, uploads everything to `gpu`, and loads the kernels
     /// (the first load JIT-compiles the built-in PTX for the device).
     ///
     /// `gpu` is cloned; see the [module docs](self) about sharing it while graphs are live.
@@ -372,14 +372,11 @@ impl<T: GpuElement> CudaBackend<T> {
             token_type: upload_as(gpu, &e.token_type)?,
             norm: DeviceNorm::new(gpu, &e.layer_norm)?,
         };
-        let d = config.hidden_size;
         let mut layers = Vec::with_capacity(config.num_layers);
         for l in &weights.layers {
-            let (qkv_w, qkv_b) = heads.pad_qkv(&l.qkv)?;
-            let out_w = heads.pad_out_proj(&l.attn_out)?;
             layers.push(DeviceLayer {
-                qkv: DeviceLinear::new(gpu, heads.qkv_width(), d, &qkv_w, &qkv_b)?,
-                attn_out: DeviceLinear::new(gpu, d, heads.ctx_width(), &out_w, &l.attn_out.bias)?,
+                qkv: DeviceLinear::from_linear(gpu, &l.qkv)?,
+                attn_out: DeviceLinear::from_linear(gpu, &l.attn_out)?,
                 attn_norm: DeviceNorm::new(gpu, &l.attn_norm)?,
                 ffn_up: DeviceLinear::from_linear(gpu, &l.ffn_up)?,
                 ffn_down: DeviceLinear::from_linear(gpu, &l.ffn_down)?,
@@ -812,6 +809,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
             &self.gpu,
             inputs,
             self.heads.heads,
+            self.heads.head_dim,
             &qkv.buf,
             &mut ctx.buf,
         )?)
@@ -1007,7 +1005,7 @@ mod tests {
     #[test]
     fn configs_the_kernels_cannot_compute_exactly_are_rejected() {
         let ok = MiniLmConfig::ALL_MINILM_L6_V2;
-        assert_eq!(check_config(&ok).unwrap().padded_head_dim, 64);
+        assert_eq!(check_config(&ok).unwrap().head_dim, 32);
         let bad = [
             MiniLmConfig {
                 activation: Activation::GeluTanh,
@@ -1022,8 +1020,9 @@ mod tests {
                 num_heads: 32,
                 ..ok.clone()
             },
+            // Head dimension 96: no attention kernel.
             MiniLmConfig {
-                num_heads: 3,
+                num_heads: 4,
                 ..ok.clone()
             },
         ];

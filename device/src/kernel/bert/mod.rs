@@ -1,6 +1,6 @@
 //! The BERT encoder's kernels other than its GEMMs: embeddings + LayerNorm ([`embed`]),
-//! masked multi-head attention ([`attention`]) and masked mean pooling + L2 normalization
-//! ([`pool`]).
+//! masked multi-head attention ([`attention`] on the CUDA cores, [`attention_mma`] on the tensor
+//! cores) and masked mean pooling + L2 normalization ([`pool`]).
 //!
 //! Every kernel is generic over the storage type `E` ([`Element`]: f32, f16, bf16) and computes
 //! in f32. Batches are right-padded: sequence `b` of a `[B, T]` batch holds its tokens at
@@ -26,6 +26,7 @@ macro_rules! unrolled {
 }
 
 pub mod attention;
+pub mod attention_mma;
 pub mod embed;
 pub mod pool;
 
