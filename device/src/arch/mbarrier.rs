@@ -1,0 +1,172 @@
+//! Shared-memory barriers with phases (`mbarrier`, PTX ISA §9.7.13.15) and named CTA barriers
+//! with a thread count (`bar.sync`/`bar.arrive`, §9.7.13.1), sm_90.
+//!
+//! # Model
+//!
+//! An mbarrier is a 64-bit object in shared memory with an expected arrival count, a pending
+//! transaction count (bytes) and a phase bit. A phase completes when every expected arrival has
+//! happened and the transaction count is back to zero; the barrier then resets its counts and
+//! moves to the next phase. A producer/consumer ring uses two per stage: `full` (one arrival
+//! with [`arrive_expect_tx`] by the producer; TMA copies complete the bytes) and `empty` (one
+//! arrival per consumer warp once its MMAs have read the stage).
+//!
+//! Waiting is by parity: [`wait_parity`]`(bar, p)` returns once the phase with parity `p` has
+//! completed. A fresh barrier is in phase 0, so waiting for parity 1 returns at once (the
+//! "previous" phase counts as complete): producers wait on `empty` with the inverted parity and
+//! so find every stage free on their first lap.
+//!
+//! Addresses are `.shared` window addresses ([`super::shared::shared_addr`]), 8-byte aligned.
+
+#[cfg(target_arch = "nvptx64")]
+use core::arch::asm;
+
+/// Nanoseconds a wait may take before the kernel traps: no correct launch waits this long on
+/// one barrier phase, so a lost arrival becomes `CUDA_ERROR_LAUNCH_FAILED` instead of a hang.
+pub const WAIT_TIMEOUT_NS: u64 = 10_000_000_000;
+
+/// `mbarrier.init.shared::cta.b64 [bar], count`: a barrier in phase 0 expecting `count`
+/// arrivals per phase.
+///
+/// # Safety
+/// `bar` is an 8-byte aligned `.shared` address that no thread uses as a barrier until a CTA
+/// barrier after [`fence_init`] orders the initialisation before them.
+#[inline(always)]
+pub unsafe fn init(bar: u32, count: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(reg32) bar, c = in(reg32) count, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, count);
+        super::host_unreachable("mbarrier::init")
+    }
+}
+
+/// `fence.mbarrier_init.release.cluster`: makes this thread's [`init`]s visible to the other
+/// threads and to the async proxy (TMA completes transactions on the barriers).
+#[inline(always)]
+pub fn fence_init() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("fence.mbarrier_init.release.cluster;", options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("mbarrier::fence_init")
+}
+
+/// `mbarrier.arrive.release.cta.shared::cta.b64 _, [bar]`: one arrival; this thread's earlier
+/// shared-memory reads and writes happen before the phase completes.
+///
+/// # Safety
+/// `bar` is an initialised barrier that still expects an arrival in its current phase.
+#[inline(always)]
+pub unsafe fn arrive(bar: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("mbarrier.arrive.release.cta.shared::cta.b64 _, [{b}];", b = in(reg32) bar, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = bar;
+        super::host_unreachable("mbarrier::arrive")
+    }
+}
+
+/// `mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [bar], bytes`: adds `bytes` to the
+/// phase's pending transactions, then arrives. The phase completes once asynchronous copies
+/// naming this barrier (`mbarrier::complete_tx::bytes`) have delivered that many bytes.
+///
+/// # Safety
+/// As [`arrive`]; `bytes` < 2²⁰.
+#[inline(always)]
+pub unsafe fn arrive_expect_tx(bar: u32, bytes: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [{b}], {n};", b = in(reg32) bar, n = in(reg32) bytes, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, bytes);
+        super::host_unreachable("mbarrier::arrive_expect_tx")
+    }
+}
+
+/// `mbarrier.try_wait.parity.acquire.cta.shared::cta.b64`: whether the phase with parity
+/// `parity` has completed, after waiting a hardware-chosen time for it. On `true` the writes
+/// that completed the phase (including TMA's) are visible to this thread.
+///
+/// # Safety
+/// `bar` is an initialised barrier.
+#[inline(always)]
+pub unsafe fn try_wait_parity(bar: u32, parity: u32) -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let done: u32;
+        asm!(
+            "{{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+            b = in(reg32) bar, ph = in(reg32) parity, d = out(reg32) done, options(nostack)
+        );
+        done != 0
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, parity);
+        super::host_unreachable("mbarrier::try_wait_parity")
+    }
+}
+
+/// Waits until the phase with parity `parity` of `bar` has completed (see the [module
+/// docs](self)). Traps after [`WAIT_TIMEOUT_NS`] so a protocol error cannot hang the GPU.
+///
+/// # Safety
+/// As [`try_wait_parity`].
+#[inline(always)]
+pub unsafe fn wait_parity(bar: u32, parity: u32) {
+    // Inline, slow path included: a call here would make ptxas save the live wgmma
+    // accumulators around it.
+    if try_wait_parity(bar, parity) {
+        return;
+    }
+    let start = global_timer_ns();
+    while !try_wait_parity(bar, parity) {
+        if global_timer_ns().wrapping_sub(start) > WAIT_TIMEOUT_NS {
+            super::trap();
+        }
+    }
+}
+
+/// `%globaltimer`: a nanosecond clock shared by the whole GPU.
+#[inline(always)]
+pub fn global_timer_ns() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let t: u64;
+        asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack));
+        t
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("global_timer_ns")
+}
+
+/// `bar.sync ID, THREADS`: waits until `THREADS` threads (a multiple of 32, counting whole
+/// warps) have arrived at named barrier `ID` (1..16; 0 is [`super::sync::sync_threads`]'s).
+/// Both are immediates, so ptxas knows which barriers the kernel uses.
+///
+/// # Safety
+/// Exactly `THREADS` threads must arrive at `ID` (with this or [`bar_arrive`]) in each use,
+/// every warp convergently, or the CTA hangs.
+#[inline(always)]
+pub unsafe fn bar_sync<const ID: u32, const THREADS: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("bar.sync {i}, {n};", i = const ID, n = const THREADS, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("bar_sync")
+}
+
+/// `bar.arrive ID, THREADS`: counts this warp's arrival at named barrier `ID` without
+/// waiting. Orders this thread's earlier memory accesses before the waiters' later ones.
+///
+/// # Safety
+/// As [`bar_sync`].
+#[inline(always)]
+pub unsafe fn bar_arrive<const ID: u32, const THREADS: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("bar.arrive {i}, {n};", i = const ID, n = const THREADS, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("bar_arrive")
+}
