@@ -20,4 +20,5 @@ pub mod basic;
 pub mod bert;
 pub mod blocks;
 pub mod gemm;
+pub mod hopper;
 pub mod stages;

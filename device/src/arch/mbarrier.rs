@@ -1,5 +1,4 @@
-//! Shared-memory barriers with phases (`mbarrier`, PTX ISA §9.7.13.15) and named CTA barriers
-//! with a thread count (`bar.sync`/`bar.arrive`, §9.7.13.1), sm_90.
+//! Shared-memory barriers with phases (`mbarrier`, PTX ISA §9.7.13.15), sm_90.
 //!
 //! # Model
 //!
@@ -141,32 +140,4 @@ pub fn global_timer_ns() -> u64 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     super::host_unreachable("global_timer_ns")
-}
-
-/// `bar.sync ID, THREADS`: waits until `THREADS` threads (a multiple of 32, counting whole
-/// warps) have arrived at named barrier `ID` (1..16; 0 is [`super::sync::sync_threads`]'s).
-/// Both are immediates, so ptxas knows which barriers the kernel uses.
-///
-/// # Safety
-/// Exactly `THREADS` threads must arrive at `ID` (with this or [`bar_arrive`]) in each use,
-/// every warp convergently, or the CTA hangs.
-#[inline(always)]
-pub unsafe fn bar_sync<const ID: u32, const THREADS: u32>() {
-    #[cfg(target_arch = "nvptx64")]
-    asm!("bar.sync {i}, {n};", i = const ID, n = const THREADS, options(nostack));
-    #[cfg(not(target_arch = "nvptx64"))]
-    super::host_unreachable("bar_sync")
-}
-
-/// `bar.arrive ID, THREADS`: counts this warp's arrival at named barrier `ID` without
-/// waiting. Orders this thread's earlier memory accesses before the waiters' later ones.
-///
-/// # Safety
-/// As [`bar_sync`].
-#[inline(always)]
-pub unsafe fn bar_arrive<const ID: u32, const THREADS: u32>() {
-    #[cfg(target_arch = "nvptx64")]
-    asm!("bar.arrive {i}, {n};", i = const ID, n = const THREADS, options(nostack));
-    #[cfg(not(target_arch = "nvptx64"))]
-    super::host_unreachable("bar_arrive")
 }

@@ -18,9 +18,9 @@
 //! Two consumer schedules, chosen by the tile's warps along M (see [`TILES_SM90`]):
 //! - **cooperative** (`WM = 8`): both warpgroups work on every tile, warpgroup `c` on rows
 //!   `c·BM/2..`; their epilogues run at the same time;
-//! - **ping-pong** (`WM = 4`): warpgroup `c` owns the CTA's tiles `c, c+2, …` whole; named
-//!   barriers hand the tensor cores over, so one warpgroup's epilogue overlaps the other's
-//!   mainloop. The ring is consumed in the order the producer fills it in both schedules.
+//! - **ping-pong** (`WM = 4`): warpgroup `c` owns the CTA's tiles `c, c+2, …` whole; a pair
+//!   of mbarriers hands the tensor cores over after each mainloop, so one warpgroup's epilogue
+//!   overlaps the other's mainloop. The ring is consumed in the order the producer fills it in both schedules.
 //!
 //! # Fragments
 //!
@@ -31,14 +31,15 @@
 //!
 //! # Launch
 //!
+//! Every wait is on an mbarrier with a timeout ([`crate::arch::mbarrier::wait_parity`]): a
+//! protocol error traps instead of hanging the GPU.
+//!
 //! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1), [`smem_bytes`] of dynamic shared memory,
 //! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`]. Edge tiles need no special
 //! case: TMA writes zeros for rows and K columns outside the tensor, and the epilogue's store
 //! is predicated on M and N.
 
-use crate::arch::mbarrier::{
-    arrive, arrive_expect_tx, bar_arrive, bar_sync, fence_init, init, wait_parity,
-};
+use crate::arch::mbarrier::{arrive, arrive_expect_tx, fence_init, init, wait_parity};
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
@@ -61,27 +62,6 @@ pub const PRODUCER_REGS: u32 = 24;
 /// Registers per thread of the consumer warpgroups (`setmaxnreg.inc`):
 /// 128·24 + 256·240 ≤ 65536.
 pub const CONSUMER_REGS: u32 = 240;
-/// Named barrier handing the tensor cores to consumer warpgroup `c` (ping-pong): `1 + c`; 0 is
-/// `__syncthreads`'s. An immediate in the PTX, so ptxas reserves only these.
-#[inline(always)]
-unsafe fn turn_sync(c: u32) {
-    if c == 0 {
-        bar_sync::<1, 256>()
-    } else {
-        bar_sync::<2, 256>()
-    }
-}
-
-/// Passes the tensor cores to consumer warpgroup `c`.
-#[inline(always)]
-unsafe fn turn_pass_to(c: u32) {
-    if c == 0 {
-        bar_arrive::<1, 256>()
-    } else {
-        bar_arrive::<2, 256>()
-    }
-}
-
 /// Columns of C one epilogue pass covers: each consumer warp hands its accumulators to the
 /// epilogue in chunks of this many columns (8 n8 fragments, 16 values per thread). Row-norm
 /// statistics are therefore kept per 64-column chunk: the statistics workspace has
@@ -115,9 +95,9 @@ pub const fn stage_bytes(t: &TileShape) -> u32 {
 }
 
 /// Dynamic shared memory of a CTA, bytes: the ring, then a `full` and an `empty` mbarrier per
-/// stage.
+/// stage and the two ping-pong `turn` mbarriers.
 pub const fn smem_bytes(t: &TileShape) -> u32 {
-    t.stages * stage_bytes(t) + 16 * t.stages
+    t.stages * stage_bytes(t) + 16 * t.stages + 16
 }
 
 /// Why `t` cannot be instantiated on this mainloop, or `None`.
@@ -267,6 +247,9 @@ pub unsafe fn run<
     let ring_bytes = STAGES * stage_bytes;
     let full = |s: u32| base + ring_bytes + 8 * s;
     let empty = |s: u32| base + ring_bytes + 8 * (STAGES + s);
+    // Ping-pong: `turn[c]` completes a phase when the other warpgroup has issued its last
+    // k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
+    let turn = |c: u32| base + ring_bytes + 8 * (2 * STAGES + c);
     let s_a = |s: u32| base + s * stage_bytes;
     let s_b = |s: u32| base + s * stage_bytes + a_bytes;
     // One arrival per consumer warp that reads a stage.
@@ -277,6 +260,8 @@ pub unsafe fn run<
             init(full(s), 1);
             init(empty(s), releases);
         }
+        init(turn(0), 4);
+        init(turn(1), 4);
         fence_init();
     }
     sync_threads();
@@ -328,8 +313,9 @@ pub unsafe fn run<
         while i < my_tiles {
             let (tm, tn) = tile_coords(cta + i * ctas, tiles_m, tiles_n, group);
             if pingpong && i > 0 {
-                // Wait for the other warpgroup to finish issuing its mainloop.
-                turn_sync(c);
+                // The other warpgroup's mainloop of tile i - 1 is done: this is the
+                // ((i - 1) / 2)-th hand-over to warpgroup c.
+                wait_parity(turn(c), ((i - 1) / 2) & 1);
             }
             let mut acc = Acc::<MI, NI>::zero();
             let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles as u64);
@@ -358,15 +344,17 @@ pub unsafe fn run<
                 prev = s;
                 ring.advance();
             }
+            // Every k-tile is issued: the other warpgroup may start its mainloop while this
+            // one's last batch completes (CUTLASS's ping-pong hands over at the same point).
+            if pingpong && i + 1 < my_tiles && lane == 0 {
+                arrive(turn(1 - c));
+            }
             wait_group::<0>();
             for h in 0..MI {
                 fence_operands(&mut acc.v[h]);
             }
             if k_tiles > 0 && lane == 0 {
                 arrive(empty(prev));
-            }
-            if pingpong && i + 1 < my_tiles {
-                turn_pass_to(1 - c);
             }
 
             let (m0, n0) = (tm * bm, tn * bn);
