@@ -179,8 +179,14 @@ fn case(
     let o = Overrides { tile, splits: None };
     let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
         .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}: launch failed: {e}"));
-    let got = fx.get(&c);
     let entry = last_entry().unwrap_or("?");
+    // A kernel fault (a trapped barrier wait, an illegal address) surfaces here.
+    let got: Vec<f64> = c
+        .download_f32(&fx.gpu)
+        .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k} on {entry}: kernel failed: {e}"))
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
     let acc = gemm64(m, n, k, &a.v, &b.v);
     let want = apply_stages(m, n, &acc, &stages, c_in.map(|c| c.v.as_slice())).unwrap();
     let err = rel_frobenius_error(&got, &want);
@@ -355,15 +361,47 @@ fn t2_probe_wgmma_tile_matches_f64() {
             .collect();
         let want = gemm64(64, n, 64, &a, &b);
         let err = rel_frobenius_error(&got, &want);
-        // A transposed-B or permuted-fragment bug shows as a large error; also report whether
-        // the result matches A·B with B read K×N, to tell the two apart.
         println!("wgmma probe m64n{n}k64: rel err {err:.2e}");
         assert!(
             err < 1e-5,
-            "wgmma probe m64n{n}k64: rel err {err:e}; {}",
-            describe_mismatch(&got, &want, 64, n, 1e-3)
+            "wgmma probe m64n{n}k64: rel err {err:e}; {}\n{}",
+            describe_mismatch(&got, &want, 64, n, 1e-3),
+            provenance(&got, &want, n)
         );
     }
+}
+
+/// For a few output positions, the reference position whose value the kernel wrote there
+/// (values are random, so a close match identifies it): shows a fragment-layout or
+/// descriptor permutation at a glance.
+fn provenance(got: &[f64], want: &[f64], n: usize) -> String {
+    let mut s = String::from("  got(row, col) ≈ want(row', col'):");
+    for &(r, c) in &[
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 8),
+        (1, 0),
+        (8, 0),
+        (16, 0),
+        (0, 64),
+        (63, 127),
+    ] {
+        let i = r * n + c;
+        let (j, d) = want
+            .iter()
+            .enumerate()
+            .map(|(j, w)| (j, (w - got[i]).abs()))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .unwrap_or((0, f64::NAN));
+        s += &format!(
+            "\n    ({r:>2}, {c:>3}) = {:>9.4} ≈ ({:>2}, {:>3}) off by {d:.1e}",
+            got[i],
+            j / n,
+            j % n
+        );
+    }
+    s
 }
 
 #[test]
@@ -689,6 +727,7 @@ fn t7_launcher_choice_and_fallback() {
     };
     let bf = DType::Bf16;
     // Left to the launcher: a large aligned GEMM takes the Hopper path on an H100/H200.
+    let hopper_path = fx.hopper;
     case(
         &mut fx,
         "gemm_bf16 (launcher's choice)",
@@ -698,7 +737,7 @@ fn t7_launcher_choice_and_fallback() {
         vec![],
         None,
         None,
-        Some(fx.hopper),
+        Some(hopper_path),
         |g, a, b, c| hopper::h_gemm_bf16(g, a, b, c),
     );
     // A misaligned operand (A one element into each row of a wider buffer: 2-byte aligned,

@@ -72,3 +72,54 @@ pub mod tensor_map {
         }
     }
 }
+
+/// Kernel launches with attributes cudarc's launch builder does not set.
+pub mod launch {
+    use super::*;
+
+    /// `cuLaunchKernelEx` with a thread-block cluster shape (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`,
+    /// sm_90+). `params` holds one pointer per kernel parameter, to its value, in order.
+    ///
+    /// # Errors
+    /// The driver's launch errors (e.g. `CUDA_ERROR_CLUSTER_OUT_OF_RESOURCES` when a cluster
+    /// cannot be co-scheduled, `CUDA_ERROR_INVALID_CLUSTER_SIZE`).
+    ///
+    /// # Safety
+    /// `func` is a loaded kernel whose parameters are exactly the values `params` points to
+    /// (types and order); the grid is a multiple of the cluster shape; the values stay alive
+    /// for the call (the driver copies them); whatever the kernel reads and writes is valid
+    /// for its whole run on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn kernel_with_cluster(
+        func: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem_bytes: u32,
+        stream: sys::CUstream,
+        cluster: (u32, u32, u32),
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), DriverError> {
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+            x: cluster.0,
+            y: cluster.1,
+            z: cluster.2,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_mem_bytes,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        unsafe {
+            sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
+        }
+    }
+}

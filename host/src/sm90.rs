@@ -34,7 +34,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
-use fused_gemm_device::gemm::sm90::{self, Sm90Args, is_pingpong, is_sm90_tile};
+use fused_gemm_device::gemm::sm90::{
+    self, Sm90Args, cluster_m, cta_rows, is_pingpong, is_sm90_tile,
+};
 use fused_gemm_device::gemm::{GemmArgs, TileShape};
 use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
@@ -87,25 +89,33 @@ pub fn ineligible(
 /// The model's time for `tile` on `p`, and its terms.
 pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms) {
     let sms = gpu_sms.max(1) as u64;
+    let cluster = cluster_m(tile) as u64;
     let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
     let (bm, bn) = (tile.bm as u64, tile.bn as u64);
-    let tiles = m.div_ceil(bm) * n.div_ceil(bn);
-    let ctas = tiles.min(sms).max(1);
-    let rounds = tiles.div_ceil(ctas);
+    // Work units: tiles, or tile pairs of a cluster; one unit per cluster of CTAs at a time.
+    let units = m.div_ceil(bm) * n.div_ceil(bn);
+    let slots = (sms / cluster).max(1);
+    let concurrent = units.min(slots).max(1);
+    let rounds = units.div_ceil(concurrent);
     let k_pad = k.div_ceil(sm90::BK as u64) * sm90::BK as u64;
     let pingpong = is_pingpong(tile);
-    let eff = if pingpong {
+    // Relative mainloop efficiency: wide tiles read less per FLOP, the cluster halves B's L2
+    // traffic, ping-pong runs one warpgroup's MMAs at a time.
+    let eff = if cluster > 1 {
+        1.03
+    } else if pingpong {
         0.92
     } else if tile.bn >= 256 {
         1.0
     } else {
         0.85
     };
+    let cta_m = cta_rows(tile) as u64;
     let sm_flops_per_us = PEAK_TFLOPS * 1e6 / sms as f64;
-    let tile_us = 2.0 * (bm * bn * k_pad) as f64 / (sm_flops_per_us * eff);
+    let tile_us = 2.0 * (cta_m * bn * k_pad) as f64 / (sm_flops_per_us * eff);
     let out_cols = if p.pairs { bn / 2 } else { bn };
     let out_bytes = p.out_dtype.size() as f64 + p.epilogue_read_bytes_per_output;
-    let epi_us = (bm * out_cols) as f64 * out_bytes / (DRAM_TBS * 1e6 / sms as f64);
+    let epi_us = (cta_m * out_cols) as f64 * out_bytes / (DRAM_TBS * 1e6 / sms as f64);
     let sm_us = if pingpong {
         rounds as f64 * tile_us.max(epi_us) + epi_us
     } else {
@@ -125,9 +135,9 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
     let terms = ModelTerms {
         regs_per_thread: sm90::CONSUMER_REGS,
         ctas_per_sm: 1,
-        ctas,
+        ctas: concurrent * cluster,
         waves: rounds,
-        last_wave_fraction: (tiles - (rounds - 1) * ctas) as f64 / ctas as f64,
+        last_wave_fraction: (units - (rounds - 1) * concurrent) as f64 / concurrent as f64,
         sm_us,
         l2_us: 0.0,
         dram_us,
@@ -139,13 +149,13 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
         } else {
             Bound::Sm
         },
-        tile_efficiency: (m * n * k) as f64 / (tiles * bm * bn * k_pad) as f64,
+        tile_efficiency: (m * n * k) as f64 / (units * bm * bn * k_pad) as f64,
     };
     (total, terms)
 }
 
 /// The Hopper plan of `tile` for `p` on a device with `sms` SMs: one CTA per SM (at most one
-/// per tile), 384 threads, no split-K; row norms finish in the epilogue only when N ≤
+/// per tile; CTAs in pairs for a cluster tile), 384 threads, no split-K; row norms finish in the epilogue only when N ≤
 /// [`sm90::EPI_COLS`], else through per-64-column partial statistics.
 pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
     let (predicted_us, model) = predict(sms, tile, p);
@@ -266,13 +276,15 @@ where
         .map_err(|_| Error::LaunchLimit("GEMM workspace lock poisoned".into()))?;
     let dtype = call.in_dtype;
     let (k, m, n) = (checked.k as u64, checked.m as u64, checked.n as u64);
+    let cluster = cluster_m(&t);
     let tmap_a = ws.tensor_maps.get(
         gpu,
-        MapKey::new(call.a.ptr, dtype, k, m, call.a.ld as u64, t.bm),
+        MapKey::new(call.a.ptr, dtype, k, m, call.a.ld as u64, cta_rows(&t)),
     )?;
+    // With a cluster each CTA loads (and multicasts) half of the B block.
     let tmap_b = ws.tensor_maps.get(
         gpu,
-        MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn),
+        MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
     )?;
     let (stats, tiles_n) = match plan.norm {
         NormPath::Partials {
@@ -303,15 +315,37 @@ where
         group_m: GROUP_M,
         _pad: 0,
     });
-    let params = Param(params);
+    let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
     let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
-    let mut l = gpu.stream().launch_builder(&func);
-    l.arg(&args).arg(&params).arg(&tma);
-    // SAFETY: the entry point takes (GemmArgs, E::Params, Sm90Args) by value; `check_gemm`
-    // validated every operand, `ineligible` checked what TMA needs, the maps describe A and B
-    // with the variant's boxes, and the launch shape is the one `sm90::run` documents.
-    unsafe { l.launch(cfg) }?;
+    if cluster > 1 {
+        let (mut args, mut tma) = (args, tma);
+        let mut ptrs = [
+            &mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void,
+            &mut params as *mut Param<P> as *mut std::ffi::c_void,
+            &mut tma as *mut Param<Sm90Args> as *mut std::ffi::c_void,
+        ];
+        // SAFETY: as below; the grid is a multiple of the cluster, and the parameter values
+        // live until the call returns (the driver copies them).
+        unsafe {
+            crate::driver_ext::launch::kernel_with_cluster(
+                func.cu_function(),
+                cfg.grid_dim,
+                cfg.block_dim,
+                cfg.shared_mem_bytes,
+                gpu.stream().cu_stream(),
+                (cluster, 1, 1),
+                &mut ptrs,
+            )
+        }?;
+    } else {
+        let mut l = gpu.stream().launch_builder(&func);
+        l.arg(&args).arg(&params).arg(&tma);
+        // SAFETY: the entry point takes (GemmArgs, E::Params, Sm90Args) by value; `check_gemm`
+        // validated every operand, `ineligible` checked what TMA needs, the maps describe A and
+        // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
+        unsafe { l.launch(cfg) }?;
+    }
     crate::gemm::set_last_entry(variant.entry);
     if stats != 0 {
         crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
@@ -472,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn big_square_gemm_prefers_the_wide_cooperative_tile() {
+    fn big_square_gemm_prefers_a_256_wide_cooperative_tile() {
         let best = TILES_SM90
             .iter()
             .min_by(|a, b| {
@@ -481,10 +515,23 @@ mod tests {
                     .total_cmp(&predict(132, b, &problem(8192, 8192, 8192)).0)
             })
             .unwrap();
-        assert_eq!((best.bm, best.bn, best.warps_m), (128, 256, 8));
+        assert_eq!(best.bn, 256, "{best:?}");
+        assert!(!is_pingpong(best));
         // 2·8192³ at 800 TFLOP/s is 1374 µs; the prediction is in that range.
         let t = predict(132, best, &problem(8192, 8192, 8192)).0;
         assert!((1374.0..1700.0).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn cluster_plans_launch_pairs_of_ctas() {
+        let t = TILES_SM90[3];
+        assert_eq!(cluster_m(&t), 2);
+        // 8192² in 256×256 tile pairs: 1024 pairs, 66 at a time on 132 SMs.
+        let p = plan(132, &t, &problem(8192, 8192, 8192));
+        assert_eq!(p.grid, (132, 1, 1));
+        assert_eq!(p.model.waves, 1024u64.div_ceil(66));
+        // One pair when M ≤ 256: still both CTAs (the second one's rows may all be past M).
+        assert_eq!(plan(132, &t, &problem(100, 200, 64)).grid, (2, 1, 1));
     }
 
     #[test]

@@ -109,6 +109,29 @@ pub unsafe fn try_wait_parity(bar: u32, parity: u32) -> bool {
     }
 }
 
+/// [`try_wait_parity`] with cluster-scope acquire: also orders this thread after arrivals
+/// other CTAs of the cluster made with [`arrive_remote`].
+///
+/// # Safety
+/// As [`try_wait_parity`].
+#[inline(always)]
+pub unsafe fn try_wait_parity_cluster(bar: u32, parity: u32) -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let done: u32;
+        asm!(
+            "{{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+            b = in(reg32) bar, ph = in(reg32) parity, d = out(reg32) done, options(nostack)
+        );
+        done != 0
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, parity);
+        super::host_unreachable("mbarrier::try_wait_parity_cluster")
+    }
+}
+
 /// Waits until the phase with parity `parity` of `bar` has completed (see the [module
 /// docs](self)). Traps after [`WAIT_TIMEOUT_NS`] so a protocol error cannot hang the GPU.
 ///
@@ -116,17 +139,82 @@ pub unsafe fn try_wait_parity(bar: u32, parity: u32) -> bool {
 /// As [`try_wait_parity`].
 #[inline(always)]
 pub unsafe fn wait_parity(bar: u32, parity: u32) {
+    wait_with(bar, parity, |b, p| unsafe { try_wait_parity(b, p) })
+}
+
+/// [`wait_parity`] with cluster-scope acquire ([`try_wait_parity_cluster`]).
+///
+/// # Safety
+/// As [`try_wait_parity`].
+#[inline(always)]
+pub unsafe fn wait_parity_cluster(bar: u32, parity: u32) {
+    wait_with(bar, parity, |b, p| unsafe { try_wait_parity_cluster(b, p) })
+}
+
+#[inline(always)]
+fn wait_with(bar: u32, parity: u32, try_wait: impl Fn(u32, u32) -> bool) {
     // Inline, slow path included: a call here would make ptxas save the live wgmma
     // accumulators around it.
-    if try_wait_parity(bar, parity) {
+    if try_wait(bar, parity) {
         return;
     }
     let start = global_timer_ns();
-    while !try_wait_parity(bar, parity) {
+    while !try_wait(bar, parity) {
         if global_timer_ns().wrapping_sub(start) > WAIT_TIMEOUT_NS {
             super::trap();
         }
     }
+}
+
+/// `mapa` + `mbarrier.arrive.release.cluster.shared::cluster.b64`: one arrival on the barrier
+/// at the same offset as `bar` in the shared memory of CTA `rank` of this cluster.
+///
+/// # Safety
+/// The kernel runs in clusters with a CTA of that rank, whose barrier is initialised (a
+/// cluster barrier after the initialisation) and still expects the arrival; that CTA has not
+/// exited.
+#[inline(always)]
+pub unsafe fn arrive_remote(bar: u32, rank: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "{{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {b}, {r}; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }}",
+        b = in(reg32) bar, r = in(reg32) rank, options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, rank);
+        super::host_unreachable("mbarrier::arrive_remote")
+    }
+}
+
+/// This CTA's rank in its cluster (`%cluster_ctarank`), 0 without clusters.
+#[inline(always)]
+pub fn cluster_ctarank() -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let r: u32;
+        asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nomem, nostack));
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("cluster_ctarank")
+}
+
+/// `barrier.cluster.arrive.release.aligned` + `barrier.cluster.wait.acquire.aligned`: every
+/// thread of every CTA of the cluster waits for all the others; orders the barrier
+/// initialisations before remote arrivals and multicast copies.
+///
+/// # Safety
+/// Every thread of the cluster executes it (warps converged), or the cluster hangs.
+#[inline(always)]
+pub unsafe fn cluster_sync() {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;",
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("cluster_sync")
 }
 
 /// `%globaltimer`: a nanosecond clock shared by the whole GPU.

@@ -39,6 +39,29 @@ pub unsafe fn load_2d(dst: u32, tmap: u64, x: i32, y: i32, bar: u32) {
     }
 }
 
+/// [`load_2d`] multicast to the CTAs of this cluster whose ranks are set in `cta_mask`
+/// (`.multicast::cluster`, sm_90a): the box lands at the same shared-memory offset as `dst` in
+/// each of them and completes its bytes on the barrier at `bar`'s offset in each.
+///
+/// # Safety
+/// As [`load_2d`], for every destination CTA (each expects the bytes on its own barrier and
+/// has released the destination).
+#[inline(always)]
+pub unsafe fn load_2d_multicast(dst: u32, tmap: u64, x: i32, y: i32, bar: u32, cta_mask: u16) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}}}], [{b}], {k};",
+        d = in(reg32) dst, m = in(reg64) tmap, x = in(reg32) x, y = in(reg32) y, b = in(reg32) bar,
+        k = in(reg16) cta_mask,
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (dst, tmap, x, y, bar, cta_mask);
+        crate::arch::host_unreachable("tma::load_2d_multicast")
+    }
+}
+
 /// `fence.proxy.tensormap::generic.acquire.sys [tmap], 128`: makes the host's write of the
 /// tensor map at `tmap` visible to this thread's later TMA operations (PTX ISA §9.7.13.4,
 /// PTX 8.3).

@@ -15,12 +15,19 @@
 //!   flight and release the previous stage (one `empty` arrival per warp), then run the
 //!   epilogue ([`super::finish`]) from registers.
 //!
-//! Two consumer schedules, chosen by the tile's warps along M (see [`TILES_SM90`]):
+//! Three schedules, chosen by the tile's warps along M (see [`TILES_SM90`]):
 //! - **cooperative** (`WM = 8`): both warpgroups work on every tile, warpgroup `c` on rows
 //!   `c·BM/2..`; their epilogues run at the same time;
 //! - **ping-pong** (`WM = 4`): warpgroup `c` owns the CTA's tiles `c, c+2, …` whole; a pair
 //!   of mbarriers hands the tensor cores over after each mainloop, so one warpgroup's epilogue
-//!   overlaps the other's mainloop. The ring is consumed in the order the producer fills it in both schedules.
+//!   overlaps the other's mainloop;
+//! - **cluster** (`WM = 16`): two cooperative CTAs of a 2×1 cluster compute the two halves
+//!   (along M) of a 256-row tile; each loads its own A block and half of the shared B block,
+//!   multicast into both CTAs' rings, so B crosses L2 once per pair. A stage is free again once
+//!   the consumers of both CTAs released it (remote `mbarrier` arrivals), and a producer waits
+//!   for that after its last copy so that no CTA exits while its peer may still signal it.
+//!
+//! The ring is consumed in the order the producer fills it in every schedule.
 //!
 //! # Fragments
 //!
@@ -34,16 +41,21 @@
 //! Every wait is on an mbarrier with a timeout ([`crate::arch::mbarrier::wait_parity`]): a
 //! protocol error traps instead of hanging the GPU.
 //!
-//! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1), [`smem_bytes`] of dynamic shared memory,
-//! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`]. Edge tiles need no special
+//! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
+//! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
+//! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
+//! cluster). Edge tiles need no special
 //! case: TMA writes zeros for rows and K columns outside the tensor, and the epilogue's store
 //! is predicated on M and N.
 
-use crate::arch::mbarrier::{arrive, arrive_expect_tx, fence_init, init, wait_parity};
+use crate::arch::mbarrier::{
+    arrive, arrive_expect_tx, arrive_remote, cluster_ctarank, cluster_sync, fence_init, init,
+    wait_parity, wait_parity_cluster,
+};
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
-use crate::copy::tma::{fence_tensormap_acquire, load_2d, prefetch_tensormap};
+use crate::copy::tma::{fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap};
 use crate::epilogue::{Acc, Stage};
 use crate::gemm::finish::{Cta, finish};
 use crate::gemm::{GemmArgs, TileShape};
@@ -69,15 +81,28 @@ pub const CONSUMER_REGS: u32 = 240;
 pub const EPI_COLS: u32 = 64;
 const EPI_FRAGS: usize = (EPI_COLS / 8) as usize;
 
-/// The tile shapes of this mainloop, as [`TileShape`]s: BM×BN outputs, `bk` = [`BK`],
-/// `warps_m` = the consumer warps that share one tile (8: cooperative, 4: ping-pong),
+/// The tile shapes of this mainloop, as [`TileShape`]s: BM×BN outputs of one tile,
+/// `bk` = [`BK`], `warps_m` = the consumer warps that share one tile (4: ping-pong, one
+/// warpgroup per tile; 8: cooperative, two warpgroups of one CTA; 16: a cluster of two
+/// cooperative CTAs along M, each BM/2 rows, that multicast the shared B block to each other),
 /// `warps_n` = 1, `stages` = ring depth. `mi()` is the number of 64-row halves each consumer
-/// warpgroup owns, `ni()` = BN/8. Largest first.
+/// warpgroup owns, `ni()` = BN/8.
 pub const TILES_SM90: &[TileShape] = &[
     TileShape::new(128, 256, 64, 8, 1, 4),
     TileShape::new(128, 128, 64, 4, 1, 6),
     TileShape::new(128, 128, 64, 8, 1, 6),
+    TileShape::new(256, 256, 64, 16, 1, 4),
 ];
+
+/// CTAs per cluster (along M) of tile shape `t`: 2 for `warps_m` = 16, else 1.
+pub const fn cluster_m(t: &TileShape) -> u32 {
+    if t.warps_m == 16 { 2 } else { 1 }
+}
+
+/// Rows of C one CTA computes per tile of shape `t`.
+pub const fn cta_rows(t: &TileShape) -> u32 {
+    t.bm / cluster_m(t)
+}
 
 /// Whether `t` is one of [`TILES_SM90`].
 pub fn is_sm90_tile(t: &TileShape) -> bool {
@@ -89,9 +114,10 @@ pub const fn is_pingpong(t: &TileShape) -> bool {
     t.warps_m == 4
 }
 
-/// Bytes of one ring stage: the A block (BM rows) and the B block (BN rows), 128 bytes a row.
+/// Bytes of one ring stage: the CTA's A block ([`cta_rows`]) and the B block (BN rows), 128
+/// bytes a row.
 pub const fn stage_bytes(t: &TileShape) -> u32 {
-    (t.bm + t.bn) * BK * 2
+    (cta_rows(t) + t.bn) * BK * 2
 }
 
 /// Dynamic shared memory of a CTA, bytes: the ring, then a `full` and an `empty` mbarrier per
@@ -105,8 +131,10 @@ pub const fn check(t: &TileShape) -> Option<&'static str> {
     if t.bk != BK {
         return Some("BK must be 64 (one 128-byte swizzle row of 16-bit elements)");
     }
-    if t.warps_n != 1 || (t.warps_m != 4 && t.warps_m != 8) {
-        return Some("warps_m must be 4 (ping-pong) or 8 (cooperative) with warps_n = 1");
+    if t.warps_n != 1 || (t.warps_m != 4 && t.warps_m != 8 && t.warps_m != 16) {
+        return Some(
+            "warps_m must be 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster) with warps_n = 1",
+        );
     }
     if t.bn != 64 && t.bn != 128 && t.bn != 256 {
         return Some("BN must be 64, 128 or 256 (wgmma m64nNk16)");
@@ -114,8 +142,8 @@ pub const fn check(t: &TileShape) -> Option<&'static str> {
     if t.bm % (16 * t.warps_m) != 0 || t.mi() == 0 || t.mi() > 2 {
         return Some("each consumer warpgroup owns one or two 64-row halves");
     }
-    if t.bm > 256 {
-        return Some("BM must be at most 256 (a TMA box has at most 256 rows)");
+    if cta_rows(t) > 256 {
+        return Some("a CTA's rows must be at most 256 (a TMA box has at most 256 rows)");
     }
     if t.acc_registers() > 128 {
         return Some("more than 128 accumulator registers per thread");
@@ -130,10 +158,11 @@ pub const fn check(t: &TileShape) -> Option<&'static str> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sm90Args {
-    /// Generic address of A's tensor map in global memory (K innermost, box 64 × BM, 128-byte
-    /// swizzle).
+    /// Generic address of A's tensor map in global memory (K innermost, box 64 × [`cta_rows`],
+    /// 128-byte swizzle).
     pub tmap_a: u64,
-    /// Generic address of B's tensor map (B stored N×K; box 64 × BN, 128-byte swizzle).
+    /// Generic address of B's tensor map (B stored N×K; box 64 × BN, or 64 × BN/2 with a
+    /// cluster; 128-byte swizzle).
     pub tmap_b: u64,
     /// Tile rows per raster group: consecutive tiles walk down `group_m` tile rows before the
     /// next tile column, so CTAs running together share A and B panels in L2. At least 1.
@@ -200,17 +229,20 @@ impl<const STAGES: u32> Ring<STAGES> {
     }
 }
 
-/// `C = epilogue(A·B)` with this CTA persistent over tiles `blockIdx.x + i·gridDim.x`. See the
-/// [module docs](self) and [`crate::gemm`] for layouts.
+/// `C = epilogue(A·B)` with this CTA (or cluster) persistent over tiles (tile pairs)
+/// `u + i·units` in grouped raster order. See the [module docs](self) and [`crate::gemm`] for
+/// layouts.
 ///
 /// Type and const parameters: `In` the 16-bit input type; `Out` the element type of C; `MI`
-/// the 64-row halves each consumer warpgroup owns; `NI` = BN/8; `WM` 8 (cooperative) or 4
-/// (ping-pong); `STAGES` the ring depth; `E` the epilogue. BM = `WM·16·MI`.
+/// the 64-row halves each consumer warpgroup owns; `NI` = BN/8; `WM` 4 (ping-pong), 8
+/// (cooperative) or 16 (2-CTA cluster); `STAGES` the ring depth; `E` the epilogue. A CTA's
+/// tile has `min(WM, 8)·16·MI` rows.
 ///
 /// # Safety
 /// The launcher validated every operand (host `validate`), built the tensor maps from the same
-/// A and B (B stored N×K) with boxes 64 × BM and 64 × BN, passed `args.splits == 1` and
-/// `args.k ≥ 1`, and launched [`THREADS`] threads with [`smem_bytes`] of shared memory.
+/// A and B (B stored N×K) with the boxes [`Sm90Args`] documents, passed `args.splits == 1` and
+/// `args.k ≥ 1`, and launched [`THREADS`] threads with [`smem_bytes`] of shared memory (in
+/// clusters of two along x for `WM = 16`).
 #[inline(always)]
 pub unsafe fn run<
     In: WgmmaInput,
@@ -226,11 +258,16 @@ pub unsafe fn run<
     sm90: &Sm90Args,
 ) {
     let pingpong = WM == 4;
-    let bm = WM * 16 * MI as u32;
+    // Cluster of two CTAs along M (WM = 16): each CTA is a cooperative 8-warp consumer pair.
+    let cluster = if WM == 16 { 2 } else { 1 };
+    let bm = (WM / cluster) * 16 * MI as u32;
     let bn = NI as u32 * 8;
-    let tile = TileShape::new(bm, bn, BK, WM, 1, STAGES);
+    let tile = TileShape::new(bm * cluster, bn, BK, WM, 1, STAGES);
     const {
-        assert!(WM == 4 || WM == 8, "WM is 4 (ping-pong) or 8 (cooperative)");
+        assert!(
+            WM == 4 || WM == 8 || WM == 16,
+            "WM is 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster)"
+        );
         assert!(MI == 1 || MI == 2, "one or two 64-row halves per warpgroup");
         assert!(NI == 8 || NI == 16 || NI == 32, "BN is 64, 128 or 256");
         assert!(STAGES >= 2, "at least two ring stages");
@@ -252,8 +289,9 @@ pub unsafe fn run<
     let turn = |c: u32| base + ring_bytes + 8 * (2 * STAGES + c);
     let s_a = |s: u32| base + s * stage_bytes;
     let s_b = |s: u32| base + s * stage_bytes + a_bytes;
-    // One arrival per consumer warp that reads a stage.
-    let releases = if pingpong { 4 } else { 8 };
+    // One arrival per consumer warp that reads a stage, in every CTA whose producer fills it
+    // (with a cluster, each CTA's B half lands in both).
+    let releases = if pingpong { 4 } else { 8 } * cluster;
 
     if tid == 0 {
         for s in 0..STAGES {
@@ -264,20 +302,35 @@ pub unsafe fn run<
         init(turn(1), 4);
         fence_init();
     }
-    sync_threads();
+    let rank = if cluster > 1 {
+        // The peer's arrivals and multicast copies target these barriers.
+        cluster_sync();
+        cluster_ctarank()
+    } else {
+        sync_threads();
+        0
+    };
 
+    // Work units: tiles, or with a cluster pairs of tiles along M (rank r takes the r-th).
     let tiles_m = args.m.div_ceil(bm);
     let tiles_n = args.n.div_ceil(bn);
-    let tiles = tiles_m * tiles_n;
+    let units_m = tiles_m.div_ceil(cluster);
+    let units = units_m * tiles_n;
     let k_tiles = args.k.div_ceil(BK);
-    let ctas = grid_dim_x();
-    let cta = block_idx_x();
-    let my_tiles = if cta < tiles {
-        (tiles - cta).div_ceil(ctas)
+    let n_units = grid_dim_x() / cluster;
+    let unit = block_idx_x() / cluster;
+    let my_tiles = if unit < units {
+        (units - unit).div_ceil(n_units)
     } else {
         0
     };
     let group = if sm90.group_m == 0 { 1 } else { sm90.group_m };
+    let coords = |i: u32| {
+        let (um, tn) = tile_coords(unit + i * n_units, units_m, tiles_n, group);
+        (um * cluster + rank, tn)
+    };
+    // With a cluster, this CTA loads its half of the B block for both CTAs.
+    let b_rows = bn / cluster;
 
     if wg == 0 {
         release_registers();
@@ -288,15 +341,32 @@ pub unsafe fn run<
             prefetch_tensormap(sm90.tmap_b);
             let mut ring = Ring::<STAGES>::at(0);
             for i in 0..my_tiles {
-                let (tm, tn) = tile_coords(cta + i * ctas, tiles_m, tiles_n, group);
-                let (row_a, row_b) = ((tm * bm) as i32, (tn * bn) as i32);
+                let (tm, tn) = coords(i);
+                let row_a = (tm * bm) as i32;
+                let row_b = (tn * bn + rank * b_rows) as i32;
                 for kt in 0..k_tiles {
                     let s = ring.stage;
-                    wait_parity(empty(s), ring.phase ^ 1);
-                    arrive_expect_tx(full(s), stage_bytes);
                     let k0 = (kt * BK) as i32;
-                    load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
-                    load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
+                    if cluster > 1 {
+                        wait_parity_cluster(empty(s), ring.phase ^ 1);
+                        arrive_expect_tx(full(s), stage_bytes);
+                        load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
+                        let dst = s_b(s) + rank * b_rows * 128;
+                        load_2d_multicast(dst, sm90.tmap_b, k0, row_b, full(s), 0b11);
+                    } else {
+                        wait_parity(empty(s), ring.phase ^ 1);
+                        arrive_expect_tx(full(s), stage_bytes);
+                        load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
+                        load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
+                    }
+                    ring.advance();
+                }
+            }
+            if cluster > 1 {
+                // Stay until every stage is released by both CTAs' consumers: after that no
+                // remote arrival targets this CTA, so it may exit (CUTLASS's producer tail).
+                for _ in 0..STAGES {
+                    wait_parity_cluster(empty(ring.stage), ring.phase ^ 1);
                     ring.advance();
                 }
             }
@@ -311,7 +381,7 @@ pub unsafe fn run<
         let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
         let mut i = first;
         while i < my_tiles {
-            let (tm, tn) = tile_coords(cta + i * ctas, tiles_m, tiles_n, group);
+            let (tm, tn) = coords(i);
             if pingpong && i > 0 {
                 // The other warpgroup's mainloop of tile i - 1 is done: this is the
                 // ((i - 1) / 2)-th hand-over to warpgroup c.
@@ -340,6 +410,9 @@ pub unsafe fn run<
                 }
                 if kt > 0 && lane == 0 {
                     arrive(empty(prev));
+                    if cluster > 1 {
+                        arrive_remote(empty(prev), rank ^ 1);
+                    }
                 }
                 prev = s;
                 ring.advance();
@@ -355,6 +428,9 @@ pub unsafe fn run<
             }
             if k_tiles > 0 && lane == 0 {
                 arrive(empty(prev));
+                if cluster > 1 {
+                    arrive_remote(empty(prev), rank ^ 1);
+                }
             }
 
             let (m0, n0) = (tm * bm, tn * bn);
@@ -422,6 +498,12 @@ mod tests {
         assert!(is_pingpong(&TILES_SM90[1]) && !is_pingpong(&TILES_SM90[0]));
         assert_eq!(TILES_SM90[0].mi(), 1);
         assert_eq!(TILES_SM90[1].mi(), 2);
+        let cluster = TILES_SM90[3];
+        assert_eq!(
+            (cluster_m(&cluster), cta_rows(&cluster), cluster.mi()),
+            (2, 128, 1)
+        );
+        assert_eq!(stage_bytes(&cluster), stage_bytes(&TILES_SM90[0]));
     }
 
     #[test]
