@@ -1,4 +1,4 @@
-//! Compiles this crate's built-in kernels (`src/kernels/`) to PTX for sm_80 and sm_90 and
+//! Compiles this crate's built-in kernels (`src/kernels/`) to PTX for sm_80, sm_90 and sm_90a and
 //! exposes the files to `src/ptx.rs` through `OUT_DIR`. See `builder/` for how and why.
 
 use fused_gemm_build::{Arch, PtxBuilder};
@@ -26,6 +26,15 @@ fn main() {
         .watch(root.join("device/src"))
         .watch(root.join("device/Cargo.toml"))
         .watch(root.join("macros/src"));
+    // sm_90a (H100/H200 only: wgmma, setmaxnreg) gets its own build: the Hopper mainloop's
+    // tensor-map fence needs PTX ISA 8.3, above the 8.0 LLVM picks for sm_90a by default.
+    let mut hopper = PtxBuilder::new(&root)
+        .arch(Arch::Sm90a)
+        .feature("builtin-kernels")
+        .rustflag("-Ctarget-feature=+ptx85")
+        .watch(root.join("device/src"))
+        .watch(root.join("device/Cargo.toml"))
+        .watch(root.join("macros/src"));
     // With ptxas (scripts/setup.sh installs it) the binaries also carry cubins and skip the
     // driver's JIT compilation at start-up.
     println!("cargo::rerun-if-env-changed=FUSED_GEMM_PTXAS");
@@ -35,7 +44,9 @@ fn main() {
             Some(root.join(".tools/cuda-nvcc/nvidia/cu13/bin/ptxas")).filter(|p| p.exists())
         });
     if let Some(p) = ptxas {
-        builder = builder.ptxas(p);
+        builder = builder.ptxas(&p);
+        hopper = hopper.ptxas(p);
     }
     builder.build_or_exit();
+    hopper.build_or_exit();
 }

@@ -153,13 +153,102 @@ fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
     .iter()
     .chain(fused_gemm::kernels::bert::ATTENTION)
     {
-        for arch in ["sm_80", "sm_90"] {
+        for arch in ["sm_80", "sm_90", "sm_90a"] {
             assert!(
                 infos.iter().any(|(a, k)| a == arch && k.name == name),
                 "{name} missing from the {arch} PTX"
             );
         }
     }
+}
+
+/// The Hopper mainloop (sm_90a module only): every `__sm90tma_` entry point issues `wgmma` and
+/// `setmaxnreg`, keeps everything in registers (no stack, no spills), and ptxas reports no
+/// `wgmma` serialisation (C7514/C7515/C7518: accumulators touched while MMAs are in flight,
+/// C7517: waits it had to insert) and no ignored `setmaxnreg` (C7508).
+#[test]
+fn hopper_entry_points_issue_wgmma_without_spills() {
+    let module = fused_gemm::ptx::BUILTIN
+        .modules
+        .iter()
+        .find(|m| m.arch == "sm_90a")
+        .expect("the built-in kernels have an sm_90a module");
+    let dir = std::env::temp_dir().join(format!("fused-gemm-ptx90a-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sm_90a.ptx");
+    std::fs::write(&file, module.ptx).unwrap();
+    let out = Command::new(ptxas())
+        .args(["-arch=sm_90a", "-v"])
+        .arg(&file)
+        .arg("-o")
+        .arg(dir.join("out.cubin"))
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ptxas rejected the sm_90a module:\n{log}"
+    );
+    for code in ["C7508", "C7514", "C7515", "C7517", "C7518"] {
+        let bad: Vec<&str> = log.lines().filter(|l| l.contains(code)).collect();
+        assert!(bad.is_empty(), "ptxas {code}:\n{}", bad.join("\n"));
+    }
+    let hopper: Vec<KernelInfo> = parse_ptxas(&log)
+        .into_iter()
+        .filter(|k| k.name.contains("__sm90tma_"))
+        .collect();
+    assert!(
+        hopper.len() >= 3 * 10,
+        "expected the Hopper variants of the kernels in src/kernels/hopper.rs, found {}",
+        hopper.len()
+    );
+    for k in &hopper {
+        println!(
+            "{:<80} regs {:>3} stack {} spills {}/{}",
+            k.name, k.registers, k.stack, k.spill_stores, k.spill_loads
+        );
+        assert_eq!(
+            (k.stack, k.spill_stores, k.spill_loads),
+            (0, 0, 0),
+            "{} uses local memory",
+            k.name
+        );
+    }
+    // The instructions are in each entry's PTX body.
+    for k in &hopper {
+        let body = entry_body(module.ptx, &k.name);
+        for instr in [
+            "wgmma.mma_async.sync.aligned",
+            "setmaxnreg.inc.sync.aligned.u32",
+            "setmaxnreg.dec.sync.aligned.u32",
+            "cp.async.bulk.tensor.2d",
+            "mbarrier.try_wait.parity",
+        ] {
+            assert!(body.contains(instr), "{} lacks {instr}", k.name);
+        }
+    }
+    for probe in [
+        fused_gemm::kernels::hopper::probe::TMA,
+        fused_gemm::kernels::hopper::probe::WGMMA_N128,
+        fused_gemm::kernels::hopper::probe::WGMMA_N256,
+    ] {
+        assert!(
+            parse_ptxas(&log).iter().any(|k| k.name == probe),
+            "{probe} missing from the sm_90a PTX"
+        );
+    }
+}
+
+/// The PTX text of entry `name`, from its `.entry` line to the next entry.
+fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("no entry {name}"));
+    let rest = &ptx[start + 1..];
+    let end = rest.find(".entry ").map_or(rest.len(), |e| e);
+    &rest[..end]
 }
 
 /// known-faults #13: shared memory must be addressed as `.shared`, never through generic

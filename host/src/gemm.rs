@@ -10,6 +10,7 @@
 use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
+use fused_gemm_device::gemm::sm90::is_sm90_tile;
 use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::kernel::norm_finish::{self, NormFinishArgs};
 use fused_gemm_device::params::KernelParam;
@@ -19,7 +20,7 @@ use crate::launch::LaunchShape;
 use crate::module::PtxSet;
 use crate::plan::{NormPath, Plan, Planner, Problem};
 use crate::tensor::{HostElement, MatrixDesc, Tensor, TensorView, TensorViewMut, VectorDesc};
-use crate::validate::{GemmCall, Work, check_gemm};
+use crate::validate::{Checked, GemmCall, Work, check_gemm};
 use crate::{Error, Gpu, Result};
 
 /// A kernel parameter struct wrapped for cudarc (passed by value).
@@ -249,7 +250,12 @@ impl GemmKernelSpec {
     /// load path).
     pub fn planner(&self, gpu: &Gpu, vec: bool) -> Planner {
         let (mut tiles, mut row_tiles) = (Vec::new(), Vec::new());
-        for v in self.variants.iter().filter(|v| v.vec == vec) {
+        // The Hopper path plans its own tiles (crate::sm90).
+        for v in self
+            .variants
+            .iter()
+            .filter(|v| v.vec == vec && !is_sm90_tile(&v.tile))
+        {
             // Row tiles are only special for a row norm; otherwise they are ordinary candidates.
             if self.norm_finish.is_some() && is_row_tile(&v.tile) {
                 row_tiles.push(v.tile)
@@ -274,7 +280,9 @@ impl GemmKernelSpec {
 pub struct Workspace {
     partials: Option<CudaSlice<u8>>,
     counters: Option<CudaSlice<u8>>,
-    stats: Option<CudaSlice<u8>>,
+    pub(crate) stats: Option<CudaSlice<u8>>,
+    /// TMA descriptors of the Hopper path ([`crate::sm90`]).
+    pub(crate) tensor_maps: crate::sm90::TensorMapCache,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -284,6 +292,7 @@ impl std::fmt::Debug for Workspace {
             .field("partials", &len(&self.partials))
             .field("counters", &len(&self.counters))
             .field("stats", &len(&self.stats))
+            .field("tensor_maps", &self.tensor_maps.len())
             .finish()
     }
 }
@@ -292,7 +301,7 @@ impl std::fmt::Debug for Workspace {
 pub type WorkspaceCell = Mutex<Workspace>;
 
 /// A zeroed buffer of at least `bytes` (grown in 1 MiB steps); its device address.
-fn grow(gpu: &Gpu, slot: &mut Option<CudaSlice<u8>>, bytes: u64) -> Result<u64> {
+pub(crate) fn grow(gpu: &Gpu, slot: &mut Option<CudaSlice<u8>>, bytes: u64) -> Result<u64> {
     let bytes = usize::try_from(bytes).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
     if slot.as_ref().is_none_or(|b| b.len() < bytes) {
         *slot = None;
@@ -331,6 +340,9 @@ where
     let checked = check_gemm(call)?;
     if checked.work == Work::Empty {
         return Ok(None);
+    }
+    if let Some((variant, plan)) = crate::sm90::choose(gpu, spec, call, &checked)? {
+        return crate::sm90::launch(gpu, spec, call, &checked, variant, plan, build);
     }
     let mut vec = checked.vector.mainloop();
     if !vec && !spec.variants.iter().any(|v| !v.vec) {
@@ -381,46 +393,77 @@ where
     // operand against the shapes the kernel reads and writes, and the workspaces were sized by
     // the plan.
     unsafe { l.launch(cfg) }?;
+    set_last_entry(variant.entry);
 
     if stats != 0 {
-        let entry = spec.norm_finish.ok_or_else(|| {
-            Error::LaunchLimit(format!(
-                "`{}`: a deferred norm without a finishing kernel",
-                spec.name
-            ))
-        })?;
-        let (norm, post) = finish.ok_or_else(|| {
-            Error::LaunchLimit(format!(
-                "`{}`: no finishing parameters for a deferred norm",
-                spec.name
-            ))
-        })?;
-        let f = gpu.function(spec.ptx, entry)?;
-        let fargs = Param(NormFinishArgs {
-            c: call.c.ptr,
-            m: checked.m,
-            n: checked.n,
-            ldc: call.c.ld as u32,
-            tiles_n,
-        });
-        let shape = LaunchShape {
-            grid: (
-                checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
-                checked.n.div_ceil(norm_finish::COLS_PER_CTA),
-                1,
-            ),
-            block: (norm_finish::THREADS, 1, 1),
-            smem_bytes: 0,
-        };
-        let cfg = shape.prepare(&f, gpu.props())?;
-        let (norm, post) = (Param(norm), Param(post));
-        let mut l = gpu.stream().launch_builder(&f);
-        l.arg(&fargs).arg(&norm).arg(&post);
-        // SAFETY: (NormFinishArgs, K::Params, Post::Params) by value; C and the statistics were
-        // validated and sized above.
-        unsafe { l.launch(cfg) }?;
+        launch_norm_finish(gpu, spec, call, &checked, tiles_n, finish)?;
     }
     Ok(Some(plan))
+}
+
+/// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
+/// statistics (their address is in the norm parameters of `finish`), with the `(norm,
+/// post-stage)` parameters `finish`.
+pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+    tiles_n: u32,
+    finish: Option<(N, Q)>,
+) -> Result<()> {
+    let entry = spec.norm_finish.ok_or_else(|| {
+        Error::LaunchLimit(format!(
+            "`{}`: a deferred norm without a finishing kernel",
+            spec.name
+        ))
+    })?;
+    let (norm, post) = finish.ok_or_else(|| {
+        Error::LaunchLimit(format!(
+            "`{}`: no finishing parameters for a deferred norm",
+            spec.name
+        ))
+    })?;
+    let f = gpu.function(spec.ptx, entry)?;
+    let fargs = Param(NormFinishArgs {
+        c: call.c.ptr,
+        m: checked.m,
+        n: checked.n,
+        ldc: call.c.ld as u32,
+        tiles_n,
+    });
+    let shape = LaunchShape {
+        grid: (
+            checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
+            checked.n.div_ceil(norm_finish::COLS_PER_CTA),
+            1,
+        ),
+
+        block: (norm_finish::THREADS, 1, 1),
+        smem_bytes: 0,
+    };
+    let cfg = shape.prepare(&f, gpu.props())?;
+    let (norm, post) = (Param(norm), Param(post));
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(&fargs).arg(&norm).arg(&post);
+    // SAFETY: (NormFinishArgs, K::Params, Post::Params) by value; C and the statistics were
+    // validated and sized by the caller.
+    unsafe { l.launch(cfg) }?;
+    Ok(())
+}
+
+thread_local! {
+    static LAST_ENTRY: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+pub(crate) fn set_last_entry(entry: &'static str) {
+    LAST_ENTRY.with(|c| c.set(Some(entry)));
+}
+
+/// The entry point of the last GEMM this thread launched (tests and benchmarks use it to see
+/// which mainloop ran: Hopper entries contain `__sm90tma_`).
+pub fn last_entry() -> Option<&'static str> {
+    LAST_ENTRY.with(|c| c.get())
 }
 
 /// Launch-time arguments of a `rope(theta)` stage (θ is fixed in the attribute).
@@ -473,8 +516,13 @@ pub fn with_overrides<R>(o: Overrides, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The overrides in effect on this thread.
+pub(crate) fn current_overrides() -> Overrides {
+    OVERRIDES.with(|c| c.get())
+}
+
 fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
-    let o = OVERRIDES.with(|c| c.get());
+    let o = current_overrides();
     let no_match = || Error::LaunchLimit(format!("no launchable plan matches the overrides {o:?}"));
     match (o.tile, o.splits) {
         (None, None) => planner.plan(problem),

@@ -4,6 +4,8 @@
 //! |---|---|
 //! | [`error`] | the one error type; every fallible call returns [`Result`] |
 //! | [`gemm`] | the generic fused-GEMM launcher the macro's code calls |
+//! | [`sm90`] | its Hopper path: TMA eligibility, tensor maps, tile choice, persistent launch |
+//! | [`driver_ext`] | driver calls cudarc does not wrap (tensor-map encoding) |
 //! | [`gpu`] | [`Gpu`]: a device, its context and stream, loaded modules |
 //! | [`module`] | PTX sets embedded by kernel crates, picked per compute capability |
 //! | [`launch`] | grid shapes and typed parameters for kernel launches |
@@ -32,6 +34,7 @@
 //!    in to large shared memory and gives the launch configuration.
 
 pub mod autotune;
+pub mod driver_ext;
 pub mod error;
 pub mod gemm;
 pub mod gpu;
@@ -41,6 +44,7 @@ pub mod module;
 pub mod plan;
 pub mod reference;
 pub mod schedule;
+pub mod sm90;
 pub mod tensor;
 pub mod testing;
 pub mod validate;

@@ -4,6 +4,7 @@
 //! launcher's internal locals have mixed-site hygiene, so a `scale(name)` parameter can be any
 //! name that `validate` accepts.
 
+use fused_gemm_device::gemm::sm90::TILES_SM90;
 use fused_gemm_device::gemm::{DEFAULT_TILES_SM80, SCALAR_TILE_SM80, TILES_F32, TileShape};
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
@@ -26,6 +27,8 @@ struct Variant {
     entry: String,
     tile: TileShape,
     vec: bool,
+    /// The Hopper TMA + wgmma mainloop (sm_90a module only).
+    tma: bool,
 }
 
 /// The tiles compiled when no `tile = (...)` is given, and the one of the bounds-checked variant.
@@ -70,7 +73,7 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         BLayout::Col => "bcol",
         BLayout::Row => "brow",
     };
-    tiles
+    let mut out: Vec<Variant> = tiles
         .into_iter()
         .map(|(t, vec)| Variant {
             entry: format!(
@@ -87,8 +90,34 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
             ),
             tile: t,
             vec,
+            tma: false,
         })
-        .collect()
+        .collect();
+    // arch = sm_90: the Hopper mainloop for 16-bit inputs with B stored N×K; the sm_80 variants
+    // above stay as the path for operands TMA cannot read.
+    if attr.arch == Arch::Sm90
+        && attr.dtype != Dtype::F32
+        && attr.b_layout == BLayout::Col
+        && attr.tile.is_none()
+    {
+        out.extend(TILES_SM90.iter().map(|t| Variant {
+            entry: format!(
+                "{name}__sm90tma_{}_{}_{bl}_t{}x{}x{}_w{}x{}_s{}_v16",
+                attr.dtype.name(),
+                attr.out_dtype().name(),
+                t.bm,
+                t.bn,
+                t.bk,
+                t.warps_m,
+                t.warps_n,
+                t.stages,
+            ),
+            tile: *t,
+            vec: true,
+            tma: true,
+        }));
+    }
+    out
 }
 
 /// A launcher parameter generated for a stage.
@@ -524,26 +553,42 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         let t = v.tile;
         let (mi, ni) = (t.mi() as usize, t.ni() as usize);
         let (wm, wn, bk, stages, vec) = (t.warps_m, t.warps_n, t.bk, t.stages, v.vec);
-        let mainloop = if attr.dtype == Dtype::F32 {
+        let mainloop = if v.tma {
+            quote!(#d::gemm::sm90::run::<#in_t, #out_t, #mi, #ni, #wm, #stages, #chain_ty>(&args, &epi, &tma))
+        } else if attr.dtype == Dtype::F32 {
             quote!(#d::gemm::simt::run::<#out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
         } else {
             quote!(#d::gemm::sm80::run::<#in_t, #out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
         };
         let bounds = format_ident!("__fg_launch_bounds__{}", v.entry);
-        let (threads, min_ctas) = (t.threads(), t.min_ctas_per_sm());
+        let (threads, min_ctas) = if v.tma {
+            (fused_gemm_device::gemm::sm90::THREADS, 1)
+        } else {
+            (t.threads(), t.min_ctas_per_sm())
+        };
+        // Hopper entries take the tensor maps as a third parameter and exist only in the
+        // sm_90a module.
+        let (cfg, tma_param) = if v.tma {
+            (
+                quote!(all(target_arch = "nvptx64", target_feature = "sm_90a")),
+                quote!(, tma: #d::gemm::sm90::Sm90Args),
+            )
+        } else {
+            (arch_cfg.clone(), quote!())
+        };
         entries.extend(quote! {
             #cfgs
-            #[cfg(#arch_cfg)]
+            #[cfg(#cfg)]
             #[unsafe(no_mangle)]
             #[used]
             #[doc(hidden)]
             #[allow(non_upper_case_globals)]
             pub static #bounds: [u32; 2] = [#threads, #min_ctas];
             #cfgs
-            #[cfg(#arch_cfg)]
+            #[cfg(#cfg)]
             #[unsafe(no_mangle)]
             #[doc(hidden)]
-            pub unsafe extern "ptx-kernel" fn #entry(args: #d::gemm::GemmArgs, epi: <#chain_ty as #d::epilogue::Stage>::Params) {
+            pub unsafe extern "ptx-kernel" fn #entry(args: #d::gemm::GemmArgs, epi: <#chain_ty as #d::epilogue::Stage>::Params #tma_param) {
                 unsafe { #mainloop }
             }
         });

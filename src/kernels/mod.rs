@@ -24,6 +24,8 @@ pub mod bert;
 pub mod blocks;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod gemm;
+#[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
+pub mod hopper;
 pub mod rowwise;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod stages;

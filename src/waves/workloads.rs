@@ -92,9 +92,10 @@ impl Gemms {
 pub const MINILM_D: usize = 384;
 /// MiniLM's FFN width.
 pub const MINILM_FFN: usize = 1536;
-/// Attention heads of the layer: the attention kernel is built for head dimension 64, so
-/// 6 × 64 stand in for MiniLM's 12 × 32 (the GEMM shapes are MiniLM's).
-pub const MINILM_HEADS: usize = MINILM_D / bert::HEAD_DIM;
+/// MiniLM's head dimension.
+pub const MINILM_HEAD_DIM: usize = 32;
+/// MiniLM's attention heads (12 × 32).
+pub const MINILM_HEADS: usize = MINILM_D / MINILM_HEAD_DIM;
 /// BERT's LayerNorm ε.
 pub const MINILM_EPS: f32 = 1e-12;
 
@@ -225,7 +226,14 @@ impl MiniLmLayer {
     /// # Errors
     /// As [`bert::attention`].
     pub fn attention(&mut self, gpu: &Gpu) -> Result<()> {
-        bert::attention(gpu, &self.batch, MINILM_HEADS, &self.qkv, &mut self.attn)
+        bert::attention(
+            gpu,
+            &self.batch,
+            MINILM_HEADS,
+            MINILM_HEAD_DIM,
+            &self.qkv,
+            &mut self.attn,
+        )
     }
 }
 

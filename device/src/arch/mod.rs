@@ -5,6 +5,7 @@
 
 pub mod atomic;
 pub mod global;
+pub mod mbarrier;
 pub mod shared;
 pub mod sync;
 pub mod thread;

@@ -3,6 +3,7 @@
 
 pub mod cp_async;
 pub mod ldmatrix;
+pub mod tma;
 
 /// `ld.global.cg.v4.f32`: a 16-byte load cached in L2 only, so it sees data other CTAs wrote
 /// during this kernel (after the appropriate acquire), never a stale L1 line.

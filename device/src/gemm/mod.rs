@@ -14,6 +14,7 @@ use crate::params::KernelParam;
 mod finish;
 pub mod simt;
 pub mod sm80;
+pub mod sm90;
 
 /// Launch arguments common to every GEMM kernel, passed by value.
 #[repr(C)]

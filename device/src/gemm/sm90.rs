@@ -1,0 +1,551 @@
+//! The Hopper mainloop (sm_90a): TMA loads into a shared-memory ring guarded by mbarriers, a
+//! producer warp, two consumer warpgroups issuing `wgmma`, a persistent CTA per SM walking the
+//! output tiles in grouped order (CODA's mainloop shape, BRIEF §2; the same split into
+//! producer / consumers / tile scheduler as CUTLASS 3's warp-specialized kernels).
+//!
+//! # Roles (384 threads, three warpgroups)
+//!
+//! - Warpgroup 0, the **producer**, gives registers back (`setmaxnreg.dec` to
+//!   [`PRODUCER_REGS`]); its thread 0 walks this CTA's tiles and, for each k-tile, waits until
+//!   ring stage `s` is free (`empty[s]`), announces the bytes (`arrive.expect_tx` on `full[s]`)
+//!   and issues two TMA copies: the BM×64 block of A and the BN×64 block of B, both K-major with
+//!   128-byte swizzle.
+//! - Warpgroups 1 and 2, the **consumers** (`setmaxnreg.inc` to [`CONSUMER_REGS`]), wait on
+//!   `full[s]`, issue four m64nNk16 `wgmma`s per 64-row half they own, keep one batch in
+//!   flight and release the previous stage (one `empty` arrival per warp), then run the
+//!   epilogue ([`super::finish`]) from registers.
+//!
+//! Three schedules, chosen by the tile's warps along M (see [`TILES_SM90`]):
+//! - **cooperative** (`WM = 8`): both warpgroups work on every tile, warpgroup `c` on rows
+//!   `c·BM/2..`; their epilogues run at the same time;
+//! - **ping-pong** (`WM = 4`): warpgroup `c` owns the CTA's tiles `c, c+2, …` whole; a pair
+//!   of mbarriers hands the tensor cores over after each mainloop, so one warpgroup's epilogue
+//!   overlaps the other's mainloop;
+//! - **cluster** (`WM = 16`): two cooperative CTAs of a 2×1 cluster compute the two halves
+//!   (along M) of a 256-row tile; each loads its own A block and half of the shared B block,
+//!   multicast into both CTAs' rings, so B crosses L2 once per pair. A stage is free again once
+//!   the consumers of both CTAs released it (remote `mbarrier` arrivals), and a producer waits
+//!   for that after its last copy so that no CTA exits while its peer may still signal it.
+//!
+//! The ring is consumed in the order the producer fills it in every schedule.
+//!
+//! # Fragments
+//!
+//! Warp `w` of a consumer warpgroup holds, for each 64-row half `h` it owns, rows
+//! `16w..16w+16` of that half in the `mma.sync` m16n8 layout ([`crate::mma::sm90`]): an
+//! `Acc<1, BN/8>` with `warp_row = tile_row + half_row + 16w`, given to [`super::finish`] as is.
+//! Stages see one warp along N (`warps_n = 1`), so none needs shared memory or a CTA barrier.
+//!
+//! # Launch
+//!
+//! Every wait is on an mbarrier with a timeout ([`crate::arch::mbarrier::wait_parity`]): a
+//! protocol error traps instead of hanging the GPU.
+//!
+//! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
+//! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
+//! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
+//! cluster). Edge tiles need no special
+//! case: TMA writes zeros for rows and K columns outside the tensor, and the epilogue's store
+//! is predicated on M and N.
+
+use crate::arch::mbarrier::{
+    arrive, arrive_expect_tx, arrive_remote, cluster_ctarank, cluster_sync, fence_init, init,
+    wait_parity, wait_parity_cluster,
+};
+use crate::arch::shared::{dynamic_shared_base, shared_addr};
+use crate::arch::sync::sync_threads;
+use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
+use crate::copy::tma::{fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap};
+use crate::epilogue::{Acc, Stage};
+use crate::gemm::finish::{Cta, finish};
+use crate::gemm::{GemmArgs, TileShape};
+use crate::mma::sm90::{
+    WgmmaInput, commit_group, fence, fence_operands, smem_desc_sw128, wait_group,
+};
+use crate::params::KernelParam;
+use crate::types::Element;
+
+/// Threads per CTA: the producer warpgroup and two consumer warpgroups.
+pub const THREADS: u32 = 384;
+/// K per ring stage (elements): one 128-byte swizzle row of 16-bit elements.
+pub const BK: u32 = 64;
+/// Registers per thread the producer warpgroup keeps (`setmaxnreg.dec`).
+pub const PRODUCER_REGS: u32 = 24;
+/// Registers per thread of the consumer warpgroups (`setmaxnreg.inc`):
+/// 128·24 + 256·240 ≤ 65536.
+pub const CONSUMER_REGS: u32 = 240;
+/// Columns of C one epilogue pass covers: each consumer warp hands its accumulators to the
+/// epilogue in chunks of this many columns (8 n8 fragments, 16 values per thread). Row-norm
+/// statistics are therefore kept per 64-column chunk: the statistics workspace has
+/// `⌈N/64⌉` entries per row, and a norm finishes in the epilogue only when N ≤ 64.
+pub const EPI_COLS: u32 = 64;
+const EPI_FRAGS: usize = (EPI_COLS / 8) as usize;
+
+/// The tile shapes of this mainloop, as [`TileShape`]s: BM×BN outputs of one tile,
+/// `bk` = [`BK`], `warps_m` = the consumer warps that share one tile (4: ping-pong, one
+/// warpgroup per tile; 8: cooperative, two warpgroups of one CTA; 16: a cluster of two
+/// cooperative CTAs along M, each BM/2 rows, that multicast the shared B block to each other),
+/// `warps_n` = 1, `stages` = ring depth. `mi()` is the number of 64-row halves each consumer
+/// warpgroup owns, `ni()` = BN/8.
+pub const TILES_SM90: &[TileShape] = &[
+    TileShape::new(128, 256, 64, 8, 1, 4),
+    TileShape::new(128, 128, 64, 4, 1, 6),
+    TileShape::new(128, 128, 64, 8, 1, 6),
+    TileShape::new(256, 256, 64, 16, 1, 4),
+];
+
+/// CTAs per cluster (along M) of tile shape `t`: 2 for `warps_m` = 16, else 1.
+pub const fn cluster_m(t: &TileShape) -> u32 {
+    if t.warps_m == 16 { 2 } else { 1 }
+}
+
+/// Rows of C one CTA computes per tile of shape `t`.
+pub const fn cta_rows(t: &TileShape) -> u32 {
+    t.bm / cluster_m(t)
+}
+
+/// Whether `t` is one of [`TILES_SM90`].
+pub fn is_sm90_tile(t: &TileShape) -> bool {
+    TILES_SM90.contains(t)
+}
+
+/// Whether tiles of shape `t` are computed by one consumer warpgroup each (ping-pong).
+pub const fn is_pingpong(t: &TileShape) -> bool {
+    t.warps_m == 4
+}
+
+/// Bytes of one ring stage: the CTA's A block ([`cta_rows`]) and the B block (BN rows), 128
+/// bytes a row.
+pub const fn stage_bytes(t: &TileShape) -> u32 {
+    (cta_rows(t) + t.bn) * BK * 2
+}
+
+/// Dynamic shared memory of a CTA, bytes: the ring, then a `full` and an `empty` mbarrier per
+/// stage and the two ping-pong `turn` mbarriers.
+pub const fn smem_bytes(t: &TileShape) -> u32 {
+    t.stages * stage_bytes(t) + 16 * t.stages + 16
+}
+
+/// Why `t` cannot be instantiated on this mainloop, or `None`.
+pub const fn check(t: &TileShape) -> Option<&'static str> {
+    if t.bk != BK {
+        return Some("BK must be 64 (one 128-byte swizzle row of 16-bit elements)");
+    }
+    if t.warps_n != 1 || (t.warps_m != 4 && t.warps_m != 8 && t.warps_m != 16) {
+        return Some(
+            "warps_m must be 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster) with warps_n = 1",
+        );
+    }
+    if t.bn != 64 && t.bn != 128 && t.bn != 256 {
+        return Some("BN must be 64, 128 or 256 (wgmma m64nNk16)");
+    }
+    if t.bm % (16 * t.warps_m) != 0 || t.mi() == 0 || t.mi() > 2 {
+        return Some("each consumer warpgroup owns one or two 64-row halves");
+    }
+    if cta_rows(t) > 256 {
+        return Some("a CTA's rows must be at most 256 (a TMA box has at most 256 rows)");
+    }
+    if t.acc_registers() > 128 {
+        return Some("more than 128 accumulator registers per thread");
+    }
+    if t.stages < 2 || smem_bytes(t) > 227 * 1024 {
+        return Some("the ring needs two to as many stages as 227 KB of shared memory hold");
+    }
+    None
+}
+
+/// The Hopper kernel's third parameter.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sm90Args {
+    /// Generic address of A's tensor map in global memory (K innermost, box 64 × [`cta_rows`],
+    /// 128-byte swizzle).
+    pub tmap_a: u64,
+    /// Generic address of B's tensor map (B stored N×K; box 64 × BN, or 64 × BN/2 with a
+    /// cluster; 128-byte swizzle).
+    pub tmap_b: u64,
+    /// Tile rows per raster group: consecutive tiles walk down `group_m` tile rows before the
+    /// next tile column, so CTAs running together share A and B panels in L2. At least 1.
+    pub group_m: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+unsafe impl KernelParam for Sm90Args {}
+
+/// The output tile `(tile_m, tile_n)` of linear tile index `l` in grouped raster order: groups
+/// of `group` tile rows, column-major inside a group.
+#[inline(always)]
+pub const fn tile_coords(l: u32, tiles_m: u32, tiles_n: u32, group: u32) -> (u32, u32) {
+    let per_group = group * tiles_n;
+    let g = l / per_group;
+    let first_m = g * group;
+    let rows = if tiles_m - first_m < group {
+        tiles_m - first_m
+    } else {
+        group
+    };
+    let r = l - g * per_group;
+    (first_m + r % rows, r / rows)
+}
+
+/// `setmaxnreg.dec.sync.aligned.u32 40`.
+#[inline(always)]
+unsafe fn release_registers() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const PRODUCER_REGS, options(nostack));
+}
+
+/// `setmaxnreg.inc.sync.aligned.u32 232`.
+#[inline(always)]
+unsafe fn claim_registers() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const CONSUMER_REGS, options(nostack));
+}
+
+/// A ring position: stage index and the parity of its current lap.
+#[derive(Clone, Copy)]
+struct Ring<const STAGES: u32> {
+    stage: u32,
+    phase: u32,
+}
+
+impl<const STAGES: u32> Ring<STAGES> {
+    #[inline(always)]
+    fn at(pos: u64) -> Self {
+        Ring {
+            stage: (pos % STAGES as u64) as u32,
+            phase: ((pos / STAGES as u64) & 1) as u32,
+        }
+    }
+
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.stage += 1;
+        if self.stage == STAGES {
+            self.stage = 0;
+            self.phase ^= 1;
+        }
+    }
+}
+
+/// `C = epilogue(A·B)` with this CTA (or cluster) persistent over tiles (tile pairs)
+/// `u + i·units` in grouped raster order. See the [module docs](self) and [`crate::gemm`] for
+/// layouts.
+///
+/// Type and const parameters: `In` the 16-bit input type; `Out` the element type of C; `MI`
+/// the 64-row halves each consumer warpgroup owns; `NI` = BN/8; `WM` 4 (ping-pong), 8
+/// (cooperative) or 16 (2-CTA cluster); `STAGES` the ring depth; `E` the epilogue. A CTA's
+/// tile has `min(WM, 8)·16·MI` rows.
+///
+/// # Safety
+/// The launcher validated every operand (host `validate`), built the tensor maps from the same
+/// A and B (B stored N×K) with the boxes [`Sm90Args`] documents, passed `args.splits == 1` and
+/// `args.k ≥ 1`, and launched [`THREADS`] threads with [`smem_bytes`] of shared memory (in
+/// clusters of two along x for `WM = 16`).
+#[inline(always)]
+pub unsafe fn run<
+    In: WgmmaInput,
+    Out: Element,
+    const MI: usize,
+    const NI: usize,
+    const WM: u32,
+    const STAGES: u32,
+    E: Stage,
+>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    sm90: &Sm90Args,
+) {
+    let pingpong = WM == 4;
+    // Cluster of two CTAs along M (WM = 16): each CTA is a cooperative 8-warp consumer pair.
+    let cluster = if WM == 16 { 2 } else { 1 };
+    let bm = (WM / cluster) * 16 * MI as u32;
+    let bn = NI as u32 * 8;
+    let tile = TileShape::new(bm * cluster, bn, BK, WM, 1, STAGES);
+    const {
+        assert!(
+            WM == 4 || WM == 8 || WM == 16,
+            "WM is 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster)"
+        );
+        assert!(MI == 1 || MI == 2, "one or two 64-row halves per warpgroup");
+        assert!(NI == 8 || NI == 16 || NI == 32, "BN is 64, 128 or 256");
+        assert!(STAGES >= 2, "at least two ring stages");
+    };
+    let a_bytes = bm * BK * 2;
+    // No split-K here: a constant `splits` lets the epilogue drop its split-K path.
+    let args = &GemmArgs { splits: 1, ..*args };
+    let stage_bytes = stage_bytes(&tile);
+
+    let tid = thread_idx_x();
+    let wg = tid / 128;
+    let smem = dynamic_shared_base();
+    let base = shared_addr(smem);
+    let ring_bytes = STAGES * stage_bytes;
+    let full = |s: u32| base + ring_bytes + 8 * s;
+    let empty = |s: u32| base + ring_bytes + 8 * (STAGES + s);
+    // Ping-pong: `turn[c]` completes a phase when the other warpgroup has issued its last
+    // k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
+    let turn = |c: u32| base + ring_bytes + 8 * (2 * STAGES + c);
+    let s_a = |s: u32| base + s * stage_bytes;
+    let s_b = |s: u32| base + s * stage_bytes + a_bytes;
+    // One arrival per consumer warp that reads a stage, in every CTA whose producer fills it
+    // (with a cluster, each CTA's B half lands in both).
+    let releases = if pingpong { 4 } else { 8 } * cluster;
+
+    if tid == 0 {
+        for s in 0..STAGES {
+            init(full(s), 1);
+            init(empty(s), releases);
+        }
+        init(turn(0), 4);
+        init(turn(1), 4);
+        fence_init();
+    }
+    let rank = if cluster > 1 {
+        // The peer's arrivals and multicast copies target these barriers.
+        cluster_sync();
+        cluster_ctarank()
+    } else {
+        sync_threads();
+        0
+    };
+
+    // Work units: tiles, or with a cluster pairs of tiles along M (rank r takes the r-th).
+    let tiles_m = args.m.div_ceil(bm);
+    let tiles_n = args.n.div_ceil(bn);
+    let units_m = tiles_m.div_ceil(cluster);
+    let units = units_m * tiles_n;
+    let k_tiles = args.k.div_ceil(BK);
+    let n_units = grid_dim_x() / cluster;
+    let unit = block_idx_x() / cluster;
+    let my_tiles = if unit < units {
+        (units - unit).div_ceil(n_units)
+    } else {
+        0
+    };
+    let group = if sm90.group_m == 0 { 1 } else { sm90.group_m };
+    let coords = |i: u32| {
+        let (um, tn) = tile_coords(unit + i * n_units, units_m, tiles_n, group);
+        (um * cluster + rank, tn)
+    };
+    // With a cluster, this CTA loads its half of the B block for both CTAs.
+    let b_rows = bn / cluster;
+
+    if wg == 0 {
+        release_registers();
+        if tid == 0 {
+            fence_tensormap_acquire(sm90.tmap_a);
+            fence_tensormap_acquire(sm90.tmap_b);
+            prefetch_tensormap(sm90.tmap_a);
+            prefetch_tensormap(sm90.tmap_b);
+            let mut ring = Ring::<STAGES>::at(0);
+            for i in 0..my_tiles {
+                let (tm, tn) = coords(i);
+                let row_a = (tm * bm) as i32;
+                let row_b = (tn * bn + rank * b_rows) as i32;
+                for kt in 0..k_tiles {
+                    let s = ring.stage;
+                    let k0 = (kt * BK) as i32;
+                    if cluster > 1 {
+                        wait_parity_cluster(empty(s), ring.phase ^ 1);
+                        arrive_expect_tx(full(s), stage_bytes);
+                        load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
+                        let dst = s_b(s) + rank * b_rows * 128;
+                        load_2d_multicast(dst, sm90.tmap_b, k0, row_b, full(s), 0b11);
+                    } else {
+                        wait_parity(empty(s), ring.phase ^ 1);
+                        arrive_expect_tx(full(s), stage_bytes);
+                        load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
+                        load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
+                    }
+                    ring.advance();
+                }
+            }
+            if cluster > 1 {
+                // Stay until every stage is released by both CTAs' consumers: after that no
+                // remote arrival targets this CTA, so it may exit (CUTLASS's producer tail).
+                for _ in 0..STAGES {
+                    wait_parity_cluster(empty(ring.stage), ring.phase ^ 1);
+                    ring.advance();
+                }
+            }
+        }
+    } else {
+        claim_registers();
+        let c = wg - 1;
+        let lane = tid & 31;
+        let w = (tid / 32) % 4;
+        // First row of this warpgroup's first half within the tile.
+        let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
+        let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
+        let mut i = first;
+        while i < my_tiles {
+            let (tm, tn) = coords(i);
+            if pingpong && i > 0 {
+                // The other warpgroup's mainloop of tile i - 1 is done: this is the
+                // ((i - 1) / 2)-th hand-over to warpgroup c.
+                wait_parity(turn(c), ((i - 1) / 2) & 1);
+            }
+            let mut acc = Acc::<MI, NI>::zero();
+            let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles as u64);
+            let mut prev = 0;
+            for kt in 0..k_tiles {
+                let s = ring.stage;
+                wait_parity(full(s), ring.phase);
+                fence();
+                for kk in 0..BK / 16 {
+                    let b = smem_desc_sw128(s_b(s) + kk * 32);
+                    for h in 0..MI {
+                        let row = wg_row0 + 64 * h as u32;
+                        let a = smem_desc_sw128(s_a(s) + row * 128 + kk * 32);
+                        In::mma::<NI>(&mut acc.v[h], a, b);
+                    }
+                }
+                commit_group();
+                // The previous k-tile's batch is done: its stage may be refilled.
+                wait_group::<1>();
+                for h in 0..MI {
+                    fence_operands(&mut acc.v[h]);
+                }
+                if kt > 0 && lane == 0 {
+                    arrive(empty(prev));
+                    if cluster > 1 {
+                        arrive_remote(empty(prev), rank ^ 1);
+                    }
+                }
+                prev = s;
+                ring.advance();
+            }
+            // Every k-tile is issued: the other warpgroup may start its mainloop while this
+            // one's last batch completes (CUTLASS's ping-pong hands over at the same point).
+            if pingpong && i + 1 < my_tiles && lane == 0 {
+                arrive(turn(1 - c));
+            }
+            wait_group::<0>();
+            for h in 0..MI {
+                fence_operands(&mut acc.v[h]);
+            }
+            if k_tiles > 0 && lane == 0 {
+                arrive(empty(prev));
+                if cluster > 1 {
+                    arrive_remote(empty(prev), rank ^ 1);
+                }
+            }
+
+            let (m0, n0) = (tm * bm, tn * bn);
+            // The epilogue runs on 64-column chunks: fewer values live at once, so the stages
+            // do not spill next to the 128 accumulator registers. Written out (not a loop) so
+            // every accumulator index is a constant and the array stays in registers.
+            macro_rules! chunk {
+                ($h:literal, $j:literal) => {
+                    if $h < MI && $j < NI / EPI_FRAGS {
+                        let col0 = n0 + $j * EPI_COLS;
+                        if col0 < args.n {
+                            let half_row = wg_row0 + 64 * $h;
+                            let ctx = Cta {
+                                tid: tid - 128,
+                                threads: 256,
+                                lane,
+                                warp_m: half_row / 16 + w,
+                                warp_n: 0,
+                                warps_n: 1,
+                                tile_m: tm,
+                                tile_n: tn * (bn / EPI_COLS) + $j,
+                                split: 0,
+                                tiles_n: args.n.div_ceil(EPI_COLS),
+                                m0,
+                                n0: col0,
+                                bm,
+                                bn: EPI_COLS,
+                                warp_row: m0 + half_row + 16 * w,
+                                warp_col: col0,
+                            };
+                            let mut part = Acc::<1, EPI_FRAGS>::zero();
+                            for f in 0..EPI_FRAGS {
+                                part.v[0][f] = acc.v[$h][$j * EPI_FRAGS + f];
+                            }
+                            finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
+                        }
+                    }
+                };
+            }
+            chunk!(0, 0);
+            chunk!(0, 1);
+            chunk!(0, 2);
+            chunk!(0, 3);
+            chunk!(1, 0);
+            chunk!(1, 1);
+            chunk!(1, 2);
+            chunk!(1, 3);
+            i += step;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec;
+
+    #[test]
+    fn instantiated_tiles_are_valid() {
+        for t in TILES_SM90 {
+            assert_eq!(check(t), None, "{t:?}");
+            assert!(smem_bytes(t) <= 232_448 - 1024, "{t:?}");
+            assert_eq!(stage_bytes(t) % 1024, 0, "stages keep 1024-byte alignment");
+        }
+        assert!(is_pingpong(&TILES_SM90[1]) && !is_pingpong(&TILES_SM90[0]));
+        assert_eq!(TILES_SM90[0].mi(), 1);
+        assert_eq!(TILES_SM90[1].mi(), 2);
+        let cluster = TILES_SM90[3];
+        assert_eq!(
+            (cluster_m(&cluster), cta_rows(&cluster), cluster.mi()),
+            (2, 128, 1)
+        );
+        assert_eq!(stage_bytes(&cluster), stage_bytes(&TILES_SM90[0]));
+    }
+
+    #[test]
+    fn bad_tiles_say_why() {
+        assert!(
+            check(&TileShape::new(128, 256, 32, 8, 1, 4))
+                .unwrap()
+                .contains("BK")
+        );
+        assert!(
+            check(&TileShape::new(128, 256, 64, 8, 1, 5))
+                .unwrap()
+                .contains("stages")
+        );
+        assert!(
+            check(&TileShape::new(128, 256, 64, 4, 1, 3))
+                .unwrap()
+                .contains("accumulator")
+        );
+    }
+
+    #[test]
+    fn grouped_raster_visits_every_tile_once() {
+        for &(tm, tn, g) in &[
+            (5u32, 7u32, 2u32),
+            (64, 32, 8),
+            (3, 1, 8),
+            (1, 9, 1),
+            (17, 5, 4),
+        ] {
+            let mut seen = vec![false; (tm * tn) as usize];
+            for l in 0..tm * tn {
+                let (m, n) = tile_coords(l, tm, tn, g);
+                assert!(m < tm && n < tn, "{l} -> ({m}, {n})");
+                assert!(!seen[(m * tn + n) as usize], "({m}, {n}) twice");
+                seen[(m * tn + n) as usize] = true;
+            }
+        }
+        // Inside a group, consecutive tiles walk down the group's rows first.
+        assert_eq!(tile_coords(0, 64, 32, 8), (0, 0));
+        assert_eq!(tile_coords(1, 64, 32, 8), (1, 0));
+        assert_eq!(tile_coords(8, 64, 32, 8), (0, 1));
+        assert_eq!(tile_coords(8 * 32, 64, 32, 8), (8, 0));
+    }
+}

@@ -1,0 +1,575 @@
+//! The Hopper launch path: when a kernel was compiled with `arch = sm_90` and the device runs
+//! its sm_90a module, GEMMs whose operands TMA can read go to the warp-specialized TMA +
+//! `wgmma` mainloop ([`fused_gemm_device::gemm::sm90`]); everything else goes to the sm_80
+//! path of [`crate::gemm::launch`].
+//!
+//! # When the Hopper path runs
+//!
+//! All of: the spec has variants of a tile in [`TILES_SM90`]; the device is compute capability
+//! 9.0 and loads the spec's `sm_90a` module; A and B are 16-bit, B stored N×K; K ≥ 1; A and B
+//! allow the 16-byte path (16-byte aligned addresses and row strides, which is what TMA needs;
+//! otherwise [`crate::validate::VectorPath`] sends the call to the bounds-checked sm_80 path);
+//! M, N, K below 2³¹; and no override asks for an sm_80 tile or for split-K.
+//!
+//! # Tensor maps
+//!
+//! The TMA descriptors live in device memory written by the host ([`TensorMapCache`]), not in
+//! the kernel parameters: rustc's PTX kernel ABI cannot give a by-value parameter the 64-byte
+//! alignment a `CUtensorMap` needs (it rejects alignments above 16), and taking the address of
+//! a parameter (`__grid_constant__`) has no Rust spelling. A map is uploaded once per distinct
+//! (address, shape, stride, box) and never rewritten, so a kernel in flight or a CUDA graph can
+//! keep using its address; each CTA fences it once (`fence.proxy.tensormap::generic.acquire`).
+//! Uploads go through a private stream and are waited for on the host, so they also work while
+//! another stream is being captured into a graph.
+//!
+//! # Tile choice
+//!
+//! A small model in the spirit of [`crate::plan`]: per tile shape, the busiest SM runs
+//! ⌈tiles / CTAs⌉ tiles at [`PEAK_TFLOPS`] times the shape's efficiency; cooperative tiles add
+//! their epilogue (stores at the SM's share of DRAM bandwidth), ping-pong tiles hide it behind
+//! the other warpgroup's mainloop; the whole is at least the DRAM time. The sm_80 planner's best
+//! plan wins when it predicts less (skinny problems, where split-K pays).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use fused_gemm_device::gemm::sm90::{
+    self, Sm90Args, cluster_m, cta_rows, is_pingpong, is_sm90_tile,
+};
+use fused_gemm_device::gemm::{GemmArgs, TileShape};
+use fused_gemm_device::params::KernelParam;
+use fused_gemm_device::types::DType;
+
+use crate::driver_ext::tensor_map::{self, DataType, Interleave, L2Promotion, OobFill, Swizzle};
+use crate::gemm::{GemmKernelSpec, KernelVariant, Param};
+use crate::plan::model::{Bound, ModelTerms};
+use crate::plan::{NORM_STATS_BYTES, NormPath, Plan, Problem};
+use crate::validate::{BLayout, Checked, GemmCall, Work};
+use crate::{Error, Gpu, Result};
+
+/// Dense bf16/f16 tensor-core throughput the model assumes for the whole H200, TFLOP/s
+/// (cuBLAS measured about 790 at 8192³, BRIEF §5).
+pub const PEAK_TFLOPS: f64 = 800.0;
+/// DRAM bandwidth the model assumes, TB/s (device-to-device copy, BRIEF §5).
+pub const DRAM_TBS: f64 = 4.25;
+/// Launch overhead the model adds, µs.
+pub const LAUNCH_US: f64 = 3.0;
+/// Tile rows per raster group ([`Sm90Args::group_m`]).
+pub const GROUP_M: u32 = 8;
+
+/// Why the Hopper path cannot run `call`, or `None` when it can (see the [module
+/// docs](self)).
+pub fn ineligible(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+) -> Result<Option<&'static str>> {
+    let reason = if !spec.variants.iter().any(|v| is_sm90_tile(&v.tile)) {
+        Some("the kernel has no sm_90 TMA variants (compile it with `arch = sm_90`)")
+    } else if gpu.props().compute_capability != 90 || gpu.module_arch(spec.ptx)? != "sm_90a" {
+        Some("the device does not run the kernel crate's sm_90a module")
+    } else if !spec.b_col || call.b_layout != BLayout::NxK {
+        Some("B must be stored N×K (K-major) for the TMA mainloop")
+    } else if !matches!(spec.input, DType::Bf16 | DType::F16) {
+        Some("the TMA mainloop takes bf16 or f16 inputs")
+    } else if checked.work != Work::Gemm {
+        Some("K = 0 (nothing for the mainloop to load)")
+    } else if !checked.vector.mainloop() {
+        Some("A or B is not 16-byte aligned (address, row stride or row length)")
+    } else if checked.m >= 1 << 31 || checked.n >= 1 << 31 || checked.k >= 1 << 31 {
+        Some("M, N and K must be below 2^31 (TMA coordinates are 32-bit signed)")
+    } else {
+        None
+    };
+    Ok(reason)
+}
+
+/// The model's time for `tile` on `p`, and its terms.
+pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms) {
+    let sms = gpu_sms.max(1) as u64;
+    let cluster = cluster_m(tile) as u64;
+    let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+    let (bm, bn) = (tile.bm as u64, tile.bn as u64);
+    // Work units: tiles, or tile pairs of a cluster; one unit per cluster of CTAs at a time.
+    let units = m.div_ceil(bm) * n.div_ceil(bn);
+    let slots = (sms / cluster).max(1);
+    let concurrent = units.min(slots).max(1);
+    let rounds = units.div_ceil(concurrent);
+    let k_pad = k.div_ceil(sm90::BK as u64) * sm90::BK as u64;
+    let pingpong = is_pingpong(tile);
+    // Relative mainloop efficiency: wide tiles read less per FLOP, the cluster halves B's L2
+    // traffic, ping-pong runs one warpgroup's MMAs at a time.
+    let eff = if cluster > 1 {
+        1.03
+    } else if pingpong {
+        0.92
+    } else if tile.bn >= 256 {
+        1.0
+    } else {
+        0.85
+    };
+    let cta_m = cta_rows(tile) as u64;
+    let sm_flops_per_us = PEAK_TFLOPS * 1e6 / sms as f64;
+    let tile_us = 2.0 * (cta_m * bn * k_pad) as f64 / (sm_flops_per_us * eff);
+    let out_cols = if p.pairs { bn / 2 } else { bn };
+    let out_bytes = p.out_dtype.size() as f64 + p.epilogue_read_bytes_per_output;
+    let epi_us = (cta_m * out_cols) as f64 * out_bytes / (DRAM_TBS * 1e6 / sms as f64);
+    let sm_us = if pingpong {
+        rounds as f64 * tile_us.max(epi_us) + epi_us
+    } else {
+        rounds as f64 * (tile_us + epi_us)
+    };
+    let in_size = p.in_dtype.size() as f64;
+    let dram_us = ((m * k + n * k) as f64 * in_size + (m * p.n_out() as u64) as f64 * out_bytes)
+        / (DRAM_TBS * 1e6);
+    let partials = p.row_norm && p.n > sm90::EPI_COLS;
+    let norm_us = if partials {
+        LAUNCH_US
+            + 2.0 * (m * p.n_out() as u64) as f64 * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6)
+    } else {
+        0.0
+    };
+    let total = LAUNCH_US + sm_us.max(dram_us) + norm_us;
+    let terms = ModelTerms {
+        regs_per_thread: sm90::CONSUMER_REGS,
+        ctas_per_sm: 1,
+        ctas: concurrent * cluster,
+        waves: rounds,
+        last_wave_fraction: (units - (rounds - 1) * concurrent) as f64 / concurrent as f64,
+        sm_us,
+        l2_us: 0.0,
+        dram_us,
+        overhead_us: LAUNCH_US + norm_us,
+        bound: if LAUNCH_US + norm_us > sm_us.max(dram_us) {
+            Bound::Overhead
+        } else if dram_us > sm_us {
+            Bound::Dram
+        } else {
+            Bound::Sm
+        },
+        tile_efficiency: (m * n * k) as f64 / (units * bm * bn * k_pad) as f64,
+    };
+    (total, terms)
+}
+
+/// The Hopper plan of `tile` for `p` on a device with `sms` SMs: one CTA per SM (at most one
+/// per tile; CTAs in pairs for a cluster tile), 384 threads, no split-K; row norms finish in the epilogue only when N ≤
+/// [`sm90::EPI_COLS`], else through per-64-column partial statistics.
+pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
+    let (predicted_us, model) = predict(sms, tile, p);
+    let tiles_n_stats = p.n.div_ceil(sm90::EPI_COLS);
+    let norm = match (p.row_norm, p.n <= sm90::EPI_COLS) {
+        (false, _) => NormPath::None,
+        (true, true) => NormPath::InCta,
+        (true, false) => NormPath::Partials {
+            tiles_n: tiles_n_stats,
+            stats_bytes: p.m as u64 * tiles_n_stats as u64 * NORM_STATS_BYTES,
+        },
+    };
+    Plan {
+        tile: *tile,
+        splits: 1,
+        k_per_split: p.k.div_ceil(sm90::BK) * sm90::BK,
+        grid: (model.ctas as u32, 1, 1),
+        block: (sm90::THREADS, 1, 1),
+        smem_bytes: sm90::smem_bytes(tile),
+        workspace_bytes: 0,
+        counter_bytes: 0,
+        norm,
+        predicted_us,
+        model,
+    }
+}
+
+/// The variant and plan the Hopper path would launch for `call`, or `None` to use the sm_80
+/// path. Honours the thread's [`crate::gemm::Overrides`]: an sm_90 tile forces this path (an
+/// error when it cannot run), an sm_80 tile or split-K > 1 rules it out.
+///
+/// # Errors
+/// [`Error::LaunchLimit`] when an override names an sm_90 tile the call cannot use; driver
+/// errors from selecting the module.
+pub fn choose(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+) -> Result<Option<(&'static KernelVariant, Plan)>> {
+    let o = crate::gemm::current_overrides();
+    let forced = o.tile.filter(is_sm90_tile);
+    if (o.tile.is_some() && forced.is_none()) || o.splits.is_some_and(|s| s > 1) {
+        return Ok(None);
+    }
+    if let Some(why) = ineligible(gpu, spec, call, checked)? {
+        return match forced {
+            Some(t) => Err(Error::LaunchLimit(format!(
+                "`{}`: the sm_90 tile {}x{}x{} was requested but {why}",
+                spec.name, t.bm, t.bn, t.bk
+            ))),
+            None => Ok(None),
+        };
+    }
+    let problem = Problem::from_call(call, checked, spec.accumulate);
+    let sms = gpu.props().sm_count;
+    let mut best: Option<(&'static KernelVariant, Plan)> = None;
+    for v in spec
+        .variants
+        .iter()
+        .filter(|v| is_sm90_tile(&v.tile) && v.vec)
+    {
+        if forced.is_some_and(|t| t != v.tile) || sm90::check(&v.tile).is_some() {
+            continue;
+        }
+        let p = plan(sms, &v.tile, &problem);
+        if p.smem_bytes > gpu.props().smem_per_block_optin {
+            continue;
+        }
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| p.predicted_us < b.predicted_us)
+        {
+            best = Some((v, p));
+        }
+    }
+    let Some(best) = best else {
+        return match forced {
+            Some(t) => Err(Error::LaunchLimit(format!(
+                "`{}` has no compiled sm_90 variant for tile {t:?}",
+                spec.name
+            ))),
+            None => Ok(None),
+        };
+    };
+    if forced.is_none() {
+        // The sm_80 path with split-K can win on skinny problems.
+        let planner = spec.planner(gpu, true);
+        if let Ok(p80) = planner.plan(&problem) {
+            if p80.predicted_us < best.1.predicted_us {
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(best))
+}
+
+/// Launches `variant` with `plan` (from [`choose`]): tensor maps, row statistics, the GEMM,
+/// and the norm finishing kernel when the plan defers the norm.
+pub(crate) fn launch<P, N, Q>(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+    variant: &'static KernelVariant,
+    plan: Plan,
+    build: impl FnOnce(u64) -> (P, Option<(N, Q)>),
+) -> Result<Option<Plan>>
+where
+    P: KernelParam,
+    N: KernelParam,
+    Q: KernelParam,
+{
+    let t = plan.tile;
+    let mut ws = gpu
+        .workspace()
+        .lock()
+        .map_err(|_| Error::LaunchLimit("GEMM workspace lock poisoned".into()))?;
+    let dtype = call.in_dtype;
+    let (k, m, n) = (checked.k as u64, checked.m as u64, checked.n as u64);
+    let cluster = cluster_m(&t);
+    let tmap_a = ws.tensor_maps.get(
+        gpu,
+        MapKey::new(call.a.ptr, dtype, k, m, call.a.ld as u64, cta_rows(&t)),
+    )?;
+    // With a cluster each CTA loads (and multicasts) half of the B block.
+    let tmap_b = ws.tensor_maps.get(
+        gpu,
+        MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
+    )?;
+    let (stats, tiles_n) = match plan.norm {
+        NormPath::Partials {
+            tiles_n,
+            stats_bytes,
+        } => (crate::gemm::grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
+        _ => (0, 0),
+    };
+    let (params, finish) = build(stats);
+    let args = Param(GemmArgs {
+        a: call.a.ptr,
+        b: call.b.ptr,
+        c: call.c.ptr,
+        workspace: 0,
+        counters: 0,
+        m: checked.m,
+        n: checked.n,
+        k: checked.k,
+        lda: call.a.ld as u32,
+        ldb: call.b.ld as u32,
+        ldc: call.c.ld as u32,
+        splits: 1,
+        k_per_split: plan.k_per_split,
+    });
+    let tma = Param(Sm90Args {
+        tmap_a,
+        tmap_b,
+        group_m: GROUP_M,
+        _pad: 0,
+    });
+    let mut params = Param(params);
+    let func = gpu.function(spec.ptx, variant.entry)?;
+    let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
+    if cluster > 1 {
+        let (mut args, mut tma) = (args, tma);
+        let mut ptrs = [
+            &mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void,
+            &mut params as *mut Param<P> as *mut std::ffi::c_void,
+            &mut tma as *mut Param<Sm90Args> as *mut std::ffi::c_void,
+        ];
+        // SAFETY: as below; the grid is a multiple of the cluster, and the parameter values
+        // live until the call returns (the driver copies them).
+        unsafe {
+            crate::driver_ext::launch::kernel_with_cluster(
+                func.cu_function(),
+                cfg.grid_dim,
+                cfg.block_dim,
+                cfg.shared_mem_bytes,
+                gpu.stream().cu_stream(),
+                (cluster, 1, 1),
+                &mut ptrs,
+            )
+        }?;
+    } else {
+        let mut l = gpu.stream().launch_builder(&func);
+        l.arg(&args).arg(&params).arg(&tma);
+        // SAFETY: the entry point takes (GemmArgs, E::Params, Sm90Args) by value; `check_gemm`
+        // validated every operand, `ineligible` checked what TMA needs, the maps describe A and
+        // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
+        unsafe { l.launch(cfg) }?;
+    }
+    crate::gemm::set_last_entry(variant.entry);
+    if stats != 0 {
+        crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
+    }
+    Ok(Some(plan))
+}
+
+/// What identifies a tensor map of a K-major operand: a `rows × k` matrix of `dtype` at `ptr`
+/// with leading dimension `ld` elements, read in boxes of `box_rows` rows × 64 columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MapKey {
+    ptr: u64,
+    dtype: DType,
+    k: u64,
+    rows: u64,
+    stride_bytes: u64,
+    box_rows: u32,
+}
+
+impl MapKey {
+    /// The key of a `rows × k` operand (leading dimension `ld` elements). A single row may have
+    /// any leading dimension: its stride is never used, so it is rounded up to 16 bytes.
+    pub fn new(ptr: u64, dtype: DType, k: u64, rows: u64, ld: u64, box_rows: u32) -> Self {
+        let stride = ld * dtype.size() as u64;
+        MapKey {
+            ptr,
+            dtype,
+            k,
+            rows,
+            stride_bytes: if rows <= 1 {
+                stride.next_multiple_of(16).max(16)
+            } else {
+                stride
+            },
+            box_rows,
+        }
+    }
+
+    /// Encodes the map: dimensions (K, rows), 128-byte swizzle, boxes of 64 × `box_rows`,
+    /// zeros outside the matrix, 256-byte L2 promotion.
+    ///
+    /// # Errors
+    /// The driver's `CUDA_ERROR_INVALID_VALUE` for a shape TMA cannot describe.
+    pub fn encode(&self) -> Result<tensor_map::TensorMap> {
+        let data_type = match self.dtype {
+            DType::Bf16 => DataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            DType::F16 => DataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            DType::F32 => DataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        };
+        // SAFETY: the address is only recorded; Gpu::new initialised the driver.
+        let map = unsafe {
+            tensor_map::encode_tiled(
+                data_type,
+                self.ptr,
+                &[self.k, self.rows],
+                &[self.stride_bytes],
+                &[sm90::BK, self.box_rows],
+                &[1, 1],
+                Interleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                Swizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                L2Promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                OobFill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        }?;
+        Ok(map)
+    }
+}
+
+/// The device address of `key`'s tensor map in `gpu`'s cache (see [`TensorMapCache::get`]).
+///
+/// # Errors
+/// As [`TensorMapCache::get`].
+pub fn tensor_map(gpu: &Gpu, key: MapKey) -> Result<u64> {
+    gpu.workspace()
+        .lock()
+        .map_err(|_| Error::LaunchLimit("GEMM workspace lock poisoned".into()))?
+        .tensor_maps
+        .get(gpu, key)
+}
+
+/// Tensor maps in device memory, one 128-byte slot per distinct [`MapKey`], uploaded on first
+/// use and never rewritten or freed before the [`Gpu`]'s workspace is (see the [module
+/// docs](self)). Grows by 128 bytes per distinct operand.
+#[derive(Default)]
+pub struct TensorMapCache {
+    slots: HashMap<MapKey, u64>,
+    chunks: Vec<CudaSlice<u8>>,
+    used_in_last: usize,
+    stream: Option<Arc<CudaStream>>,
+}
+
+impl std::fmt::Debug for TensorMapCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorMapCache")
+            .field("maps", &self.slots.len())
+            .finish()
+    }
+}
+
+/// Slots per device allocation.
+const SLOTS_PER_CHUNK: usize = 64;
+/// Bytes per slot (a `CUtensorMap`; slots stay 128-byte aligned).
+const SLOT_BYTES: usize = 128;
+
+impl TensorMapCache {
+    /// Maps in the cache.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the cache holds no map.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The device address of `key`'s map, encoding and uploading it on first use.
+    ///
+    /// # Errors
+    /// Encoding errors; allocation and copy errors of the upload.
+    pub fn get(&mut self, gpu: &Gpu, key: MapKey) -> Result<u64> {
+        if let Some(&addr) = self.slots.get(&key) {
+            return Ok(addr);
+        }
+        let map = key.encode()?;
+        let bytes: Vec<u8> = map.opaque.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let stream = match &self.stream {
+            Some(s) => s.clone(),
+            None => {
+                let s = gpu.context().new_stream()?;
+                self.stream = Some(s.clone());
+                s
+            }
+        };
+        if self.chunks.is_empty() || self.used_in_last == SLOTS_PER_CHUNK {
+            self.chunks
+                .push(stream.alloc_zeros::<u8>(SLOTS_PER_CHUNK * SLOT_BYTES)?);
+            self.used_in_last = 0;
+        }
+        let chunk = self.chunks.last_mut().expect("pushed above");
+        let off = self.used_in_last * SLOT_BYTES;
+        stream.memcpy_htod(&bytes, &mut chunk.slice_mut(off..off + SLOT_BYTES))?;
+        stream.synchronize()?;
+        let (base, _record) = chunk.device_ptr(&stream);
+        let addr = base + off as u64;
+        self.used_in_last += 1;
+        self.slots.insert(key, addr);
+        Ok(addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fused_gemm_device::gemm::sm90::TILES_SM90;
+
+    fn problem(m: u32, n: u32, k: u32) -> Problem {
+        Problem::gemm(m, n, k, DType::Bf16)
+    }
+
+    #[test]
+    fn big_square_gemm_prefers_a_256_wide_cooperative_tile() {
+        let best = TILES_SM90
+            .iter()
+            .min_by(|a, b| {
+                predict(132, a, &problem(8192, 8192, 8192))
+                    .0
+                    .total_cmp(&predict(132, b, &problem(8192, 8192, 8192)).0)
+            })
+            .unwrap();
+        assert_eq!(best.bn, 256, "{best:?}");
+        assert!(!is_pingpong(best));
+        // 2·8192³ at 800 TFLOP/s is 1374 µs; the prediction is in that range.
+        let t = predict(132, best, &problem(8192, 8192, 8192)).0;
+        assert!((1374.0..1700.0).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn cluster_plans_launch_pairs_of_ctas() {
+        let t = TILES_SM90[3];
+        assert_eq!(cluster_m(&t), 2);
+        // 8192² in 256×256 tile pairs: 1024 pairs, 66 at a time on 132 SMs.
+        let p = plan(132, &t, &problem(8192, 8192, 8192));
+        assert_eq!(p.grid, (132, 1, 1));
+        assert_eq!(p.model.waves, 1024u64.div_ceil(66));
+        // One pair when M ≤ 256: still both CTAs (the second one's rows may all be past M).
+        assert_eq!(plan(132, &t, &problem(100, 200, 64)).grid, (2, 1, 1));
+    }
+
+    #[test]
+    fn plans_are_persistent_and_never_split() {
+        let t = TILES_SM90[0];
+        let p = plan(132, &t, &problem(4096, 3072, 768));
+        assert_eq!(p.grid, (132, 1, 1));
+        assert_eq!((p.splits, p.block), (1, (384, 1, 1)));
+        assert_eq!(p.k_per_split, 768);
+        let small = plan(132, &t, &problem(1, 1, 1));
+        assert_eq!(small.grid, (1, 1, 1), "one CTA per tile at most");
+        assert_eq!(small.k_per_split, 64);
+    }
+
+    #[test]
+    fn row_norms_use_per_chunk_partials_beyond_64_columns() {
+        let mut p = problem(4096, 1024, 4096);
+        p.row_norm = true;
+        match plan(132, &TILES_SM90[0], &p).norm {
+            NormPath::Partials {
+                tiles_n,
+                stats_bytes,
+            } => {
+                assert_eq!(tiles_n, 16);
+                assert_eq!(stats_bytes, 4096 * 16 * 16);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut narrow = problem(100, 64, 64);
+        narrow.row_norm = true;
+        assert_eq!(plan(132, &TILES_SM90[1], &narrow).norm, NormPath::InCta);
+    }
+
+    #[test]
+    fn single_rows_get_a_legal_stride() {
+        let k = MapKey::new(0x1000, DType::Bf16, 3, 1, 3, 128);
+        assert_eq!(k.stride_bytes, 16);
+        let k = MapKey::new(0x1000, DType::Bf16, 64, 5, 72, 128);
+        assert_eq!(k.stride_bytes, 144);
+    }
+}

@@ -1,0 +1,768 @@
+//! GPU tests of the Hopper mainloop (TMA + `wgmma`, warp-specialized, persistent): first its
+//! parts on their own (a TMA copy into 128-byte-swizzled shared memory, one `wgmma` tile), then
+//! every epilogue stage family on it against the f64 reference, at awkward shapes, with the
+//! output poisoned (NaN) before each launch, on each of its tile shapes, and the fallback to the
+//! sm_80 mainloop where TMA cannot read the operands.
+//!
+//! Run them one at a time so the first failure is the informative one (a trapped kernel
+//! poisons the CUDA context for the rest of the process):
+//! `cargo test --release --test gpu_hopper -- --test-threads=1 --nocapture`.
+//! Test names are numbered in that order. Without a GPU every test prints why it is skipped and
+//! passes; on a GPU other than an H100/H200 the Hopper-only checks print why they are skipped.
+//!
+//! Thresholds (relative Frobenius error vs f64): bf16 inputs < 1e-2, f16 inputs < 2e-3.
+
+use fused_gemm::device::copy::tma::swizzle_128b_offset;
+use fused_gemm::device::gemm::TileShape;
+use fused_gemm::device::gemm::sm90::TILES_SM90;
+use fused_gemm::device::types::DType;
+use fused_gemm::host::gemm::{Overrides, RopeArgs, last_entry, with_overrides};
+use fused_gemm::host::plan::Plan;
+use fused_gemm::host::reference::epilogue::{
+    PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,
+};
+use fused_gemm::host::reference::rel_frobenius_error;
+use fused_gemm::host::testing::{gpu_or_skip, rng};
+use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::kernels::hopper::{self, probe};
+use rand::RngExt;
+use rand::rngs::StdRng;
+
+fn threshold(input: DType) -> f64 {
+    match input {
+        DType::Bf16 => 1e-2,
+        DType::F16 => 2e-3,
+        DType::F32 => 1e-5,
+    }
+}
+
+/// The device, a seeded generator, and whether it runs the sm_90a module.
+struct Fx {
+    gpu: Gpu,
+    rng: StdRng,
+    hopper: bool,
+}
+
+/// A device tensor and the f64 values it holds (after rounding to its dtype).
+struct Dev {
+    t: Tensor,
+    v: Vec<f64>,
+}
+
+impl Fx {
+    fn new(test: &str) -> Option<Fx> {
+        let gpu = gpu_or_skip(test)?;
+        let arch = gpu.module_arch(&fused_gemm::ptx::BUILTIN).unwrap();
+        let hopper = arch == "sm_90a";
+        if !hopper {
+            eprintln!("{test}: device loads the {arch} module, not sm_90a: Hopper checks skipped");
+        }
+        Some(Fx {
+            gpu,
+            rng: rng(test),
+            hopper,
+        })
+    }
+
+    fn upload(&self, rows: usize, cols: usize, dtype: DType, data: Vec<f64>) -> Dev {
+        let v = round_slice(dtype, &data);
+        let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        Dev {
+            t: Tensor::from_f32(&self.gpu, rows, cols, dtype, &f).unwrap(),
+            v,
+        }
+    }
+
+    fn random(&mut self, rows: usize, cols: usize, dtype: DType, scale: f64) -> Dev {
+        let data = (0..rows * cols)
+            .map(|_| self.rng.random_range(-1.0..1.0) * scale)
+            .collect();
+        self.upload(rows, cols, dtype, data)
+    }
+
+    fn poisoned(&self, rows: usize, cols: usize, dtype: DType) -> Tensor {
+        let mut t = Tensor::zeros(&self.gpu, rows, cols, dtype).unwrap();
+        t.poison(&self.gpu).unwrap();
+        t
+    }
+
+    fn get(&self, t: &Tensor) -> Vec<f64> {
+        t.download_f32(&self.gpu)
+            .unwrap()
+            .iter()
+            .map(|&x| x as f64)
+            .collect()
+    }
+}
+
+/// A·Bᵀ in f64 (B stored N×K) over the host's threads.
+fn gemm64(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    let threads = std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .min(32);
+    let rows_per = m.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (ci, chunk) in c.chunks_mut(rows_per * n).enumerate() {
+            s.spawn(move || {
+                for (r, row) in chunk.chunks_mut(n).enumerate() {
+                    let i = ci * rows_per + r;
+                    let ar = &a[i * k..(i + 1) * k];
+                    for (j, out) in row.iter_mut().enumerate() {
+                        let br = &b[j * k..(j + 1) * k];
+                        *out = ar.iter().zip(br).map(|(x, y)| x * y).sum();
+                    }
+                }
+            });
+        }
+    });
+    c
+}
+
+/// On a mismatch: the first element off by more than the tolerance, NaN count, and the 4×8
+/// corner around it, so a failed GPU run shows the pattern (transposed, shifted, zero, NaN).
+fn describe_mismatch(got: &[f64], want: &[f64], rows: usize, cols: usize, tol: f64) -> String {
+    let nans = got.iter().filter(|x| x.is_nan()).count();
+    let first = got
+        .iter()
+        .zip(want)
+        .position(|(g, w)| !((g - w).abs() <= tol * (1.0 + w.abs())));
+    let mut s = format!("{nans} NaN of {}", got.len());
+    if let Some(i) = first {
+        let (r, c) = (i / cols.max(1), i % cols.max(1));
+        s += &format!(
+            "; first mismatch at row {r}, col {c}: got {:.5}, want {:.5}",
+            got[i], want[i]
+        );
+        let (r0, c0) = (r.saturating_sub(1), c - c % 8);
+        s += "\n  got / want:";
+        for rr in r0..(r0 + 4).min(rows) {
+            s += &format!("\n  row {rr:>5}:");
+            for cc in c0..(c0 + 8).min(cols) {
+                s += &format!(
+                    " {:>8.3}/{:<8.3}",
+                    got[rr * cols + cc],
+                    want[rr * cols + cc]
+                );
+            }
+        }
+    }
+    s
+}
+
+/// One case: random A (M×K) and B (N×K), C poisoned (or `c_in`), the launcher, the reference
+/// stages. `tile`: force that Hopper tile (and require the Hopper path), or `None` to let the
+/// launcher decide; `hopper` says whether the Hopper path must (or must not) have run.
+#[allow(clippy::too_many_arguments)]
+fn case(
+    fx: &mut Fx,
+    label: &str,
+    (m, n, k): (usize, usize, usize),
+    input: DType,
+    output: DType,
+    stages: Vec<RefStage>,
+    c_in: Option<&Dev>,
+    tile: Option<TileShape>,
+    hopper: Option<bool>,
+    launch: impl FnOnce(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>>,
+) -> f64 {
+    let a = fx.random(m, k, input, 1.0);
+    let b = fx.random(n, k, input, 1.0);
+    let width = output_width(n, &stages);
+    let mut c = match c_in {
+        Some(ci) => {
+            let f: Vec<f32> = ci.v.iter().map(|&x| x as f32).collect();
+            Tensor::from_f32(&fx.gpu, m, width, output, &f).unwrap()
+        }
+        None => fx.poisoned(m, width, output),
+    };
+    let o = Overrides { tile, splits: None };
+    let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
+        .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}: launch failed: {e}"));
+    let entry = last_entry().unwrap_or("?");
+    // A kernel fault (a trapped barrier wait, an illegal address) surfaces here.
+    let got: Vec<f64> = c
+        .download_f32(&fx.gpu)
+        .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k} on {entry}: kernel failed: {e}"))
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    let acc = gemm64(m, n, k, &a.v, &b.v);
+    let want = apply_stages(m, n, &acc, &stages, c_in.map(|c| c.v.as_slice())).unwrap();
+    let err = rel_frobenius_error(&got, &want);
+    let p = plan
+        .map(|p| {
+            format!(
+                "tile {}x{} w{} s{} grid {}",
+                p.tile.bm, p.tile.bn, p.tile.warps_m, p.tile.stages, p.grid.0
+            )
+        })
+        .unwrap_or_default();
+    let path = if entry.contains("__sm90tma_") {
+        "sm90"
+    } else {
+        "sm80"
+    };
+    println!(
+        "{label:<28} {m:>5}x{n:>5}x{k:>5} {:>4}->{:<4} {path} rel err {err:.2e}  [{p}]",
+        input.name(),
+        output.name()
+    );
+    assert!(
+        err < threshold(input),
+        "{label} {m}x{n}x{k} on {entry}: relative error {err:e} over {}; {}",
+        threshold(input),
+        describe_mismatch(&got, &want, m, width, 0.05)
+    );
+    if let Some(h) = hopper {
+        assert_eq!(
+            path == "sm90",
+            h,
+            "{label} {m}x{n}x{k}: expected the {} path, ran {entry}",
+            if h { "Hopper" } else { "sm_80" }
+        );
+    }
+    err
+}
+
+/// Shapes of the device-GEMM issue, plus TMA-readable awkward ones (K a multiple of 8).
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (17, 33, 65),
+    (127, 3072, 768),
+    (4096, 384, 384),
+    (4095, 4097, 63),
+    (1, 1, 8),
+    (17, 33, 72),
+    (300, 200, 8),
+    (129, 257, 1000),
+    (4095, 4097, 64),
+];
+
+/// Whether TMA can read contiguous A (M×K) and B (N×K) of 16-bit elements.
+fn tma_readable(k: usize) -> bool {
+    k % 8 == 0
+}
+
+/// The tile a shape index exercises: every Hopper tile gets several shapes.
+fn tile_for(i: usize) -> TileShape {
+    TILES_SM90[i % TILES_SM90.len()]
+}
+
+/// (forced tile, expected path) for shape `i` with inner dimension `k`.
+fn route(fx: &Fx, i: usize, k: usize) -> (Option<TileShape>, Option<bool>) {
+    if !fx.hopper {
+        (None, Some(false))
+    } else if tma_readable(k) {
+        (Some(tile_for(i)), Some(true))
+    } else {
+        (None, Some(false))
+    }
+}
+
+#[test]
+fn t1_probe_tma_writes_the_128b_swizzled_box() {
+    let Some(mut fx) = Fx::new("probe_tma") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // 200 rows × 96 columns of bf16 with distinct values (their index, exact in bf16 up to 256
+    // per row block): boxes at (0, 0) and at (64, 128), the second partly outside (zeros).
+    let (rows, k) = (200usize, 96usize);
+    let vals: Vec<f32> = (0..rows * k)
+        .map(|i| ((i % 251) as f32) - 125.0 + fx.rng.random_range(0..2) as f32 * 0.5)
+        .collect();
+    let bits: Vec<u16> = vals
+        .iter()
+        .map(|&x| half::bf16::from_f32(x).to_bits())
+        .collect();
+    let dev = fx.gpu.upload(&bits).unwrap();
+    for &(x, y, box_rows) in &[(0i32, 0i32, 64u32), (64, 128, 128)] {
+        let words = probe::tma(&fx.gpu, &dev, rows, k, x, y, box_rows)
+            .unwrap_or_else(|e| panic!("TMA probe at ({x}, {y}): {e}"));
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bad = Vec::new();
+        for r in 0..box_rows {
+            for c in 0..64u32 {
+                let (gr, gc) = (y as usize + r as usize, x as usize + c as usize);
+                let want = if gr < rows && gc < k {
+                    bits[gr * k + gc]
+                } else {
+                    0
+                };
+                let o = swizzle_128b_offset(r, c) as usize;
+                let got = u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+                if got != want {
+                    bad.push((r, c, got, want));
+                }
+            }
+        }
+        if !bad.is_empty() {
+            let (r, c, got, want) = bad[0];
+            let row0: Vec<String> = (0..16)
+                .map(|i| {
+                    format!(
+                        "{:04x}",
+                        u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])
+                    )
+                })
+                .collect();
+            panic!(
+                "TMA box at ({x}, {y}), {box_rows} rows: {} of {} elements wrong; first at box row {r}, \
+                 col {c}: got {got:#06x}, want {want:#06x}. First 16 shared halves: {}",
+                bad.len(),
+                box_rows * 64,
+                row0.join(" ")
+            );
+        }
+        println!(
+            "TMA probe ({x}, {y}) × {box_rows} rows: all {} elements in place",
+            box_rows * 64
+        );
+    }
+}
+
+#[test]
+fn t2_probe_wgmma_tile_matches_f64() {
+    let Some(mut fx) = Fx::new("probe_wgmma") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    for n in [128usize, 256] {
+        let a = round_slice(
+            DType::Bf16,
+            &(0..64 * 64)
+                .map(|_| fx.rng.random_range(-1.0..1.0))
+                .collect::<Vec<f64>>(),
+        );
+        let b = round_slice(
+            DType::Bf16,
+            &(0..n * 64)
+                .map(|_| fx.rng.random_range(-1.0..1.0))
+                .collect::<Vec<f64>>(),
+        );
+        let bits = |v: &[f64]| -> Vec<u16> {
+            v.iter()
+                .map(|&x| half::bf16::from_f64(x).to_bits())
+                .collect()
+        };
+        let (da, db) = (
+            fx.gpu.upload(&bits(&a)).unwrap(),
+            fx.gpu.upload(&bits(&b)).unwrap(),
+        );
+        let got: Vec<f64> = probe::wgmma(&fx.gpu, &da, &db, n)
+            .unwrap_or_else(|e| panic!("wgmma probe n={n}: {e}"))
+            .iter()
+            .map(|&x| x as f64)
+            .collect();
+        let want = gemm64(64, n, 64, &a, &b);
+        let err = rel_frobenius_error(&got, &want);
+        println!("wgmma probe m64n{n}k64: rel err {err:.2e}");
+        assert!(
+            err < 1e-5,
+            "wgmma probe m64n{n}k64: rel err {err:e}; {}\n{}",
+            describe_mismatch(&got, &want, 64, n, 1e-3),
+            provenance(&got, &want, n)
+        );
+    }
+}
+
+/// For a few output positions, the reference position whose value the kernel wrote there
+/// (values are random, so a close match identifies it): shows a fragment-layout or
+/// descriptor permutation at a glance.
+fn provenance(got: &[f64], want: &[f64], n: usize) -> String {
+    let mut s = String::from("  got(row, col) ≈ want(row', col'):");
+    for &(r, c) in &[
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 8),
+        (1, 0),
+        (8, 0),
+        (16, 0),
+        (0, 64),
+        (63, 127),
+    ] {
+        let i = r * n + c;
+        let (j, d) = want
+            .iter()
+            .enumerate()
+            .map(|(j, w)| (j, (w - got[i]).abs()))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .unwrap_or((0, f64::NAN));
+        s += &format!(
+            "\n    ({r:>2}, {c:>3}) = {:>9.4} ≈ ({:>2}, {:>3}) off by {d:.1e}",
+            got[i],
+            j / n,
+            j % n
+        );
+    }
+    s
+}
+
+#[test]
+fn t3_plain_gemm_on_every_tile_and_dtype() {
+    let Some(mut fx) = Fx::new("plain_gemm") else {
+        return;
+    };
+    for (i, &s) in SHAPES.iter().enumerate() {
+        let (tile, path) = route(&fx, i, s.2);
+        case(
+            &mut fx,
+            "gemm_bf16",
+            s,
+            DType::Bf16,
+            DType::Bf16,
+            vec![],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_gemm_bf16(g, a, b, c),
+        );
+        let (tile, path) = route(&fx, i + 1, s.2);
+        case(
+            &mut fx,
+            "gemm_f16",
+            s,
+            DType::F16,
+            DType::F16,
+            vec![],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_gemm_f16(g, a, b, c),
+        );
+        let (tile, path) = route(&fx, i + 2, s.2);
+        case(
+            &mut fx,
+            "gemm_bf16_f32",
+            s,
+            DType::Bf16,
+            DType::F32,
+            vec![],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_gemm_bf16_f32(g, a, b, c),
+        );
+    }
+}
+
+#[test]
+fn t4_persistent_ring_wraps_over_many_tiles_per_cta() {
+    let Some(mut fx) = Fx::new("persistent") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // Several tiles per CTA (and both ping-pong warpgroups busy), k-tile counts that are and
+    // are not multiples of the ring depth.
+    for &s in &[(2048, 4096, 320), (1500, 2100, 776), (4096, 4096, 256)] {
+        for &t in TILES_SM90 {
+            case(
+                &mut fx,
+                "gemm_bf16 forced tile",
+                s,
+                DType::Bf16,
+                DType::Bf16,
+                vec![],
+                None,
+                Some(t),
+                Some(true),
+                |g, a, b, c| hopper::h_gemm_bf16(g, a, b, c),
+            );
+        }
+    }
+}
+
+#[test]
+fn t5_every_stage_family() {
+    let Some(mut fx) = Fx::new("stages") else {
+        return;
+    };
+    let bf = DType::Bf16;
+    for (i, &(m, n, k)) in SHAPES.iter().enumerate() {
+        let s = (m, n, k);
+        let (tile, path) = route(&fx, i, k);
+        let bias = fx.random(1, n, bf, 1.0);
+        case(
+            &mut fx,
+            "scale(alpha)+bias+relu",
+            s,
+            bf,
+            bf,
+            vec![
+                RefStage::Scale(-0.75),
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Relu,
+            ],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_scale_bias_relu(g, a, b, c, -0.75, &bias.t),
+        );
+        let (rs, rb) = (fx.random(1, m, DType::F32, 1.0), fx.random(1, m, bf, 1.0));
+        case(
+            &mut fx,
+            "scale(row)+bias(row)+gelu",
+            s,
+            bf,
+            bf,
+            vec![
+                RefStage::ScaleRow(rs.v.clone()),
+                RefStage::BiasRow(rb.v.clone()),
+                RefStage::Gelu,
+            ],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_rowscale_rowbias_gelu(g, a, b, c, &rs.t, &rb.t),
+        );
+        let cs = fx.random(1, n, DType::F32, 1.0);
+        case(
+            &mut fx,
+            "scale(col)+gelu_tanh",
+            s,
+            bf,
+            bf,
+            vec![RefStage::ScaleCol(cs.v.clone()), RefStage::GeluTanh],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_colscale_gelu_tanh(g, a, b, c, &cs.t),
+        );
+        let r = fx.random(m, n, bf, 1.0);
+        case(
+            &mut fx,
+            "residual+silu",
+            s,
+            bf,
+            bf,
+            vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t),
+        );
+        let c0 = fx.random(m, n, bf, 1.0);
+        case(
+            &mut fx,
+            "sigmoid+accumulate",
+            s,
+            bf,
+            bf,
+            vec![RefStage::Sigmoid, RefStage::Accumulate],
+            Some(&c0),
+            tile,
+            path,
+            |g, a, b, c| hopper::h_sigmoid_accumulate(g, a, b, c),
+        );
+        let gamma = fx.random(1, n, bf, 1.0);
+        case(
+            &mut fx,
+            "rms_norm",
+            s,
+            bf,
+            bf,
+            vec![RefStage::RmsNorm {
+                gamma: gamma.v.clone(),
+                eps: 1e-6,
+            }],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
+        );
+        let (r, beta) = (fx.random(m, n, bf, 1.0), fx.random(1, n, bf, 1.0));
+        case(
+            &mut fx,
+            "bias+residual+layer_norm",
+            s,
+            bf,
+            bf,
+            vec![
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Residual(r.v.clone()),
+                RefStage::LayerNorm {
+                    gamma: gamma.v.clone(),
+                    beta: beta.v.clone(),
+                    eps: 1e-12,
+                },
+            ],
+            None,
+            tile,
+            path,
+            |g, a, b, c| {
+                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
+            },
+        );
+        let ne = n + n % 2;
+        case(
+            &mut fx,
+            "swiglu",
+            (m, ne, k),
+            bf,
+            bf,
+            vec![RefStage::SwiGlu(PairLayout::Interleaved)],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_swiglu(g, a, b, c),
+        );
+        case(
+            &mut fx,
+            "geglu f16",
+            (m, ne, k),
+            DType::F16,
+            DType::F16,
+            vec![RefStage::GeGlu(PairLayout::Interleaved)],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_geglu_f16(g, a, b, c),
+        );
+        let head_dim = if n % 64 == 0 { 64 } else { ne };
+        let seq_len = m.clamp(1, 128);
+        let rope = RopeArgs {
+            head_dim: head_dim as u32,
+            rotary_dim: head_dim as u32,
+            seq_len: seq_len as u32,
+            pos_offset: 3,
+        };
+        let cfg = RopeConfig {
+            theta: 500000.0,
+            head_dim,
+            rotary_dim: head_dim,
+            seq_len,
+            pos_offset: 3,
+            layout: PairLayout::Interleaved,
+        };
+        case(
+            &mut fx,
+            "rope",
+            (m, ne, k),
+            bf,
+            bf,
+            vec![RefStage::Rope(cfg)],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_rope(g, a, b, c, rope),
+        );
+        case(
+            &mut fx,
+            "user fn+cast(f16)",
+            s,
+            bf,
+            DType::F32,
+            vec![RefStage::User(|x| x * x + 1.0), RefStage::Cast(DType::F16)],
+            None,
+            tile,
+            path,
+            |g, a, b, c| hopper::h_user_cast(g, a, b, c),
+        );
+    }
+}
+
+#[test]
+fn t6_row_norms_in_the_epilogue_and_through_partials() {
+    let Some(mut fx) = Fx::new("norms") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // N ≤ 64 finishes in the epilogue; wider rows (BERT-large 1024, MiniLM 384, an odd 1000)
+    // go through per-64-column partial statistics and the finishing kernel.
+    let bf = DType::Bf16;
+    for (i, &(m, n, k)) in [
+        (200, 64, 128),
+        (257, 384, 384),
+        (1000, 1024, 512),
+        (33, 1000, 64),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (bias, gamma, beta, r) = (
+            fx.random(1, n, bf, 1.0),
+            fx.random(1, n, bf, 1.0),
+            fx.random(1, n, bf, 1.0),
+            fx.random(m, n, bf, 4.0),
+        );
+        case(
+            &mut fx,
+            "bias+residual+layer_norm",
+            (m, n, k),
+            bf,
+            bf,
+            vec![
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Residual(r.v.clone()),
+                RefStage::LayerNorm {
+                    gamma: gamma.v.clone(),
+                    beta: beta.v.clone(),
+                    eps: 1e-12,
+                },
+            ],
+            None,
+            Some(tile_for(i)),
+            Some(true),
+            |g, a, b, c| {
+                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
+            },
+        );
+    }
+}
+
+#[test]
+fn t7_launcher_choice_and_fallback() {
+    let Some(mut fx) = Fx::new("choice") else {
+        return;
+    };
+    let bf = DType::Bf16;
+    // Left to the launcher: a large aligned GEMM takes the Hopper path on an H100/H200.
+    let hopper_path = fx.hopper;
+    case(
+        &mut fx,
+        "gemm_bf16 (launcher's choice)",
+        (2048, 2048, 2048),
+        bf,
+        bf,
+        vec![],
+        None,
+        None,
+        Some(hopper_path),
+        |g, a, b, c| hopper::h_gemm_bf16(g, a, b, c),
+    );
+    // A misaligned operand (A one element into each row of a wider buffer: 2-byte aligned,
+    // odd leading dimension) falls back to the sm_80 path and is still right.
+    let (m, n, k) = (100usize, 130usize, 64usize);
+    let wide = fx.random(m, k + 1, bf, 1.0);
+    let a = wide.t.slice(.., 1..k + 1).unwrap();
+    let av: Vec<f64> = (0..m)
+        .flat_map(|r| wide.v[r * (k + 1) + 1..(r + 1) * (k + 1)].to_vec())
+        .collect();
+    let b = fx.random(n, k, bf, 1.0);
+    let mut c = fx.poisoned(m, n, bf);
+    hopper::h_gemm_bf16(&fx.gpu, &a, &b.t, &mut c).unwrap();
+    let entry = last_entry().unwrap_or("?");
+    let got = fx.get(&c);
+    let want = gemm64(m, n, k, &av, &b.v);
+    let err = rel_frobenius_error(&got, &want);
+    println!("misaligned A {m}x{n}x{k}: {entry}, rel err {err:.2e}");
+    assert!(
+        !entry.contains("__sm90tma_"),
+        "TMA cannot read A; ran {entry}"
+    );
+    assert!(
+        err < threshold(bf),
+        "misaligned A: {err:e}; {}",
+        describe_mismatch(&got, &want, m, n, 0.05)
+    );
+}
