@@ -7,7 +7,8 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 fail=0
 for t in "$here"/tests/*; do
     echo "=== $(basename "$t")"
-    if ! "$t" --test-threads=1 --nocapture "$@"; then
+    # A hung kernel must not eat the session: each binary gets FG_TEST_TIMEOUT seconds.
+    if ! timeout "${FG_TEST_TIMEOUT:-300}" "$t" --test-threads=1 --nocapture "$@"; then
         echo "FAILED: $(basename "$t")"
         fail=1
     fi

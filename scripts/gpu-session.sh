@@ -9,6 +9,7 @@
 #   sweep        the planner sweep (construction vs exhaustive timing)
 #   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
 #   waves        the wave scheduler tests and benchmark
+#   hopper       the sm_90a mainloop tests, its cuBLASLt benchmark and the SASS check
 # Example: scripts/gpu-session.sh target/gpu-bundle.txz tests bench-quick
 set -uo pipefail
 bundle="$1"; shift
@@ -33,6 +34,14 @@ for step in "$@"; do
                 "$root/bench/minilm/bench.sh" --bin "$b/bin/fused-gemm" --out "$out" > "$out/minilm-bench.log" 2>&1; tail -30 "$out/minilm-bench.log" ;;
         waves) "$b/tests/gpu_waves" --test-threads=1 --nocapture > "$out/waves-tests.log" 2>&1; grep -E "FAILED|panicked|test result" "$out/waves-tests.log"
                WAVES_RESULTS_DIR="$out" "$b/bin/waves" > "$out/waves-bench.log" 2>&1; tail -30 "$out/waves-bench.log" ;;
+        hopper) timeout 300 "$b/tests/gpu_hopper" --test-threads=1 --nocapture > "$out/hopper-tests.log" 2>&1; grep -E "FAILED|panicked|test result|err" "$out/hopper-tests.log" | tail -30
+                HOPPER_BENCH_OUT="$out" timeout 300 "$b/bin/hopper" > "$out/hopper-bench.log" 2>&1; tail -40 "$out/hopper-bench.log"
+                c="$out/fused_gemm.sm_90a.cubin"
+                if [ -f "$c" ] && command -v cuobjdump > /dev/null; then
+                    cuobjdump --dump-sass "$c" > "$out/sm90a.sass"
+                    echo "HGMMA instructions: $(grep -c HGMMA "$out/sm90a.sass"); local loads/stores: $(grep -cE 'STL|LDL' "$out/sm90a.sass")"
+                    xz -T4 "$out/sm90a.sass"
+                fi ;;
         *) echo "unknown step $step" ;;
     esac
 done
