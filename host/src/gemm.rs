@@ -31,6 +31,14 @@ pub struct Param<T>(pub T);
 // SAFETY: `KernelParam` types are `#[repr(C)]` plain data with the same layout on host and device.
 unsafe impl<T: KernelParam> DeviceRepr for Param<T> {}
 
+/// Whether a kernel parameter of type `T` appears in the PTX signature: rustc's PTX kernel ABI
+/// drops zero-sized parameters (an empty epilogue's parameters), so the host must not pass them
+/// either, or every later argument lands one slot off (a parameter after them, such as the
+/// Hopper path's tensor maps, would be read from the wrong pointer).
+pub(crate) const fn in_signature<T>() -> bool {
+    std::mem::size_of::<T>() > 0
+}
+
 /// Anything that can be a matrix operand of a launcher.
 pub trait AsMatrix {
     /// Its descriptor (device addresses taken on `gpu`'s stream).
@@ -461,7 +469,11 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     let cfg = shape.prepare(&f, gpu.props())?;
     let (norm, post) = (Param(norm), Param(post));
     let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&fargs).arg(&norm).arg(&post);
+    l.arg(&fargs);
+    if in_signature::<N>() {
+        l.arg(&norm);
+    }
+    l.arg(&post);
     // SAFETY: (NormFinishArgs, K::Params, Post::Params) by value; C and the statistics were
     // validated and sized by the caller.
     unsafe { l.launch(cfg) }?;
@@ -594,7 +606,10 @@ mod tests {
         let c = TileShape::new(64, 64, 64, 2, 2, 4);
         assert_eq!(without_local(vec![(a, 512), (b, 124), (c, 0)]), vec![b, c]);
         assert_eq!(without_local(vec![(a, 512), (b, 256)]), vec![a, b]);
-        assert_eq!(without_local(vec![(a, MAX_LOCAL_BYTES + 1), (c, 0)]), vec![c]);
+        assert_eq!(
+            without_local(vec![(a, MAX_LOCAL_BYTES + 1), (c, 0)]),
+            vec![c]
+        );
         assert!(without_local(Vec::new()).is_empty());
     }
 }

@@ -320,11 +320,11 @@ where
     let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
     if cluster > 1 {
         let (mut args, mut tma) = (args, tma);
-        let mut ptrs = [
-            &mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void,
-            &mut params as *mut Param<P> as *mut std::ffi::c_void,
-            &mut tma as *mut Param<Sm90Args> as *mut std::ffi::c_void,
-        ];
+        let mut ptrs = vec![&mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void];
+        if crate::gemm::in_signature::<P>() {
+            ptrs.push(&mut params as *mut Param<P> as *mut std::ffi::c_void);
+        }
+        ptrs.push(&mut tma as *mut Param<Sm90Args> as *mut std::ffi::c_void);
         // SAFETY: as below; the grid is a multiple of the cluster, and the parameter values
         // live until the call returns (the driver copies them).
         unsafe {
@@ -340,7 +340,11 @@ where
         }?;
     } else {
         let mut l = gpu.stream().launch_builder(&func);
-        l.arg(&args).arg(&params).arg(&tma);
+        l.arg(&args);
+        if crate::gemm::in_signature::<P>() {
+            l.arg(&params);
+        }
+        l.arg(&tma);
         // SAFETY: the entry point takes (GemmArgs, E::Params, Sm90Args) by value; `check_gemm`
         // validated every operand, `ineligible` checked what TMA needs, the maps describe A and
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
