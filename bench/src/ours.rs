@@ -18,7 +18,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr};
 use fused_gemm::host::cudarc;
 use fused_gemm::host::gemm::MatRef;
 use fused_gemm::host::tensor::HostElement;
-use fused_gemm::kernels::{blocks, stages};
+use fused_gemm::kernels::{blocks, hopper, stages};
 use fused_gemm::{Error, Gpu, Result};
 use half::{bf16, f16};
 
@@ -100,53 +100,70 @@ fn need<X>(v: Option<X>, what: &'static str) -> Result<X> {
     v.ok_or_else(|| Error::invalid(what, "an operand this epilogue reads", "none"))
 }
 
+// Each adapter runs the Hopper twin (`arch = sm_90`: TMA + wgmma where the launcher's model
+// prefers it) on an H100/H200 and the sm_80 kernel elsewhere.
+
 macro_rules! bias_act {
-    ($($name:ident: $t:ty => $launch:path;)*) => {$(
+    ($($name:ident: $t:ty => $hopper:path, $launch:path;)*) => {$(
         fn $name(gpu: &Gpu, x: FusedArgs<'_, $t>) -> Result<()> {
             let bias = need(x.bias, "bias")?;
             let (a, b, mut c) = operands(&x, x.n)?;
-            $launch(gpu, &a, &b, &mut c, bias).map(|_| ())
+            if hopper::on_hopper(gpu) {
+                $hopper(gpu, &a, &b, &mut c, bias).map(|_| ())
+            } else {
+                $launch(gpu, &a, &b, &mut c, bias).map(|_| ())
+            }
         }
     )*};
 }
 
 bias_act! {
-    bias_gelu_bf16: bf16 => blocks::ffn_up_bias_gelu;
-    bias_gelu_f16: f16 => blocks::ffn_up_bias_gelu_f16;
-    bias_gelu_tanh_bf16: bf16 => blocks::ffn_up_bias_gelu_tanh;
-    bias_bf16: bf16 => stages::stage_bias;
-    bias_f16: f16 => blocks::bias_f16;
+    bias_gelu_bf16: bf16 => hopper::h_bias_gelu, blocks::ffn_up_bias_gelu;
+    bias_gelu_f16: f16 => hopper::h_bias_gelu_f16, blocks::ffn_up_bias_gelu_f16;
+    bias_gelu_tanh_bf16: bf16 => hopper::h_bias_gelu_tanh, blocks::ffn_up_bias_gelu_tanh;
+    bias_bf16: bf16 => hopper::h_bias_bf16, stages::stage_bias;
+    bias_f16: f16 => hopper::h_bias_f16, blocks::bias_f16;
 }
 
 macro_rules! layer_norm {
-    ($($name:ident: $t:ty => $launch:path;)*) => {$(
+    ($($name:ident: $t:ty => $hopper:path, $launch:path;)*) => {$(
         fn $name(gpu: &Gpu, x: FusedArgs<'_, $t>) -> Result<()> {
             let bias = need(x.bias, "bias")?;
             let residual = MatRef::new(need(x.residual, "residual")?, x.m, x.n)?;
             let (gamma, beta) = (need(x.gamma, "gamma")?, need(x.beta, "beta")?);
             let (a, b, mut c) = operands(&x, x.n)?;
-            $launch(gpu, &a, &b, &mut c, bias, &residual, gamma, beta).map(|_| ())
+            if hopper::on_hopper(gpu) {
+                $hopper(gpu, &a, &b, &mut c, bias, &residual, gamma, beta).map(|_| ())
+            } else {
+                $launch(gpu, &a, &b, &mut c, bias, &residual, gamma, beta).map(|_| ())
+            }
         }
     )*};
 }
 
 layer_norm! {
-    bias_residual_layer_norm_bf16: bf16 => blocks::proj_bias_residual_layer_norm;
-    bias_residual_layer_norm_f16: f16 => blocks::proj_bias_residual_layer_norm_f16;
+    bias_residual_layer_norm_bf16: bf16 => hopper::h_bias_residual_layer_norm,
+        blocks::proj_bias_residual_layer_norm;
+    bias_residual_layer_norm_f16: f16 => hopper::h_bias_residual_layer_norm_f16,
+        blocks::proj_bias_residual_layer_norm_f16;
 }
 
 macro_rules! swiglu {
-    ($($name:ident: $t:ty => $launch:path;)*) => {$(
+    ($($name:ident: $t:ty => $hopper:path, $launch:path;)*) => {$(
         fn $name(gpu: &Gpu, x: FusedArgs<'_, $t>) -> Result<()> {
             let (a, b, mut c) = operands(&x, x.n / 2)?;
-            $launch(gpu, &a, &b, &mut c).map(|_| ())
+            if hopper::on_hopper(gpu) {
+                $hopper(gpu, &a, &b, &mut c).map(|_| ())
+            } else {
+                $launch(gpu, &a, &b, &mut c).map(|_| ())
+            }
         }
     )*};
 }
 
 swiglu! {
-    swiglu_bf16: bf16 => blocks::mlp_up_swiglu;
-    swiglu_f16: f16 => blocks::mlp_up_swiglu_f16;
+    swiglu_bf16: bf16 => hopper::h_swiglu, blocks::mlp_up_swiglu;
+    swiglu_f16: f16 => hopper::h_swiglu_f16, blocks::mlp_up_swiglu_f16;
 }
 
 /// RMSNorm-scale: r = 1/rms of A's rows by the row kernel (in a model the previous GEMM's

@@ -49,6 +49,33 @@ pub fn h_rope() {}
 #[fused_gemm(epilogue = [crate::kernels::stages::square_plus_one, cast(f16)], out = f32, arch = sm_90)]
 pub fn h_user_cast() {}
 
+/// Whether `gpu` runs the sm_90a module, so the `h_*` kernels here can take the Hopper path
+/// (an H100/H200, compute capability 9.0). Elsewhere the `arch = sm_90` kernels do not exist
+/// at all (sm_80 devices) and callers use their `blocks` twins.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn on_hopper(gpu: &crate::Gpu) -> bool {
+    gpu.props().compute_capability == 90
+}
+
+/// A·B + bias, bf16 (the Hopper twin of `stages::stage_bias`).
+#[fused_gemm(epilogue = [bias], arch = sm_90)]
+pub fn h_bias_bf16() {}
+/// A·B + bias, f16 (MiniLM's QKV projection).
+#[fused_gemm(epilogue = [bias], dtype = f16, arch = sm_90)]
+pub fn h_bias_f16() {}
+/// gelu(A·B + bias), erf GELU, bf16 (BERT's FFN up).
+#[fused_gemm(epilogue = [bias, gelu], arch = sm_90)]
+pub fn h_bias_gelu() {}
+/// gelu(A·B + bias), erf GELU, f16 (MiniLM's FFN up).
+#[fused_gemm(epilogue = [bias, gelu], dtype = f16, arch = sm_90)]
+pub fn h_bias_gelu_f16() {}
+/// LayerNorm(A·W + b + residual), f16 (MiniLM's projections).
+#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = f16, arch = sm_90)]
+pub fn h_bias_residual_layer_norm_f16() {}
+/// SwiGLU on interleaved gate/up columns, f16.
+#[fused_gemm(epilogue = [swiglu], dtype = f16, arch = sm_90)]
+pub fn h_swiglu_f16() {}
+
 /// GEMM + bias + GELU(tanh), as cuBLASLt's fused epilogue (the benchmark's comparison).
 #[fused_gemm(epilogue = [bias, gelu_tanh], arch = sm_90)]
 pub fn h_bias_gelu_tanh() {}

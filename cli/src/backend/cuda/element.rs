@@ -14,7 +14,7 @@ use fused_gemm::host::gemm::MatRef;
 use fused_gemm::host::plan::Plan;
 use fused_gemm::host::tensor::HostElement;
 use fused_gemm::host::{Gpu, Result};
-use fused_gemm::kernels::{blocks, stages};
+use fused_gemm::kernels::{blocks, hopper, stages};
 
 use crate::backend::Dtype;
 
@@ -84,7 +84,11 @@ impl GpuElement for half::f16 {
         c: &mut Mat<'_, Self>,
         bias: &CudaSlice<Self>,
     ) -> Result<Option<Plan>> {
-        blocks::bias_f16(gpu, a, b, c, bias)
+        if hopper::on_hopper(gpu) {
+            hopper::h_bias_f16(gpu, a, b, c, bias)
+        } else {
+            blocks::bias_f16(gpu, a, b, c, bias)
+        }
     }
 
     fn gemm_bias_gelu(
@@ -94,7 +98,11 @@ impl GpuElement for half::f16 {
         c: &mut Mat<'_, Self>,
         bias: &CudaSlice<Self>,
     ) -> Result<Option<Plan>> {
-        blocks::ffn_up_bias_gelu_f16(gpu, a, b, c, bias)
+        if hopper::on_hopper(gpu) {
+            hopper::h_bias_gelu_f16(gpu, a, b, c, bias)
+        } else {
+            blocks::ffn_up_bias_gelu_f16(gpu, a, b, c, bias)
+        }
     }
 
     fn gemm_bias_residual_layer_norm(
@@ -107,7 +115,11 @@ impl GpuElement for half::f16 {
         gamma: &CudaSlice<Self>,
         beta: &CudaSlice<Self>,
     ) -> Result<Option<Plan>> {
-        blocks::proj_bias_residual_layer_norm_f16(gpu, a, b, c, bias, residual, gamma, beta)
+        if hopper::on_hopper(gpu) {
+            hopper::h_bias_residual_layer_norm_f16(gpu, a, b, c, bias, residual, gamma, beta)
+        } else {
+            blocks::proj_bias_residual_layer_norm_f16(gpu, a, b, c, bias, residual, gamma, beta)
+        }
     }
 }
 
@@ -121,7 +133,11 @@ impl GpuElement for half::bf16 {
         c: &mut Mat<'_, Self>,
         bias: &CudaSlice<Self>,
     ) -> Result<Option<Plan>> {
-        stages::stage_bias(gpu, a, b, c, bias)
+        if hopper::on_hopper(gpu) {
+            hopper::h_bias_bf16(gpu, a, b, c, bias)
+        } else {
+            stages::stage_bias(gpu, a, b, c, bias)
+        }
     }
 
     fn gemm_bias_gelu(
@@ -131,7 +147,11 @@ impl GpuElement for half::bf16 {
         c: &mut Mat<'_, Self>,
         bias: &CudaSlice<Self>,
     ) -> Result<Option<Plan>> {
-        blocks::ffn_up_bias_gelu(gpu, a, b, c, bias)
+        if hopper::on_hopper(gpu) {
+            hopper::h_bias_gelu(gpu, a, b, c, bias)
+        } else {
+            blocks::ffn_up_bias_gelu(gpu, a, b, c, bias)
+        }
     }
 
     fn gemm_bias_residual_layer_norm(
@@ -144,6 +164,10 @@ impl GpuElement for half::bf16 {
         gamma: &CudaSlice<Self>,
         beta: &CudaSlice<Self>,
     ) -> Result<Option<Plan>> {
-        blocks::proj_bias_residual_layer_norm(gpu, a, b, c, bias, residual, gamma, beta)
+        if hopper::on_hopper(gpu) {
+            hopper::h_bias_residual_layer_norm(gpu, a, b, c, bias, residual, gamma, beta)
+        } else {
+            blocks::proj_bias_residual_layer_norm(gpu, a, b, c, bias, residual, gamma, beta)
+        }
     }
 }
