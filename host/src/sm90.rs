@@ -99,16 +99,17 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
     let rounds = units.div_ceil(concurrent);
     let k_pad = k.div_ceil(sm90::BK as u64) * sm90::BK as u64;
     let pingpong = is_pingpong(tile);
-    // Relative mainloop efficiency: wide tiles read less per FLOP, the cluster halves B's L2
-    // traffic, ping-pong runs one warpgroup's MMAs at a time.
+    // Relative mainloop efficiency, measured (bench/results/hopper-h200.md, 8192³ bf16 with
+    // each tile forced: 128×256 cooperative 1.63 ms, 128×128 ping-pong 1.67, 128×128
+    // cooperative 1.83, 256×256 cluster 2.12).
     let eff = if cluster > 1 {
-        1.03
+        0.77
     } else if pingpong {
-        0.92
+        0.97
     } else if tile.bn >= 256 {
         1.0
     } else {
-        0.85
+        0.89
     };
     let cta_m = cta_rows(tile) as u64;
     let sm_flops_per_us = PEAK_TFLOPS * 1e6 / sms as f64;
