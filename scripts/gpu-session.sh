@@ -9,6 +9,7 @@
 #   sweep        the planner sweep (construction vs exhaustive timing)
 #   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
 #   waves        the wave scheduler tests and benchmark
+#   control      device-side loops/branches: tests, benchmark, PyTorch baseline (if torch imports)
 # Example: scripts/gpu-session.sh target/gpu-bundle.txz tests bench-quick
 set -uo pipefail
 bundle="$1"; shift
@@ -33,6 +34,9 @@ for step in "$@"; do
                 "$root/bench/minilm/bench.sh" --bin "$b/bin/fused-gemm" --out "$out" > "$out/minilm-bench.log" 2>&1; tail -30 "$out/minilm-bench.log" ;;
         waves) "$b/tests/gpu_waves" --test-threads=1 --nocapture > "$out/waves-tests.log" 2>&1; grep -E "FAILED|panicked|test result" "$out/waves-tests.log"
                WAVES_RESULTS_DIR="$out" "$b/bin/waves" > "$out/waves-bench.log" 2>&1; tail -30 "$out/waves-bench.log" ;;
+        control) timeout 900 "$b/tests/gpu_control" --test-threads=1 --nocapture > "$out/control-tests.log" 2>&1; grep -E "FAILED|panicked|test result|rel error" "$out/control-tests.log"
+                 timeout 900 "$b/bin/control" --out "$out" > "$out/control-bench.log" 2>&1; tail -50 "$out/control-bench.log"
+                 if python3 -c "import torch" 2>/dev/null; then timeout 900 python3 "$root/bench/control/torch_control.py" --json "$out/control-torch.json" > "$out/control-torch.log" 2>&1; tail -3 "$out/control-torch.log"; fi ;;
         *) echo "unknown step $step" ;;
     esac
 done
