@@ -1252,6 +1252,56 @@ mod tests {
     }
 
     #[test]
+    fn self_wait_keeps_epoch_counters_exact() {
+        // y_t = relu(X·W1ᵀ) (X loop-invariant: no carried dependency), z_t = relu(y_t·W2ᵀ).
+        let body = LoopBody::new(6, &mut |it| {
+            let x = md(0x1000_0000, 32, 64, 64, DType::Bf16);
+            let w = md(0x2000_0000, 256, 64, 64, DType::Bf16);
+            let y = md(0x3000_0000 + it as u64 * 0x10_0000, 32, 256, 256, DType::Bf16);
+            let w2 = md(0x4000_0000, 64, 256, 256, DType::Bf16);
+            let z = md(0x5000_0000 + it as u64 * 0x10_0000, 32, 64, 64, DType::Bf16);
+            Ok(vec![
+                BodyOp {
+                    spec: op("y", "bias_relu", x, w, y, vec![]),
+                    guard: None,
+                    skip_copy: None,
+                },
+                BodyOp {
+                    spec: op("z", "bias_relu", y, w2, z, vec![]),
+                    guard: None,
+                    skip_copy: None,
+                },
+            ])
+        })
+        .unwrap();
+        assert!(body.graph2.deps().iter().all(|d| d.consumer < 2 || d.producer >= 2));
+        let vdev = VDevice {
+            sms: 8,
+            ctas_per_sm: 1,
+        };
+        let mut plan = check(&body, 6, vdev);
+        // Without the self-waits, a fast CTA's iteration-1 tasks inflate the counter and a
+        // consumer of iteration 0 starts early under some interleaving.
+        let orig = plan.clone();
+        for t in &mut plan.tasks {
+            let keep: Vec<LoopWait> = task_waits(&orig, t)
+                .into_iter()
+                .filter(|w| !(w.first == t.signal && w.count == 1 && w.target == 0))
+                .collect();
+            assert!(keep.len() <= INLINE_WAITS);
+            t.n_waits = keep.len() as u32;
+            for (a, b) in t.waits.iter_mut().zip(&keep) {
+                *a = *b;
+            }
+        }
+        let caught = (0..64u64).any(|seed| {
+            let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+            simulate(&body, &plan, 6, &mut |n| r.random_range(0..n)).is_err()
+        });
+        assert!(caught, "dropping the self-waits went unnoticed");
+    }
+
+    #[test]
     fn non_affine_bodies_and_bad_guards_are_typed_errors() {
         let e = LoopBody::new(0, &mut |_| Ok(vec![])).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
