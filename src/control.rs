@@ -108,8 +108,7 @@ pub fn gate(
                 elements: d.elements(),
             });
         }
-        if d.rows > u32::MAX as usize || d.cols > u32::MAX as usize || d.ld > u32::MAX as usize
-        {
+        if d.rows > u32::MAX as usize || d.cols > u32::MAX as usize || d.ld > u32::MAX as usize {
             return Err(Error::TooLarge {
                 arg,
                 max: u32::MAX as u64,
@@ -142,7 +141,8 @@ pub fn gate(
         });
     }
     for (i, d) in [("x", &x), ("g", &g)] {
-        if fused_gemm_host::validate::overlap(&pred, d) != fused_gemm_host::validate::Overlap::Disjoint
+        if fused_gemm_host::validate::overlap(&pred, d)
+            != fused_gemm_host::validate::Overlap::Disjoint
         {
             return Err(Error::Aliasing {
                 output: "pred",
@@ -468,7 +468,15 @@ impl GatedMlp {
                         skip_copy: None,
                     });
                     ops.push(BodyOp {
-                        spec: bias_residual(gpu, &format!("down{i}"), &u, &w2[i], &b2[i], &x, &next)?,
+                        spec: bias_residual(
+                            gpu,
+                            &format!("down{i}"),
+                            &u,
+                            &w2[i],
+                            &b2[i],
+                            &x,
+                            &next,
+                        )?,
                         guard: Some(gi),
                         skip_copy: Some(x.desc()),
                     });

@@ -112,8 +112,14 @@ fn lstm_loop_matches_host_driven_and_f64() {
                 }
             }
             gpu.synchronize().unwrap();
-            assert!(bits(&lp.x, &gpu) == want_x, "run {run}: h differs from host-driven");
-            assert!(bits(&lp.c, &gpu) == want_c, "run {run}: c differs from host-driven");
+            assert!(
+                bits(&lp.x, &gpu) == want_x,
+                "run {run}: h differs from host-driven"
+            );
+            assert!(
+                bits(&lp.c, &gpu) == want_c,
+                "run {run}: c differs from host-driven"
+            );
         }
 
         // Each step against f64 of the inputs it read, and the whole recurrence in f64.
@@ -194,7 +200,10 @@ fn trip_count_read_from_device_memory() {
         let got = bits(&lp.x, &gpu);
         let x = lp.x.download_f32(&gpu).unwrap();
         if let Some(w) = &want {
-            assert!(got == *w, "device trips {device_trips}: differs from host-driven");
+            assert!(
+                got == *w,
+                "device trips {device_trips}: differs from host-driven"
+            );
         }
         // Steps past the trip count were not run: their outputs are still poisoned.
         for tt in ran..max as usize {
@@ -226,8 +235,14 @@ fn gated_case(gpu: &Gpu, test: &str, d: usize, ffn: usize, gating: Gating) -> Ve
     m.poison(gpu).unwrap();
     runner.launch(gpu, Trips::Fixed(1)).unwrap();
     gpu.synchronize().unwrap();
-    assert!(bits(&m.preds, gpu) == want_p, "{gating:?}: predicates differ");
-    assert!(bits(&m.xs, gpu) == want_x, "{gating:?}: block outputs differ");
+    assert!(
+        bits(&m.preds, gpu) == want_p,
+        "{gating:?}: predicates differ"
+    );
+    assert!(
+        bits(&m.xs, gpu) == want_x,
+        "{gating:?}: block outputs differ"
+    );
     let ran = m.ran(gpu).unwrap();
     assert_eq!(ran, want_ran);
     assert_eq!(st.skipped, 2 * ran.iter().filter(|r| !**r).count());
@@ -245,7 +260,11 @@ fn gated_case(gpu: &Gpu, test: &str, d: usize, ffn: usize, gating: Gating) -> Ve
     for i in 0..16 {
         let x = &xs[i * d..(i + 1) * d];
         let next = &xs[(i + 1) * d..(i + 2) * d];
-        let gate: f64 = x.iter().zip(&g[i * d..(i + 1) * d]).map(|(a, b)| a * b).sum();
+        let gate: f64 = x
+            .iter()
+            .zip(&g[i * d..(i + 1) * d])
+            .map(|(a, b)| a * b)
+            .sum();
         assert!(
             (gate - gv[i] as f64).abs() <= 1e-3 * (1.0 + gate.abs()),
             "block {i}: gate {} vs f64 {gate}",
@@ -342,9 +361,15 @@ fn bad_inputs_are_typed_errors() {
     let p = Tensor::zeros(&gpu, 1, 2, DType::F32).unwrap();
     let e = fused_gemm::control::gate(&gpu, "g", &x, &g, &p, 0.0).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
-    let e = GatedMlp::new(&gpu, 4, 1, 256, 256, Gating::Forced(vec![true; 3]), &mut |n| {
-        uniform(&mut r, n)
-    })
+    let e = GatedMlp::new(
+        &gpu,
+        4,
+        1,
+        256,
+        256,
+        Gating::Forced(vec![true; 3]),
+        &mut |n| uniform(&mut r, n),
+    )
     .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
 

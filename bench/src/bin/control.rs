@@ -183,8 +183,9 @@ fn lstm_rows(
 
             let reps = args.reps;
             let t_dev = gpu.time_ms(args.warmup, reps, |g| runner.launch(g, Trips::Fixed(t)))?;
-            let t_mem =
-                gpu.time_ms(args.warmup, reps, |g| runner.launch(g, Trips::Device(trips_ptr)))?;
+            let t_mem = gpu.time_ms(args.warmup, reps, |g| {
+                runner.launch(g, Trips::Device(trips_ptr))
+            })?;
             let t_host = gpu.time_ms(args.warmup, reps, |g| host.run(g, t).map(|_| ()))?;
             let base = Row {
                 workload: name.clone(),
@@ -233,7 +234,11 @@ fn gated_rows(
     rows: &mut Vec<Row>,
 ) -> Result<()> {
     let mut r = rng("control-bench-gated");
-    let widths: &[usize] = if args.quick { &[256] } else { &[256, 512, 1024] };
+    let widths: &[usize] = if args.quick {
+        &[256]
+    } else {
+        &[256, 512, 1024]
+    };
     let fractions: &[f64] = if args.quick {
         &[0.0, 0.5, 1.0]
     } else {
@@ -257,7 +262,9 @@ fn gated_rows(
             runner.launch(gpu, Trips::Fixed(1))?;
             let diff = max_abs_diff(&want, &outputs(gpu, &[&m.xs, &m.preds])?);
             let skipped = m.ran(gpu)?.iter().filter(|x| !**x).count();
-            let t_dev = gpu.time_ms(args.warmup, args.reps, |g| runner.launch(g, Trips::Fixed(1)))?;
+            let t_dev = gpu.time_ms(args.warmup, args.reps, |g| {
+                runner.launch(g, Trips::Fixed(1))
+            })?;
             let t_host = gpu.time_ms(args.warmup, args.reps, |g| host.run(g, 1).map(|_| ()))?;
             eprintln!(
                 "{name}: {} CTAs, {} tasks, {skipped} skipped: device {t_dev:.4} ms, host {t_host:.4} ms",
@@ -344,7 +351,8 @@ fn main() -> ExitCode {
     }
     let report = Report {
         command: COMMAND.into(),
-        date: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)[..10].to_owned(),
+        date: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)[..10]
+            .to_owned(),
         device: gpu.name().to_owned(),
         rows,
     };

@@ -416,15 +416,7 @@ pub fn plan_loop(
                 }
                 let pv = &vars[d.producer];
                 let pm = body.ops[d.producer].spec.problem.m;
-                waits.extend(block_waits(
-                    &d.rows,
-                    r0,
-                    r1,
-                    pm,
-                    pv,
-                    base_of[d.producer],
-                    0,
-                ));
+                waits.extend(block_waits(&d.rows, r0, r1, pm, pv, base_of[d.producer], 0));
             }
             // The self-wait: this row block finished the previous iteration.
             waits.push(LoopWait {
@@ -1128,7 +1120,15 @@ mod tests {
     /// Gated residual blocks: gate_i on x_i, up_i = relu(x_i W1ᵀ) guarded, x_{i+1} = up_i
     /// W2ᵀ + x_i guarded (skip copies x_i).
     fn gated_body(blocks: usize, batch: usize, d: usize) -> LoopBody {
-        let xs = |i: usize| md(0x1000_0000 + (i * batch * d * 2) as u64, batch, d, d, DType::Bf16);
+        let xs = |i: usize| {
+            md(
+                0x1000_0000 + (i * batch * d * 2) as u64,
+                batch,
+                d,
+                d,
+                DType::Bf16,
+            )
+        };
         let up = |i: usize| {
             md(
                 0x3000_0000 + (i * batch * 2 * d * 2) as u64,
@@ -1195,7 +1195,12 @@ mod tests {
         assert_eq!(body.strides[0].a, 3 * 128 * 2);
         assert_eq!(body.strides[0].c, 3 * 128 * 2);
         // Iteration 1 reads what iteration 0 wrote: one loop-carried dependency.
-        let carried: Vec<_> = body.graph2.deps().iter().filter(|d| d.consumer == 1).collect();
+        let carried: Vec<_> = body
+            .graph2
+            .deps()
+            .iter()
+            .filter(|d| d.consumer == 1)
+            .collect();
         assert_eq!(carried.len(), 1);
         let plan = check(
             &body,
@@ -1208,7 +1213,10 @@ mod tests {
         for t in &plan.tasks {
             // The carried wait (target 0, on every task of the row block) and the self-wait.
             let w = task_waits(&plan, t);
-            assert!(w.iter().any(|w| w.target == 0 && w.step == plan.variants[0].tiles_n));
+            assert!(
+                w.iter()
+                    .any(|w| w.target == 0 && w.step == plan.variants[0].tiles_n)
+            );
         }
     }
 
@@ -1257,7 +1265,13 @@ mod tests {
         let body = LoopBody::new(6, &mut |it| {
             let x = md(0x1000_0000, 32, 64, 64, DType::Bf16);
             let w = md(0x2000_0000, 256, 64, 64, DType::Bf16);
-            let y = md(0x3000_0000 + it as u64 * 0x10_0000, 32, 256, 256, DType::Bf16);
+            let y = md(
+                0x3000_0000 + it as u64 * 0x10_0000,
+                32,
+                256,
+                256,
+                DType::Bf16,
+            );
             let w2 = md(0x4000_0000, 64, 256, 256, DType::Bf16);
             let z = md(0x5000_0000 + it as u64 * 0x10_0000, 32, 64, 64, DType::Bf16);
             Ok(vec![
@@ -1274,7 +1288,12 @@ mod tests {
             ])
         })
         .unwrap();
-        assert!(body.graph2.deps().iter().all(|d| d.consumer < 2 || d.producer >= 2));
+        assert!(
+            body.graph2
+                .deps()
+                .iter()
+                .all(|d| d.consumer < 2 || d.producer >= 2)
+        );
         let vdev = VDevice {
             sms: 8,
             ctas_per_sm: 1,
