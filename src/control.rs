@@ -179,7 +179,7 @@ pub fn gate(
         pairs: false,
         row_norm: false,
         epilogue_read_bytes_per_output: 0.0,
-        vector: false,
+        vector: true,
     };
     Ok(OpSpec {
         name: name.to_owned(),

@@ -311,7 +311,7 @@ pub unsafe fn gate_tile(args: &GemmArgs, p: &GateParams) {
     }
     let acc = warp_sum_f32(acc);
     let scratch = dynamic_shared_base() as *mut f32;
-    if tid % 32 == 0 {
+    if tid.is_multiple_of(32) {
         *scratch.add((tid / 32) as usize) = acc;
     }
     sync_threads();
