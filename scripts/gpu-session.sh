@@ -10,6 +10,7 @@
 #   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
 #   waves        the wave scheduler tests and benchmark
 #   hopper       the sm_90a mainloop tests, its cuBLASLt benchmark and the SASS check
+#   control      device-side loops/branches: tests, benchmark, PyTorch baseline (if torch imports)
 # Example: scripts/gpu-session.sh target/gpu-bundle.txz tests bench-quick
 set -uo pipefail
 bundle="$1"; shift
@@ -39,9 +40,16 @@ for step in "$@"; do
                 c="$out/fused_gemm.sm_90a.cubin"
                 if [ -f "$c" ] && command -v cuobjdump > /dev/null; then
                     cuobjdump --dump-sass "$c" > "$out/sm90a.sass"
-                    echo "HGMMA instructions: $(grep -c HGMMA "$out/sm90a.sass"); local loads/stores: $(grep -cE 'STL|LDL' "$out/sm90a.sass")"
+                    # Per Hopper entry point (`__sm90tma_` in the name): HGMMA present, no local memory.
+                    awk '/Function :/ { f = $3 } f ~ /__sm90tma_/ { seen[f] = 1 } f ~ /__sm90tma_/ && /HGMMA/ { h[f]++ }
+                         f ~ /__sm90tma_/ && /(STL|LDL)/ { l[f]++ }
+                         END { for (x in seen) { n++; if (h[x] > 0) nh++; if (l[x] > 0) { nl++; print "local memory in " x ": " l[x] } }
+                               printf "Hopper entry points: %d, with HGMMA: %d, with local loads/stores: %d\n", n, nh, nl }' "$out/sm90a.sass" | tail -15
                     xz -T4 "$out/sm90a.sass"
                 fi ;;
+        control) timeout 900 "$b/tests/gpu_control" --test-threads=1 --nocapture > "$out/control-tests.log" 2>&1; grep -E "FAILED|panicked|test result|rel error" "$out/control-tests.log"
+                 timeout 900 "$b/bin/control" --out "$out" > "$out/control-bench.log" 2>&1; tail -50 "$out/control-bench.log"
+                 if python3 -c "import torch" 2>/dev/null; then timeout 900 python3 "$root/bench/control/torch_control.py" --json "$out/control-torch.json" > "$out/control-torch.log" 2>&1; tail -3 "$out/control-torch.log"; fi ;;
         *) echo "unknown step $step" ;;
     esac
 done

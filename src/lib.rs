@@ -81,6 +81,9 @@ pub mod ops;
 pub mod bert;
 
 #[cfg(not(target_arch = "nvptx64"))]
+pub mod control;
+
+#[cfg(not(target_arch = "nvptx64"))]
 pub mod rowwise;
 
 #[cfg(not(target_arch = "nvptx64"))]

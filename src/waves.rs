@@ -51,7 +51,7 @@ use crate::kernels::waves::kind;
 pub use fused_gemm_host::schedule::WaveGraph;
 
 /// The `#[repr(C)]` bytes of `p` as a task's epilogue words (zero-padded).
-fn epi_words<P: KernelParam>(p: &P) -> [u64; EPI_WORDS] {
+pub(crate) fn epi_words<P: KernelParam>(p: &P) -> [u64; EPI_WORDS] {
     assert!(
         std::mem::size_of::<P>() <= 8 * EPI_WORDS,
         "epilogue parameters larger than a task's words"
@@ -70,7 +70,7 @@ fn epi_words<P: KernelParam>(p: &P) -> [u64; EPI_WORDS] {
 }
 
 /// Validates a standard-kind GEMM and returns its args, model problem and regions.
-fn standard_op(
+pub(crate) fn standard_op(
     name: &str,
     kind: &'static str,
     a: MatrixDesc,
@@ -132,7 +132,7 @@ fn standard_op(
     Ok((args, problem, reads, vec![Region::rows(c)]))
 }
 
-fn bias_arg(v: VectorDesc) -> EpilogueArg {
+pub(crate) fn bias_arg(v: VectorDesc) -> EpilogueArg {
     EpilogueArg {
         name: "bias",
         stage: 0,

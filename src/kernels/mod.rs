@@ -18,6 +18,7 @@ macro_rules! entry {
 
 pub mod basic;
 pub mod bert;
+pub mod control;
 // `#[fused_gemm]` emits its entry points in every nvptx64 build; outside this crate's own
 // (`builtin-kernels`) build they would land in the PTX of every downstream kernel crate.
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]

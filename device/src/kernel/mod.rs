@@ -1,6 +1,7 @@
 //! Kernel bodies. Entry points (`extern "ptx-kernel"`) live in kernel crates and call these.
 
 pub mod bert;
+pub mod control;
 pub mod elementwise;
 pub mod naive_gemm;
 pub mod norm_finish;

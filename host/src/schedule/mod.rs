@@ -11,6 +11,8 @@
 //! | [`table`] | the device task tables of a persistent program |
 //! | [`exec`] | uploading and launching on the GPU ([`WaveRunner`]) |
 //! | [`report`] | what the benchmark records |
+//! | [`control`] | device-side loops and branches (Grinder/Cocktailer) |
+//! | [`plan_cache`] | plans per (workload, trip-count, sequence-length, batch) bucket |
 //!
 //! # Use
 //! 1. Build a [`WaveGraph`]: `add` operators ([`OpSpec`], made by the kernel crate's typed
@@ -24,9 +26,11 @@
 //! Rammer's terms: an rOperator is an [`OpSpec`], its rTasks are its output tiles (× K splits);
 //! an rKernel is a [`Variant`]; the vDevice's vEUs are the persistent CTAs.
 
+pub mod control;
 pub mod dag;
 pub mod exec;
 pub mod family;
+pub mod plan_cache;
 pub mod report;
 pub mod table;
 pub mod verify;

@@ -1,0 +1,490 @@
+//! Device-side control flow for persistent programs (Grinder/Cocktailer: Zhang et al.,
+//! "Cocktailer: Analyzing and Optimizing Dynamic Control Flow in Deep Learning", OSDI'23):
+//! loops and data-dependent branches inside one launch of the wave scheduler's task tables
+//! ([`super::persistent`]).
+//!
+//! # Loops
+//! A *loop program* is a persistent program (one iteration's tasks, CTA by CTA, in the wave
+//! scheduler's global placement order) that every CTA walks `trips` times. The trip count is a
+//! launch parameter or, when [`LoopArgs::trips_ptr`] is not 0, a `u32` read from device memory
+//! at kernel start (clamped to [`LoopArgs::max_trips`], the iterations the buffers were built
+//! for). Iteration `it` of an operator addresses its A, C and epilogue pointers as
+//! `base + it·stride` ([`OpLoop`]): per-step inputs and outputs (h_t feeding step t + 1).
+//!
+//! Ready counters are *epoch-indexed* and never reset between iterations: the counter of
+//! (operator, row block) counts its finished tasks over all iterations, and a [`LoopWait`] at
+//! iteration `it` waits for `target + it·step` (`step` = the producer's tasks per row block;
+//! `target = step` for a producer of the same iteration, 0 for one of the previous iteration,
+//! a loop-carried dependency). Every task of iteration `it` also waits for its own row block's
+//! counter to reach `it·step` (the host adds that *self-wait*), so no task of iteration `it`
+//! starts before its operator's row block finished iteration `it − 1`: the first time a counter
+//! reaches `(it + 1)·step`, every increment came from iterations ≤ `it`, all of them done.
+//!
+//! Deadlock freedom is the persistent kernel's argument over the order (iteration, global
+//! placement index): same-iteration waits name earlier tasks (the scheduler's property),
+//! loop-carried and self-waits name tasks of the previous iteration, and every CTA walks its
+//! list in that order with no more CTAs than are co-resident.
+//!
+//! # Branches
+//! A *gate* task ([`gate_tile`]) reduces its A operand against a gate vector and writes a
+//! predicate (`u32` 1 = run, 0 = skip) and the gate value into device memory. An operator
+//! guarded by a predicate ([`OpLoop::guard`]) waits for the gate like any producer (the host
+//! makes the predicate a region the guarded operator reads), then every thread reads the
+//! predicate with acquire semantics: 1 runs the tile; 0 skips it and, when
+//! [`OpLoop::copy`] is set, copies the tile of a residual input to C instead, so consumers read
+//! fixed addresses whatever the branch. Either way the task signals its ready counter: waiters
+//! never hang.
+//!
+//! At the end, the last CTA zeroes every ready counter (as [`super::persistent`] does), so the
+//! next launch starts from zero.
+
+use crate::arch::atomic::{atomic_add_acq_rel_u32, load_acquire_u32};
+use crate::arch::global;
+use crate::arch::shared::{dynamic_shared_base, shared_addr};
+use crate::arch::sync::{sync_threads, thread_fence};
+use crate::arch::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
+use crate::arch::warp::warp_sum_f32;
+use crate::copy::cp_async::{commit_group, cp_async_cg_16, wait_group};
+use crate::gemm::{GemmArgs, TileCoord};
+use crate::kernel::persistent::{
+    Dispatch, EPI_WORDS, INLINE_WAITS, NO_SIGNAL, SPIN_LIMIT, TASK_BYTES,
+};
+use crate::params::KernelParam;
+use crate::types::{Bf16, Element};
+
+/// Longest back-off between polls, nanoseconds.
+const MAX_BACKOFF_NS: u32 = 256;
+
+/// A range of ready counters a loop task waits on; at iteration `it` each must reach
+/// `target + it·step`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopWait {
+    /// Index of the first counter.
+    pub first: u32,
+    /// Consecutive counters.
+    pub count: u32,
+    /// Value at iteration 0.
+    pub target: u32,
+    /// Increase per iteration (the producer's tasks per row block).
+    pub step: u32,
+}
+
+unsafe impl KernelParam for LoopWait {}
+
+/// One task of a loop program: [`super::persistent::Task`]'s layout, with [`LoopWait`]s and the
+/// operator's index into [`LoopArgs::ops`].
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoopTask {
+    /// The operator's GEMM arguments at iteration 0.
+    pub args: GemmArgs,
+    /// Arm index of the entry point.
+    pub arm: u32,
+    /// Tile row.
+    pub tile_m: u32,
+    /// Tile column.
+    pub tile_n: u32,
+    /// K split.
+    pub split: u32,
+    /// ⌈N/BN⌉.
+    pub tiles_n: u32,
+    /// Ready counter to increment when done (every iteration), or [`NO_SIGNAL`].
+    pub signal: u32,
+    /// Number of waits (the first [`INLINE_WAITS`] inline, the rest at
+    /// `LoopArgs::waits[waits_overflow..]`).
+    pub n_waits: u32,
+    /// Index of the first overflow wait.
+    pub waits_overflow: u32,
+    /// The first waits.
+    pub waits: [LoopWait; INLINE_WAITS],
+    /// Epilogue parameter words at iteration 0.
+    pub epi: [u64; EPI_WORDS],
+    /// Index into [`LoopArgs::ops`].
+    pub op: u32,
+    /// Unused.
+    pub _pad: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<LoopTask>() == TASK_BYTES as usize);
+const _: () = assert!(core::mem::size_of::<LoopWait>() == 16);
+
+/// Byte offset of `args.a` in a [`LoopTask`].
+const OFF_A: usize = core::mem::offset_of!(GemmArgs, a);
+/// Byte offset of `args.c`.
+const OFF_C: usize = core::mem::offset_of!(GemmArgs, c);
+/// Byte offset of the epilogue words.
+const OFF_EPI: usize = core::mem::offset_of!(LoopTask, epi);
+
+/// Per operator: how its addresses advance per iteration, and its branch guard.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpLoop {
+    /// Bytes added to A per iteration.
+    pub a_stride: i64,
+    /// Bytes added to C per iteration.
+    pub c_stride: i64,
+    /// Added to each epilogue word per iteration (0 for words that are not addresses).
+    pub epi_stride: [i64; EPI_WORDS],
+    /// Address of the guarding predicate (`u32`, nonzero = run) at iteration 0; 0: unguarded.
+    pub guard: u64,
+    /// Bytes added to `guard` per iteration.
+    pub guard_stride: i64,
+    /// Residual tile source copied to C when the guard skips (`copy` = 1), same dtype as C
+    /// (bf16), leading dimension `copy_ld`.
+    pub copy_src: u64,
+    /// Bytes added to `copy_src` per iteration.
+    pub copy_stride: i64,
+    /// Leading dimension of `copy_src`, elements.
+    pub copy_ld: u32,
+    /// 1: copy `copy_src`'s tile to C when skipped; 0: do nothing when skipped.
+    pub copy: u32,
+    /// Tile rows BM of the operator's arm (for the copy).
+    pub bm: u32,
+    /// Tile columns BN.
+    pub bn: u32,
+}
+
+unsafe impl KernelParam for OpLoop {}
+
+/// Kernel parameter of a loop program.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopArgs {
+    /// All tasks, CTA by CTA ([`LoopTask`] array, 16-byte aligned).
+    pub tasks: u64,
+    /// `gridDim.x + 1` `u32` offsets into `tasks`.
+    pub cta_offsets: u64,
+    /// Overflow [`LoopWait`]s.
+    pub waits: u64,
+    /// `n_counters` ready counters then the done counter, `u32`, zero before the first launch.
+    pub counters: u64,
+    /// [`OpLoop`] per operator.
+    pub ops: u64,
+    /// Address of a `u32` trip count, or 0 to use `trips`.
+    pub trips_ptr: u64,
+    /// Ready counters.
+    pub n_counters: u32,
+    /// Trip count when `trips_ptr` is 0.
+    pub trips: u32,
+    /// Iterations the buffers hold: larger trip counts are clamped to it.
+    pub max_trips: u32,
+    /// Unused.
+    pub _pad: u32,
+}
+
+unsafe impl KernelParam for LoopArgs {}
+
+/// Parameters of a gate task ([`gate_tile`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GateParams {
+    /// The predicate is `gate > threshold`.
+    pub threshold: f32,
+    /// Unused.
+    pub _pad: u32,
+}
+
+unsafe impl KernelParam for GateParams {}
+
+/// `nanosleep.u32` (PTX ISA §9.7.13.12): back-off in spin loops.
+#[inline(always)]
+fn nanosleep(ns: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::asm!("nanosleep.u32 {t};", t = in(reg32) ns, options(nomem, nostack))
+    };
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = ns;
+}
+
+/// `bar.warp.sync -1`: reconverges warp 0 after its divergent spins.
+#[inline(always)]
+fn sync_warp() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::asm!("bar.warp.sync -1;", options(nostack))
+    };
+}
+
+/// Spins until the counter at `p` reaches `target` (acquire); traps after [`SPIN_LIMIT`] polls.
+///
+/// # Safety
+/// `p` must be a valid global `u32`.
+#[inline(always)]
+unsafe fn wait_counter(p: *const u32, target: u32) {
+    let mut polls = 0u32;
+    let mut backoff = 8u32;
+    while load_acquire_u32(p) < target {
+        polls += 1;
+        if polls >= SPIN_LIMIT {
+            crate::arch::trap();
+        }
+        nanosleep(backoff);
+        if backoff < MAX_BACKOFF_NS {
+            backoff *= 2;
+        }
+    }
+}
+
+/// A signed 64-bit global load as two 32-bit loads (8-byte aligned `p`).
+///
+/// # Safety
+/// `p` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+unsafe fn ld_i64(p: *const i64) -> i64 {
+    let q = p as *const u32;
+    let lo = global::ld_u32(q) as u64;
+    let hi = global::ld_u32(q.add(1)) as u64;
+    (lo | (hi << 32)) as i64
+}
+
+/// Starts copying task `idx` into header slot `slot` (16 threads, one 16-byte chunk each).
+///
+/// # Safety
+/// `idx` must index the task array; every thread of the CTA calls it.
+#[inline(always)]
+unsafe fn fetch_task(p: &LoopArgs, idx: u32, slot: u32, header: u32, tid: u32) {
+    if tid < TASK_BYTES / 16 {
+        let src = p.tasks + idx as u64 * TASK_BYTES as u64 + tid as u64 * 16;
+        let dst = shared_addr(dynamic_shared_base()) + header + slot * TASK_BYTES + tid * 16;
+        cp_async_cg_16(dst, src, 16);
+    }
+    commit_group();
+}
+
+/// Copies tile (`tile.m`, `tile.n`) of the bf16 matrix at `src` (leading dimension `ld`) to the
+/// same tile of C (`args.c`, `args.ldc`), clipped to M × N; split 0 only.
+///
+/// # Safety
+/// Both matrices must be valid M × N bf16 matrices; every thread of the CTA calls it.
+#[inline(always)]
+unsafe fn copy_tile(args: &GemmArgs, tile: TileCoord, src: u64, ld: u32, bm: u32, bn: u32) {
+    if tile.split != 0 {
+        return;
+    }
+    let (r0, c0) = (tile.m * bm, tile.n * bn);
+    let mut e = thread_idx_x();
+    while e < bm * bn {
+        let (r, c) = (r0 + e / bn, c0 + e % bn);
+        if r < args.m && c < args.n {
+            let v = global::ld_u16((src as *const u16).add(r as usize * ld as usize + c as usize));
+            global::st_u16(
+                (args.c as *mut u16).add(r as usize * args.ldc as usize + c as usize),
+                v,
+            );
+        }
+        e += block_dim_x();
+    }
+}
+
+/// The gate: `gate = (1/M)·Σ_r Σ_k A[r, k]·B[0, k]` (A M×K bf16 with leading dimension
+/// `args.lda`, B the gate vector, 1×K bf16), accumulated in f32 in a fixed order (per thread
+/// over k ≡ thread mod blockDim, rows in order; then warps by butterfly; then warps in order),
+/// so a grid launch and a persistent task compute the same bits. Thread 0 stores
+/// `C[0] = (gate > threshold) as u32` and `C[1] = gate`'s f32 bits (`args.c`: two `u32`).
+/// Uses 32 words of dynamic shared memory at offset 0.
+///
+/// SkipNet's gates (Wang et al., ECCV'18) are such a linear function of the block input
+/// followed by a hard threshold at inference.
+///
+/// # Safety
+/// Valid operands as described; every thread of the CTA calls it (blockDim.x ≤ 1024, a
+/// multiple of 32).
+#[inline(always)]
+pub unsafe fn gate_tile(args: &GemmArgs, p: &GateParams) {
+    let tid = thread_idx_x();
+    let nt = block_dim_x();
+    let a = args.a as *const Bf16;
+    let b = args.b as *const Bf16;
+    let mut acc = 0.0f32;
+    let mut r = 0;
+    while r < args.m {
+        let mut k = tid;
+        while k < args.k {
+            let x = Bf16::load_global(a.add(r as usize * args.lda as usize + k as usize));
+            let g = Bf16::load_global(b.add(k as usize));
+            acc += x * g;
+            k += nt;
+        }
+        r += 1;
+    }
+    let acc = warp_sum_f32(acc);
+    let scratch = dynamic_shared_base() as *mut f32;
+    if tid.is_multiple_of(32) {
+        *scratch.add((tid / 32) as usize) = acc;
+    }
+    sync_threads();
+    if tid == 0 {
+        let mut s = 0.0f32;
+        let mut w = 0;
+        while w < nt / 32 {
+            s += *scratch.add(w as usize);
+            w += 1;
+        }
+        let gate = s / args.m.max(1) as f32;
+        let out = args.c as *mut u32;
+        global::st_u32(out, (gate > p.threshold) as u32);
+        global::st_u32(out.add(1), gate.to_bits());
+    }
+    // The scratch is free again for the next task's pipeline.
+    sync_threads();
+}
+
+/// Runs this CTA's task list `trips` times (see the [module docs](self)), each task through
+/// `D`. `HEADER` is [`super::persistent::header_offset`] of the entry point's tiles.
+///
+/// Launch: as [`super::persistent::run`] (grid no larger than the co-resident CTAs, dynamic
+/// shared memory [`super::persistent::smem_bytes`]).
+///
+/// # Safety
+/// Tables built by the host as described on [`LoopArgs`], [`LoopTask`] and [`OpLoop`]
+/// (validated operands at every iteration up to `max_trips`, waits only on earlier tasks of
+/// the order (iteration, placement), a self-wait on every signalled task), counters zeroed
+/// before the first launch.
+#[inline(always)]
+pub unsafe fn run_loop<const HEADER: u32, D: Dispatch>(p: &LoopArgs) {
+    let tid = thread_idx_x();
+    let cta = block_idx_x();
+    let offsets = p.cta_offsets as *const u32;
+    let begin = global::ld_u32(offsets.add(cta as usize));
+    let end = global::ld_u32(offsets.add(cta as usize + 1));
+    let counters = p.counters as *mut u32;
+    let headers = dynamic_shared_base().add(HEADER as usize);
+    let trips = if p.trips_ptr != 0 {
+        global::ld_u32(p.trips_ptr as *const u32)
+    } else {
+        p.trips
+    };
+    let trips = if trips > p.max_trips {
+        p.max_trips
+    } else {
+        trips
+    };
+    let per_iter = end - begin;
+    // The host keeps tasks × max_trips within u32.
+    let total = per_iter * trips;
+
+    if total > 0 {
+        fetch_task(p, begin, 0, HEADER, tid);
+    }
+    let mut q = 0u32;
+    let mut i = begin;
+    let mut it = 0u32;
+    while q < total {
+        let slot = q & 1;
+        wait_group::<0>();
+        sync_threads();
+        if q + 1 < total {
+            let next = if i + 1 < end { i + 1 } else { begin };
+            fetch_task(p, next, slot ^ 1, HEADER, tid);
+        }
+        let base = headers.add((slot * TASK_BYTES) as usize);
+        let hdr = base as *const LoopTask;
+        let op = (p.ops as *const OpLoop).add((*hdr).op as usize);
+        // Warp 1 moves the addresses to iteration `it` in the header (warp 0 spins meanwhile).
+        if it > 0 && tid >= 32 && tid < 32 + 2 + EPI_WORDS as u32 {
+            let w = tid - 32;
+            let (off, stride) = if w == 0 {
+                (OFF_A, ld_i64(&raw const (*op).a_stride))
+            } else if w == 1 {
+                (OFF_C, ld_i64(&raw const (*op).c_stride))
+            } else {
+                let e = (w - 2) as usize;
+                (
+                    OFF_EPI + 8 * e,
+                    ld_i64((&raw const (*op).epi_stride as *const i64).add(e)),
+                )
+            };
+            if stride != 0 {
+                let word = base.add(off) as *mut u64;
+                *word = (*word).wrapping_add((it as i64).wrapping_mul(stride) as u64);
+            }
+        }
+        let n_waits = (*hdr).n_waits;
+        if tid < 32 {
+            let mut j = tid;
+            while j < n_waits {
+                let w = if (j as usize) < INLINE_WAITS {
+                    (*hdr).waits[j as usize]
+                } else {
+                    let o = (p.waits as *const u32)
+                        .add(((*hdr).waits_overflow + j - INLINE_WAITS as u32) as usize * 4);
+                    LoopWait {
+                        first: global::ld_u32(o),
+                        count: global::ld_u32(o.add(1)),
+                        target: global::ld_u32(o.add(2)),
+                        step: global::ld_u32(o.add(3)),
+                    }
+                };
+                let target = w.target.wrapping_add(it.wrapping_mul(w.step));
+                let mut c = 0;
+                while c < w.count {
+                    wait_counter(counters.add((w.first + c) as usize), target);
+                    c += 1;
+                }
+                j += 32;
+            }
+            sync_warp();
+        }
+        // Producers done and ordered before us, header patched, past this barrier.
+        sync_threads();
+        let args = core::ptr::read(&(*hdr).args);
+        let tile = TileCoord {
+            m: (*hdr).tile_m,
+            n: (*hdr).tile_n,
+            split: (*hdr).split,
+            tiles_n: (*hdr).tiles_n,
+        };
+        let arm = (*hdr).arm;
+        let signal = (*hdr).signal;
+        let epi = (*hdr).epi.as_ptr();
+        let guard = ld_i64(&raw const (*op).guard as *const i64) as u64;
+        let run = if guard == 0 {
+            true
+        } else {
+            let gs = ld_i64(&raw const (*op).guard_stride);
+            let g = guard.wrapping_add((it as i64).wrapping_mul(gs) as u64);
+            load_acquire_u32(g as *const u32) != 0
+        };
+        if run {
+            D::tile(arm, &args, epi, tile);
+        } else if global::ld_u32(&raw const (*op).copy) != 0 {
+            let src = (ld_i64(&raw const (*op).copy_src as *const i64) as u64).wrapping_add(
+                (it as i64).wrapping_mul(ld_i64(&raw const (*op).copy_stride)) as u64,
+            );
+            copy_tile(
+                &args,
+                tile,
+                src,
+                global::ld_u32(&raw const (*op).copy_ld),
+                global::ld_u32(&raw const (*op).bm),
+                global::ld_u32(&raw const (*op).bn),
+            );
+        }
+        sync_threads();
+        if tid == 0 && signal != NO_SIGNAL {
+            thread_fence();
+            atomic_add_acq_rel_u32(counters.add(signal as usize), 1);
+        }
+        q += 1;
+        i += 1;
+        if i == end {
+            i = begin;
+            it += 1;
+        }
+    }
+
+    if tid == 0 {
+        thread_fence();
+        let done = counters.add(p.n_counters as usize);
+        if atomic_add_acq_rel_u32(done, 1) == grid_dim_x() - 1 {
+            let mut c = 0;
+            while c < p.n_counters {
+                global::st_u32(counters.add(c as usize), 0);
+                c += 1;
+            }
+            global::st_u32(done, 0);
+        }
+    }
+}
