@@ -373,8 +373,9 @@ fn bad_inputs_are_typed_errors() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
 
-    // More CTAs than co-resident: pretend each SM holds 16, with 16×64 tiles and 8 splits.
-    let big = LstmLoop::new(&gpu, 2, 64, 256, &mut |n| uniform(&mut r, n)).unwrap();
+    // More CTAs than co-resident: pretend each SM holds 16, with 16×64 tiles on a gate GEMM
+    // of 256×4096 (1024 tiles; the LSTM cell cannot split K).
+    let big = LstmLoop::new(&gpu, 2, 256, 1024, &mut |n| uniform(&mut r, n)).unwrap();
     let real = schedule::exec::vdevice(&gpu, &CONTROL_BF16).unwrap();
     let fake = VDevice {
         sms: real.sms,
@@ -388,7 +389,7 @@ fn bad_inputs_are_typed_errors() {
     let opts = ScheduleOptions {
         max_ctas_per_sm: 16,
         co_resident_speedup: 1.0,
-        fixed: vec![Some((arm, 8))],
+        fixed: vec![Some((arm, 1))],
         ..Default::default()
     };
     let plan = plan_loop(&big.body, &CONTROL_BF16, gpu.props(), fake, &opts).unwrap();
