@@ -244,13 +244,18 @@ pub fn choose(
     };
     if forced.is_none() {
         // The sm_80 path with split-K can win on skinny problems; and where its row tile
-        // finishes a row norm in the CTA while this path would write partial statistics and
-        // launch the finishing kernel (N > 64), the extra pass over C costs more than the
-        // mainloop gains (measured: LayerNorm at 128×768×768 took 0.084 ms here, 0.039 there).
+        // finishes a row norm in the CTA while this path, with fewer tiles than SMs, would write
+        // partial statistics and launch the finishing kernel, the extra pass over C costs more
+        // than the mainloop gains. Measured on the H200: LayerNorm at 128×768×768 0.084 ms
+        // here vs 0.039 there; at 4096×1024×4096 (256 tiles) 0.144 here vs 0.544 there.
         let planner = spec.planner(gpu, true);
         if let Ok(p80) = planner.plan(&problem) {
             let in_cta = |p: &Plan| matches!(p.norm, NormPath::InCta);
-            if p80.predicted_us < best.1.predicted_us || (in_cta(&p80) && !in_cta(&best.1)) {
+            let tiles = problem.m.div_ceil(best.0.tile.bm) * problem.n.div_ceil(best.0.tile.bn);
+            let underfilled = tiles < sms;
+            if p80.predicted_us < best.1.predicted_us
+                || (underfilled && in_cta(&p80) && !in_cta(&best.1))
+            {
                 return Ok(None);
             }
         }
