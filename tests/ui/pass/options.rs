@@ -43,7 +43,9 @@ fn main() {
     assert!(!F16_TO_F32_BROW.b_col);
     assert!(F16_TO_F32_BROW.variants[0].entry.contains("_sm80_f16_f32_brow_"));
 
-    assert!(HOPPER_ONLY.variants.iter().all(|v| v.entry.contains("__sm90_")));
+    // sm_80-style variants compiled for sm_90, plus the Hopper (TMA + wgmma) ones.
+    assert!(HOPPER_ONLY.variants.iter().all(|v| v.entry.contains("__sm90_") || v.entry.contains("__sm90tma_")));
+    assert!(HOPPER_ONLY.variants.iter().any(|v| v.entry.contains("__sm90tma_")));
 
     assert_eq!((F32_INPUTS.input, F32_INPUTS.output), (DType::F32, DType::F32));
     assert!(F32_INPUTS.variants.iter().all(|v| v.entry.contains("__simt_f32_f32_")));
