@@ -270,7 +270,7 @@ impl GemmKernelSpec {
             .iter()
             .filter(|v| v.vec == vec && !is_sm90_tile(&v.tile))
         {
-            let local = self.local_bytes(gpu, v.entry);
+            let local = gpu.local_bytes(self.ptx, v.entry);
             // Row tiles are only special for a row norm; otherwise they are ordinary candidates.
             if self.norm_finish.is_some() && is_row_tile(&v.tile) {
                 row_tiles.push((v.tile, local))
@@ -280,14 +280,6 @@ impl GemmKernelSpec {
         }
         let (tiles, row_tiles) = (without_local(tiles), without_local(row_tiles));
         Planner::new(*gpu.props()).with_tiles(&tiles, &row_tiles)
-    }
-
-    /// Local memory per thread of `entry`'s compiled code, 0 where the driver cannot say.
-    fn local_bytes(&self, gpu: &Gpu, entry: &str) -> i32 {
-        gpu.function(self.ptx, entry)
-            .ok()
-            .and_then(|f| f.local_size_bytes().ok())
-            .unwrap_or(0)
     }
 
     fn variant(&self, tile: &TileShape, vec: bool) -> Option<&KernelVariant> {

@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     name: String,
     modules: Mutex<HashMap<usize, (Arc<CudaModule>, &'static str)>>,
     functions: Mutex<HashMap<(usize, String), CudaFunction>>,
+    /// Local memory per thread of compiled entry points ([`Gpu::local_bytes`]).
+    local_bytes: Mutex<HashMap<(usize, &'static str), i32>>,
     workspace: crate::gemm::WorkspaceCell,
 }
 
@@ -158,6 +160,7 @@ impl Gpu {
                 name,
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
+                local_bytes: Mutex::new(HashMap::new()),
                 workspace: Default::default(),
             }),
             stream,
@@ -259,6 +262,30 @@ impl Gpu {
             .expect("function cache poisoned")
             .insert(key, f.clone());
         Ok(f)
+    }
+
+    /// Bytes of local memory per thread (spills, stack arrays) of `entry` in `set`'s module for
+    /// this device, as ptxas compiled it (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`); 0 where the
+    /// entry is missing or the driver cannot say. Asked once per entry, then cached: launch
+    /// planning reads it for every candidate tile.
+    pub fn local_bytes(&self, set: &'static PtxSet, entry: &'static str) -> i32 {
+        let key = (set as *const PtxSet as usize, entry);
+        let cache = || {
+            self.shared
+                .local_bytes
+                .lock()
+                .expect("local-memory cache poisoned")
+        };
+        if let Some(&b) = cache().get(&key) {
+            return b;
+        }
+        let b = self
+            .function(set, entry)
+            .ok()
+            .and_then(|f| f.local_size_bytes().ok())
+            .unwrap_or(0);
+        cache().insert(key, b);
+        b
     }
 
     fn module(&self, set: &'static PtxSet) -> Result<(Arc<CudaModule>, &'static str)> {

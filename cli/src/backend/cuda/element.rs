@@ -74,100 +74,67 @@ pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
 /// The LayerNorm ε compiled into [`GpuElement::gemm_bias_residual_layer_norm`]'s kernels.
 pub const LAYER_NORM_EPS: f32 = 1e-12;
 
-impl GpuElement for half::f16 {
-    const CLI_DTYPE: Dtype = Dtype::F16;
+// On an H100/H200 the `arch = sm_90` twins (TMA + wgmma where the launcher prefers it); the
+// sm_80 kernels elsewhere, where the twins are not compiled.
+macro_rules! gpu_element {
+    ($t:ty, $dtype:expr, bias: $hb:path | $b:path, bias_gelu: $hg:path | $g:path,
+     layer_norm: $hl:path | $l:path) => {
+        impl GpuElement for $t {
+            const CLI_DTYPE: Dtype = $dtype;
 
-    fn gemm_bias(
-        gpu: &Gpu,
-        a: &Mat<'_, Self>,
-        b: &Mat<'_, Self>,
-        c: &mut Mat<'_, Self>,
-        bias: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>> {
-        if hopper::on_hopper(gpu) {
-            hopper::h_bias_f16(gpu, a, b, c, bias)
-        } else {
-            blocks::bias_f16(gpu, a, b, c, bias)
-        }
-    }
+            fn gemm_bias(
+                gpu: &Gpu,
+                a: &Mat<'_, Self>,
+                b: &Mat<'_, Self>,
+                c: &mut Mat<'_, Self>,
+                bias: &CudaSlice<Self>,
+            ) -> Result<Option<Plan>> {
+                if hopper::on_hopper(gpu) {
+                    $hb(gpu, a, b, c, bias)
+                } else {
+                    $b(gpu, a, b, c, bias)
+                }
+            }
 
-    fn gemm_bias_gelu(
-        gpu: &Gpu,
-        a: &Mat<'_, Self>,
-        b: &Mat<'_, Self>,
-        c: &mut Mat<'_, Self>,
-        bias: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>> {
-        if hopper::on_hopper(gpu) {
-            hopper::h_bias_gelu_f16(gpu, a, b, c, bias)
-        } else {
-            blocks::ffn_up_bias_gelu_f16(gpu, a, b, c, bias)
-        }
-    }
+            fn gemm_bias_gelu(
+                gpu: &Gpu,
+                a: &Mat<'_, Self>,
+                b: &Mat<'_, Self>,
+                c: &mut Mat<'_, Self>,
+                bias: &CudaSlice<Self>,
+            ) -> Result<Option<Plan>> {
+                if hopper::on_hopper(gpu) {
+                    $hg(gpu, a, b, c, bias)
+                } else {
+                    $g(gpu, a, b, c, bias)
+                }
+            }
 
-    fn gemm_bias_residual_layer_norm(
-        gpu: &Gpu,
-        a: &Mat<'_, Self>,
-        b: &Mat<'_, Self>,
-        c: &mut Mat<'_, Self>,
-        bias: &CudaSlice<Self>,
-        residual: &Mat<'_, Self>,
-        gamma: &CudaSlice<Self>,
-        beta: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>> {
-        if hopper::on_hopper(gpu) {
-            hopper::h_bias_residual_layer_norm_f16(gpu, a, b, c, bias, residual, gamma, beta)
-        } else {
-            blocks::proj_bias_residual_layer_norm_f16(gpu, a, b, c, bias, residual, gamma, beta)
+            fn gemm_bias_residual_layer_norm(
+                gpu: &Gpu,
+                a: &Mat<'_, Self>,
+                b: &Mat<'_, Self>,
+                c: &mut Mat<'_, Self>,
+                bias: &CudaSlice<Self>,
+                residual: &Mat<'_, Self>,
+                gamma: &CudaSlice<Self>,
+                beta: &CudaSlice<Self>,
+            ) -> Result<Option<Plan>> {
+                if hopper::on_hopper(gpu) {
+                    $hl(gpu, a, b, c, bias, residual, gamma, beta)
+                } else {
+                    $l(gpu, a, b, c, bias, residual, gamma, beta)
+                }
+            }
         }
-    }
+    };
 }
 
-impl GpuElement for half::bf16 {
-    const CLI_DTYPE: Dtype = Dtype::Bf16;
-
-    fn gemm_bias(
-        gpu: &Gpu,
-        a: &Mat<'_, Self>,
-        b: &Mat<'_, Self>,
-        c: &mut Mat<'_, Self>,
-        bias: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>> {
-        if hopper::on_hopper(gpu) {
-            hopper::h_bias_bf16(gpu, a, b, c, bias)
-        } else {
-            stages::stage_bias(gpu, a, b, c, bias)
-        }
-    }
-
-    fn gemm_bias_gelu(
-        gpu: &Gpu,
-        a: &Mat<'_, Self>,
-        b: &Mat<'_, Self>,
-        c: &mut Mat<'_, Self>,
-        bias: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>> {
-        if hopper::on_hopper(gpu) {
-            hopper::h_bias_gelu(gpu, a, b, c, bias)
-        } else {
-            blocks::ffn_up_bias_gelu(gpu, a, b, c, bias)
-        }
-    }
-
-    fn gemm_bias_residual_layer_norm(
-        gpu: &Gpu,
-        a: &Mat<'_, Self>,
-        b: &Mat<'_, Self>,
-        c: &mut Mat<'_, Self>,
-        bias: &CudaSlice<Self>,
-        residual: &Mat<'_, Self>,
-        gamma: &CudaSlice<Self>,
-        beta: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>> {
-        if hopper::on_hopper(gpu) {
-            hopper::h_bias_residual_layer_norm(gpu, a, b, c, bias, residual, gamma, beta)
-        } else {
-            blocks::proj_bias_residual_layer_norm(gpu, a, b, c, bias, residual, gamma, beta)
-        }
-    }
-}
+gpu_element!(half::f16, Dtype::F16,
+    bias: hopper::h_bias_f16 | blocks::bias_f16,
+    bias_gelu: hopper::h_bias_gelu_f16 | blocks::ffn_up_bias_gelu_f16,
+    layer_norm: hopper::h_bias_residual_layer_norm_f16 | blocks::proj_bias_residual_layer_norm_f16);
+gpu_element!(half::bf16, Dtype::Bf16,
+    bias: hopper::h_bias_bf16 | stages::stage_bias,
+    bias_gelu: hopper::h_bias_gelu | blocks::ffn_up_bias_gelu,
+    layer_norm: hopper::h_bias_residual_layer_norm | blocks::proj_bias_residual_layer_norm);
