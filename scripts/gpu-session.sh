@@ -48,7 +48,7 @@ for step in "$@"; do
                     xz -T4 "$out/sm90a.sass"
                 fi ;;
         control) timeout 900 "$b/tests/gpu_control" --test-threads=1 --nocapture > "$out/control-tests.log" 2>&1; grep -E "FAILED|panicked|test result|rel error" "$out/control-tests.log"
-                 timeout 900 "$b/bin/control" --out "$out" > "$out/control-bench.log" 2>&1; tail -50 "$out/control-bench.log"
+                 timeout 900 "$b/bin/control" --out "$out" ${CONTROL_BENCH_ARGS:-} > "$out/control-bench.log" 2>&1; tail -50 "$out/control-bench.log"
                  if python3 -c "import torch" 2>/dev/null; then timeout 900 python3 "$root/bench/control/torch_control.py" --json "$out/control-torch.json" > "$out/control-torch.log" 2>&1; tail -3 "$out/control-torch.log"; fi ;;
         *) echo "unknown step $step" ;;
     esac

@@ -478,6 +478,45 @@ pub fn attention<T: BertElement>(
     qkv: &dyn DevicePtr<T>,
     out: &mut dyn DevicePtrMut<T>,
 ) -> Result<()> {
+    attention_impl(gpu, batch, heads, head_dim, qkv, out, 0)
+}
+
+/// [`attention`], skipped on the device: the kernel returns at once when the `u32` at
+/// `skip_if` is nonzero when it starts (an early exit decided by an earlier kernel of the
+/// stream); `skip_if` = 0 never skips.
+///
+/// # Errors
+/// As [`attention`]; [`Error::Misaligned`] for a `skip_if` not 4-byte aligned.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_unless<T: BertElement>(
+    gpu: &Gpu,
+    batch: &SeqBatch,
+    heads: usize,
+    head_dim: usize,
+    qkv: &dyn DevicePtr<T>,
+    out: &mut dyn DevicePtrMut<T>,
+    skip_if: u64,
+) -> Result<()> {
+    if skip_if % 4 != 0 {
+        return Err(Error::Misaligned {
+            arg: "skip_if",
+            what: "address",
+            align: 4,
+            actual: skip_if,
+        });
+    }
+    attention_impl(gpu, batch, heads, head_dim, qkv, out, skip_if)
+}
+
+fn attention_impl<T: BertElement>(
+    gpu: &Gpu,
+    batch: &SeqBatch,
+    heads: usize,
+    head_dim: usize,
+    qkv: &dyn DevicePtr<T>,
+    out: &mut dyn DevicePtrMut<T>,
+    skip_if: u64,
+) -> Result<()> {
     let Some((name, launch)) = attention_entry(T::DTYPE, head_dim) else {
         return Err(Error::invalid(
             "head_dim",
@@ -525,8 +564,10 @@ pub fn attention<T: BertElement>(
         .arg(&b)
         .arg(&t)
         .arg(&h)
-        .arg(&out_ptr);
-    // SAFETY: argument order and types match `fg_bert_attention_*` (device pointers as u64),
+        .arg(&out_ptr)
+        .arg(&skip_if);
+    // SAFETY: argument order and types match `fg_bert_attention_*` (device pointers as u64,
+    // `skip_if` null or a 4-byte aligned `u32` the caller keeps alive),
     // whose head dimension is `head_dim`; `qkv` and `out` hold B·T rows of 3·heads·head_dim
     // and heads·head_dim elements; lengths are in 1..=T (checked when `batch` was built).
     unsafe { l.launch(cfg) }?;

@@ -84,6 +84,9 @@ pub mod bert;
 pub mod control;
 
 #[cfg(not(target_arch = "nvptx64"))]
+pub mod early_exit;
+
+#[cfg(not(target_arch = "nvptx64"))]
 pub mod rowwise;
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -2,10 +2,12 @@
 //! for bit what the host-driven execution of the same kernels computes (same arms and split
 //! factors → same arithmetic order), and match f64 references of the stored inputs. Outputs
 //! are poisoned (NaN) before every run. Without a GPU every test prints why it is skipped and
-//! passes.
+//! passes. The early-exit MiniLM (the third workload) is checked the same way: the
+//! device-decided runs equal the host-driven one, and the layers after the exit stay poisoned.
 
 use fused_gemm::control::{GatedMlp, Gating, LstmLoop};
 use fused_gemm::device::types::DType;
+use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPolicy, ExitRunner, seq_bucket};
 use fused_gemm::host::reference::epilogue::sigmoid;
 use fused_gemm::host::reference::{gemm, rel_frobenius_error};
 use fused_gemm::host::schedule::control::{
@@ -42,13 +44,23 @@ fn prepare(
 ) -> Result<(LoopPlan, ControlRunner, HostDriven)> {
     let vdev = schedule::exec::vdevice(gpu, &CONTROL_BF16)?;
     let plan = plan_loop(body, &CONTROL_BF16, gpu.props(), vdev, opts)?;
+    prepare_with(gpu, body, trips, plan)
+}
+
+/// [`prepare`] with a given plan (made for `body` or for another body of its signature).
+fn prepare_with(
+    gpu: &Gpu,
+    body: &LoopBody,
+    trips: u32,
+    plan: LoopPlan,
+) -> Result<(LoopPlan, ControlRunner, HostDriven)> {
     let mut k = 0usize;
     simulate(body, &plan, trips.min(4), &mut |n| {
         k += 7;
         k % n
     })
     .map_err(|e| Error::LaunchLimit(format!("plan check: {e}")))?;
-    let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan)?;
+    let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan, body)?;
     let host = HostDriven::new(gpu, &CONTROL_BF16, body, &plan)?;
     Ok((plan, runner, host))
 }
@@ -222,12 +234,28 @@ fn trip_count_read_from_device_memory() {
 }
 
 fn gated_case(gpu: &Gpu, test: &str, d: usize, ffn: usize, gating: Gating) -> Vec<bool> {
+    gated_case_with(gpu, test, d, ffn, gating, None).0
+}
+
+/// Runs 16 gated blocks on fresh buffers, with `plan` when given (a plan-cache hit made for
+/// other buffers and gates) or a new plan; returns which blocks ran and the plan.
+fn gated_case_with(
+    gpu: &Gpu,
+    test: &str,
+    d: usize,
+    ffn: usize,
+    gating: Gating,
+    plan: Option<LoopPlan>,
+) -> (Vec<bool>, LoopPlan) {
     let mut r = rng(&format!("{test} {d} {gating:?}"));
     let mut m = GatedMlp::new(gpu, 16, 1, d, ffn, gating.clone(), &mut |n| {
         uniform(&mut r, n)
     })
     .unwrap();
-    let (plan, runner, host) = prepare(gpu, &m.body, 1, &Default::default()).unwrap();
+    let (plan, runner, host) = match plan {
+        Some(p) => prepare_with(gpu, &m.body, 1, p).unwrap(),
+        None => prepare(gpu, &m.body, 1, &Default::default()).unwrap(),
+    };
     m.poison(gpu).unwrap();
     let st = host.run(gpu, 1).unwrap();
     let (want_x, want_p) = (bits(&m.xs, gpu), bits(&m.preds, gpu));
@@ -309,7 +337,38 @@ fn gated_case(gpu: &Gpu, test: &str, d: usize, ffn: usize, gating: Gating) -> Ve
         plan.ctas
     );
     assert!(err < 1e-2, "relative error {err}");
-    ran
+    (ran, plan)
+}
+
+#[test]
+fn cached_plan_serves_new_buffers_and_random_gates() {
+    let test = "cached_plan_serves_new_buffers_and_random_gates";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    // The plan cache keys plans by shape: a hit must run on the caller's buffers and gates,
+    // not on those of the body it was planned for.
+    let (_, plan) = gated_case_with(&gpu, test, 256, 512, Gating::fraction(16, 0.0), None);
+    let mut r = rng(test);
+    for _ in 0..3 {
+        let skip: Vec<bool> = uniform(&mut r, 16).iter().map(|v| *v > 0.0).collect();
+        let want: Vec<bool> = skip.iter().map(|s| !s).collect();
+        let (ran, _) = gated_case_with(
+            &gpu,
+            test,
+            256,
+            512,
+            Gating::Forced(skip),
+            Some(plan.clone()),
+        );
+        assert_eq!(ran, want);
+    }
+    // A body of another shape is refused.
+    let mut r2 = rng("other shape");
+    let other = GatedMlp::new(&gpu, 16, 1, 512, 512, Gating::Threshold(0.0), &mut |n| {
+        uniform(&mut r2, n)
+    })
+    .unwrap();
+    let e = ControlRunner::new(&gpu, &CONTROL_BF16, &plan, &other.body).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
 }
 
 #[test]
@@ -401,9 +460,124 @@ fn bad_inputs_are_typed_errors() {
         );
         return;
     }
-    let e = ControlRunner::new(&gpu, &CONTROL_BF16, &plan).unwrap_err();
+    let e = ControlRunner::new(&gpu, &CONTROL_BF16, &plan, &big.body).unwrap_err();
     assert!(
         matches!(e, Error::LaunchLimit(ref m) if m.contains("deadlock")),
         "{e}"
     );
+}
+
+/// One early-exit case: host-driven and device-decided runs (stream and CUDA graph) of the
+/// same runner give the same exit layer, logits and layer outputs bit for bit; layers after
+/// the exit are never written on the device (they stay poisoned); the exit head's logits match
+/// an f64 reference from the stored layer output.
+fn early_exit_case(
+    gpu: &Gpu,
+    test: &str,
+    model: &EarlyExitMiniLm,
+    lengths: &[u32],
+    policy: ExitPolicy,
+) -> usize {
+    let batch = lengths.len();
+    let t = seq_bucket(*lengths.iter().max().unwrap() as usize);
+    let plan = ExitRunner::plan(gpu, model, batch * t).unwrap();
+    let mut run = ExitRunner::new(gpu, model, &plan, batch, t, &policy).unwrap();
+    let mut r = rng(&format!("{test} {lengths:?} {policy:?}"));
+    run.x.upload_f32(gpu, &uniform(&mut r, batch * t * 384)).unwrap();
+    run.set_lengths(gpu, lengths).unwrap();
+    run.poison(gpu).unwrap();
+    let st = run.run_host_driven(gpu).unwrap();
+    let exit = run.exit_layer(gpu).unwrap();
+    assert_eq!(st.layers_run, exit + 1);
+    assert_eq!(st.syncs, exit + 1);
+    if let ExitPolicy::AtLayer(e) = policy {
+        assert_eq!(exit, e.min(model.layers.len() - 1));
+    }
+    let want_logits = bits(&run.logits, gpu);
+    let want_y: Vec<Vec<u32>> = run.acts.iter().map(|a| bits(&a.y, gpu)).collect();
+    for mode in 0..2 {
+        run.poison(gpu).unwrap();
+        if mode == 0 {
+            run.run_device(gpu).unwrap();
+        } else {
+            let g = run.capture_device(gpu).unwrap();
+            g.replay().unwrap();
+        }
+        gpu.synchronize().unwrap();
+        assert_eq!(run.exit_layer(gpu).unwrap(), exit, "mode {mode}: exit layer");
+        assert!(bits(&run.logits, gpu) == want_logits, "mode {mode}: logits differ");
+        for (i, a) in run.acts.iter().enumerate() {
+            let y = bits(&a.y, gpu);
+            if i <= exit {
+                assert!(y == want_y[i], "mode {mode}: layer {i} output differs");
+            } else {
+                assert!(
+                    y.iter().all(|v| f32::from_bits(*v).is_nan()),
+                    "mode {mode}: layer {i} after the exit at {exit} was written"
+                );
+            }
+        }
+    }
+    // f64 logits of the exiting head from the stored layer output (first token per sequence).
+    let y = f64s(&run.acts[exit].y, gpu);
+    let (w, b) = (f64s(&model.layers[exit].head_w, gpu), f64s(&model.layers[exit].head_b, gpu));
+    let labels = model.labels;
+    let got = f64s(&run.logits, gpu);
+    let mut want = Vec::new();
+    for s in 0..batch {
+        let row = &y[s * t * 384..s * t * 384 + 384];
+        want.extend(gemm(1, labels, 384, row, &w, true).iter().zip(&b).map(|(v, b)| v + b));
+    }
+    let err = rel_frobenius_error(&got, &want);
+    eprintln!(
+        "{test}: lengths {lengths:?} (bucket {t}) {policy:?}: exit after layer {exit}, \
+         {} launches and {} syncs host-driven, logits rel error {err:.2e}",
+        st.launches, st.syncs
+    );
+    assert!(err < 1e-4, "logits relative error {err}");
+    exit
+}
+
+#[test]
+fn early_exit_matches_host_driven_and_skips_on_the_device() {
+    let test = "early_exit_matches_host_driven_and_skips_on_the_device";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let mut r = rng(test);
+    let model = EarlyExitMiniLm::new(&gpu, 6, 4, &mut |n| uniform(&mut r, n)).unwrap();
+    for lengths in [vec![1u32], vec![17], vec![100, 3, 64]] {
+        for e in [0, 2, 5] {
+            early_exit_case(&gpu, test, &model, &lengths, ExitPolicy::AtLayer(e));
+        }
+    }
+    // Data-dependent: random heads of 4 classes, confidence thresholds from certain to never.
+    let mut exits = Vec::new();
+    for th in [0.0f32, 0.3, 0.5, 0.9, 1.1] {
+        exits.push(early_exit_case(&gpu, test, &model, &[33, 7], ExitPolicy::Confidence(th)));
+    }
+    assert_eq!(exits[0], 0, "threshold 0 exits at the first head");
+    assert_eq!(*exits.last().unwrap(), 5, "an unreachable threshold runs every layer");
+}
+
+#[test]
+fn early_exit_bad_inputs_are_typed_errors() {
+    let test = "early_exit_bad_inputs_are_typed_errors";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let mut r = rng(test);
+    let model = EarlyExitMiniLm::new(&gpu, 2, 3, &mut |n| uniform(&mut r, n)).unwrap();
+    assert!(EarlyExitMiniLm::new(&gpu, 0, 3, &mut |n| uniform(&mut r, n)).is_err());
+    assert!(EarlyExitMiniLm::new(&gpu, 2, 33, &mut |n| uniform(&mut r, n)).is_err());
+    let plan = ExitRunner::plan(&gpu, &model, 32).unwrap();
+    let p = ExitPolicy::AtLayer(0);
+    // A plan for another row count, zero sizes, too many logits.
+    for (b, t) in [(1usize, 16usize), (0, 32), (2, 0)] {
+        let e = ExitRunner::new(&gpu, &model, &plan, b, t, &p).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    }
+    let big = ExitRunner::plan(&gpu, &model, 400 * 16).unwrap();
+    let e = ExitRunner::new(&gpu, &model, &big, 400, 16, &p).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let mut run = ExitRunner::new(&gpu, &model, &plan, 2, 16, &p).unwrap();
+    assert!(run.set_lengths(&gpu, &[17, 1]).is_err());
+    assert!(run.set_lengths(&gpu, &[1]).is_err());
+    assert!(run.exit_layer(&gpu).is_err(), "no run yet");
 }

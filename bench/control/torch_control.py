@@ -13,7 +13,14 @@ is recorded):
            side's Gating::fraction):
            host_branch_ms eager with host-read gates,
            compile_ms     torch.compile of one block's body (the .item() branch stays on the
-                          host; --skip-compile to leave it out).
+                          host; --skip-compile to leave it out);
+  exit   MiniLM-L6 shapes with early exit at batch 1: 6 post-norm encoder layers (d 384, 12
+         heads, FFN 1536, GELU; nn.TransformerEncoderLayer) with a 4-class head after each;
+         after every head the largest softmax probability is read on the host with .item()
+         (a sync) and compared with the layer's threshold; exits forced after layer 1, 2, 3,
+         4 or 6 with thresholds 0 / +inf (the Rust side's ExitPolicy::AtLayer), sequence
+         lengths 12, 100, 300:
+           host_branch_ms eager with host-read exits.
 
 Each time is the median of CUDA-event times (torch.cuda.Event) of --reps runs after warm-up.
 Prints one JSON object and writes it to --json if given.
@@ -136,6 +143,36 @@ def gated_cases(args, torch, rows):
             print(json.dumps(row), file=sys.stderr)
 
 
+def exit_cases(args, torch, rows):
+    dev = "cuda"
+    d, heads, ffn, n_layers, labels = 384, 12, 1536, 6, 4
+    layers = [torch.nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, activation="gelu",
+                                               batch_first=True, norm_first=False,
+                                               layer_norm_eps=1e-12).to(dev, torch.bfloat16).eval()
+              for _ in range(n_layers)]
+    head = [torch.nn.Linear(d, labels).to(dev, torch.bfloat16) for _ in range(n_layers)]
+    for length in args.exit_lengths:
+        x0 = torch.randn(1, length, d, device=dev, dtype=torch.bfloat16)
+        for e in args.exit_layers:
+            thr = [0.0 if i == e else float("inf") for i in range(n_layers)]
+            row = {"workload": f"MiniLM-L6 early exit b1 len{length} exit@{e + 1}",
+                   "host_syncs": e + 1}
+
+            def forward():
+                x = x0
+                for i in range(n_layers):
+                    x = layers[i](x)
+                    p = torch.softmax(head[i](x[:, 0]).float(), dim=-1).max().item()
+                    if p >= thr[i] or i == n_layers - 1:
+                        return x
+                return x
+
+            with torch.no_grad():
+                row["host_branch_ms"] = median_ms(forward, args.reps, args.warmup)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=30)
@@ -143,6 +180,9 @@ def main():
     ap.add_argument("--steps", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--widths", type=int, nargs="+", default=[256, 512, 1024])
     ap.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0])
+    ap.add_argument("--exit-lengths", type=int, nargs="+", default=[12, 100, 300])
+    ap.add_argument("--exit-layers", type=int, nargs="+", default=[0, 1, 2, 3, 5],
+                    help="0-based layer whose head exits")
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the results here")
@@ -154,6 +194,7 @@ def main():
     rows = []
     lstm_cases(args, torch, rows)
     gated_cases(args, torch, rows)
+    exit_cases(args, torch, rows)
     out = {
         "command": "python3 bench/control/torch_control.py " + " ".join(sys.argv[1:]),
         "device": torch.cuda.get_device_name(0),

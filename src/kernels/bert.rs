@@ -62,9 +62,12 @@ bert_entries!(
 macro_rules! attn_entry {
     ($konst:ident = $name:ident, $t:ty, $hd:literal, $module:ident :: $body:ident, $what:literal) => {
         entry! {
-            #[doc = concat!("Masked attention, head dim ", $hd, ", ", $what, ". Args: `(qkv, lengths, batch, seq_len, heads, out)`.")]
-            $konst = fn $name(qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32, out: *mut $t) {
+            #[doc = concat!("Masked attention, head dim ", $hd, ", ", $what, ". Args: `(qkv, lengths, batch, seq_len, heads, out, skip_if)`: returns at once when `skip_if` is not null and the `u32` there is nonzero (an early exit decided by an earlier kernel).")]
+            $konst = fn $name(qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32, out: *mut $t, skip_if: *const u32) {
                 unsafe {
+                    if !skip_if.is_null() && crate::device::arch::atomic::load_acquire_u32(skip_if) != 0 {
+                        return;
+                    }
                     $module::$body::<_, Ptx, $hd>(&attention::AttnArgs { qkv, lengths, batch, seq_len, heads, out })
                 }
             }

@@ -42,11 +42,12 @@ pub mod kind {
     pub const GATE: &str = "gate";
 }
 
-/// Grid entry point of the gate (one CTA of 128 threads, 128 bytes of dynamic shared memory;
-/// parameters `(GemmArgs, GateParams)`).
+/// Grid entry point of the gate (one CTA of 128 threads,
+/// `fused_gemm_device::kernel::control::GATE_SMEM_BYTES` of dynamic shared memory; parameters
+/// `(GemmArgs, GateParams)`).
 pub const GATE_ENTRY: &str = "fg_ctl_gate";
 /// Dynamic shared memory of [`GATE_ENTRY`], bytes.
-pub const GATE_SMEM: u32 = 128;
+pub const GATE_SMEM: u32 = crate::device::kernel::control::GATE_SMEM_BYTES;
 
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
 #[unsafe(no_mangle)]
@@ -54,6 +55,20 @@ pub const GATE_SMEM: u32 = 128;
 pub unsafe extern "ptx-kernel" fn fg_ctl_gate(args: GemmArgs, p: GateParams) {
     unsafe { control::gate_tile(&args, &p) }
 }
+
+entry! {
+    /// An early-exit head (`fused_gemm_device::kernel::control::exit_head`): one CTA of
+    /// [`EXIT_HEAD_THREADS`] threads, [`EXIT_HEAD_SMEM`] bytes of dynamic shared memory.
+    EXIT_HEAD = fn fg_exit_head(p: crate::device::kernel::control::ExitHeadArgs) {
+        unsafe { crate::device::kernel::control::exit_head(&p) }
+    }
+}
+
+/// Block size of [`EXIT_HEAD`].
+pub const EXIT_HEAD_THREADS: u32 = 128;
+/// Dynamic shared memory of [`EXIT_HEAD`], bytes (its largest logits tile).
+pub const EXIT_HEAD_SMEM: u32 = 4 * MAX_EXIT_LOGITS;
+pub use crate::device::kernel::control::MAX_EXIT_LOGITS;
 
 macro_rules! control_family {
     (

@@ -16,7 +16,7 @@ fn rand(fill: &mut dyn FnMut(usize) -> Vec<f32>, len: usize, scale: f32) -> Vec<
 }
 
 /// A bf16 `rows × cols` tensor of random values times `scale`.
-fn random(
+pub(crate) fn random(
     gpu: &Gpu,
     fill: &mut dyn FnMut(usize) -> Vec<f32>,
     rows: usize,

@@ -7,7 +7,11 @@
 //!   memory (`device-loop[trips in memory]`), vs one launch per step (`host-loop`);
 //! - 16 gated residual MLP blocks (gate, GEMM + bias + ReLU, GEMM + bias + residual) at
 //!   batch 1, width 256 / 512 / 1024, with the skipped fraction swept 0 … 1 (`device-branch`
-//!   vs `host-branch`, 16 predicate reads).
+//!   vs `host-branch`, 16 predicate reads);
+//! - MiniLM-L6 shapes with an early-exit head after each layer at batch 1, sequence lengths 12,
+//!   100 and 300 (buckets 16, 128, 512), exits forced after layer 1, 2, 3, 4 or 6: every launch
+//!   enqueued at once with the exit decided on the device (`device-branch`, and replayed as one
+//!   CUDA graph, `device-branch[graph]`) vs a sync after each head (`host-branch`).
 //!
 //! Each case's plan comes from a plan cache keyed by (workload, trip-count bucket, sequence
 //! bucket, batch bucket): the first call's planning time and the median cached lookup are
@@ -24,6 +28,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use fused_gemm::control::{GatedMlp, Gating, LstmLoop};
+use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPlan, ExitPolicy, ExitRunner, seq_bucket};
 use fused_gemm::host::schedule::control::{
     ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop,
 };
@@ -52,6 +57,10 @@ struct Args {
     /// Only T = 100, width 256 and skip fractions 0, 0.5, 1.
     #[arg(long)]
     quick: bool,
+    /// Also time every tile shape × split factor of the LSTM (b1 and b64, T = 1000) and of the
+    /// gated blocks (d256, none skipped), device and host-driven, to check the planner's choice.
+    #[arg(long)]
+    sweep: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -156,7 +165,7 @@ fn lstm_rows(
             let key = PlanKey::new("lstm-h256", t, 1, batch as u32);
             let near = PlanKey::new("lstm-h256", t - 1, 1, batch as u32);
             let (plan, planning, lookup) = cached_plan(cache, gpu, key, near, &lp.body)?;
-            let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan)?;
+            let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan, &lp.body)?;
             let host = HostDriven::new(gpu, &CONTROL_BF16, &lp.body, &plan)?;
             let trips_buf = gpu.upload(&[t])?;
             let trips_ptr = {
@@ -253,7 +262,7 @@ fn gated_rows(
             // The plan depends on the shapes, not on the gating: one per width.
             let key = PlanKey::new(&format!("gated-mlp16-d{d}"), 1, 1, 1);
             let (plan, planning, lookup) = cached_plan(cache, gpu, key.clone(), key, &m.body)?;
-            let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan)?;
+            let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan, &m.body)?;
             let host = HostDriven::new(gpu, &CONTROL_BF16, &m.body, &plan)?;
             m.poison(gpu)?;
             let st = host.run(gpu, 1)?;
@@ -302,6 +311,160 @@ fn gated_rows(
     Ok(())
 }
 
+/// Device and host-driven time of `body` with every non-gate operator fixed to each arm of
+/// its kind and each split factor, as rows named `<name> [<tile> s<splits>]`.
+fn sweep_body(
+    gpu: &Gpu,
+    args: &Args,
+    name: &str,
+    body: &LoopBody,
+    trips: u32,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let vdev = schedule::exec::vdevice(gpu, &CONTROL_BF16)?;
+    for tile in [16, 64] {
+        for splits in [1u32, 2, 4, 8] {
+            let fixed = body
+                .ops
+                .iter()
+                .map(|op| {
+                    CONTROL_BF16
+                        .arms_of(op.spec.kind)
+                        .find(|(_, a)| a.tile.bm == tile)
+                        .map(|(i, _)| (i, splits))
+                })
+                .collect();
+            let opts = ScheduleOptions {
+                fixed,
+                ..ScheduleOptions::default()
+            };
+            let plan = match plan_loop(body, &CONTROL_BF16, gpu.props(), vdev, &opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("{name} t{tile}x64 s{splits}: not planned: {e}");
+                    continue;
+                }
+            };
+            let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan, body)?;
+            let host = HostDriven::new(gpu, &CONTROL_BF16, body, &plan)?;
+            let t_dev = gpu.time_ms(args.warmup, args.reps, |g| {
+                runner.launch(g, Trips::Fixed(trips))
+            })?;
+            let t_host = gpu.time_ms(args.warmup, args.reps, |g| {
+                host.run(g, trips).map(|_| ())
+            })?;
+            let workload = format!("{name} [t{tile}x64 s{splits}]");
+            eprintln!(
+                "{workload}: {} CTAs, {} tasks/iteration: device {t_dev:.4} ms, host {t_host:.4} ms",
+                plan.ctas,
+                plan.tasks_per_iteration()
+            );
+            for (mode, ms) in [("device", t_dev), ("host-driven", t_host)] {
+                rows.push(Row {
+                    workload: workload.clone(),
+                    mode: mode.into(),
+                    median_ms: ms as f64,
+                    runs: args.reps,
+                    launches: 0,
+                    host_syncs: 0,
+                    skipped: None,
+                    planning_ms: None,
+                    lookup_us: None,
+                    max_abs_diff_vs_host: None,
+                    ctas: Some(plan.ctas),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sweep_rows(gpu: &Gpu, args: &Args, rows: &mut Vec<Row>) -> Result<()> {
+    let mut r = rng("control-bench-sweep");
+    for batch in [1usize, 64] {
+        let lp = LstmLoop::new(gpu, 1000, batch, 256, &mut |n| uniform(&mut r, n))?;
+        let name = format!("LSTM cell h256 b{batch} T1000");
+        sweep_body(gpu, args, &name, &lp.body, 1000, rows)?;
+    }
+    let m = GatedMlp::new(gpu, 16, 1, 256, 256, Gating::fraction(16, 0.0), &mut |n| {
+        uniform(&mut r, n)
+    })?;
+    sweep_body(gpu, args, "16 gated MLP blocks d256 b1 skip0%", &m.body, 1, rows)
+}
+
+/// MiniLM (6 layers, 4-class heads) with early exit at batch 1: per sequence length (three
+/// buckets) and exit layer, the device-decided run (`device-branch`: launches enqueued at once;
+/// `device-branch[graph]`: replayed as one CUDA graph) vs `host-branch` (a sync after each
+/// head). Plans come from the cache per (sequence bucket, batch bucket).
+fn early_exit_rows(gpu: &Gpu, args: &Args, rows: &mut Vec<Row>) -> Result<()> {
+    let mut r = rng("control-bench-early-exit");
+    let model = EarlyExitMiniLm::new(gpu, 6, 4, &mut |n| uniform(&mut r, n))?;
+    let mut cache: PlanCache<ExitPlan> = PlanCache::new(16);
+    let lengths: &[usize] = if args.quick { &[100] } else { &[12, 100, 300] };
+    let exits: &[usize] = if args.quick { &[0, 5] } else { &[0, 1, 2, 3, 5] };
+    for &len in lengths {
+        let t = seq_bucket(len);
+        let key = PlanKey::new("minilm-exit-l6", 1, t as u32, 1);
+        let (plan, first) = cache.get_or_plan(&key, |_| ExitRunner::plan(gpu, &model, t))?;
+        let planning = (!first.hit).then(|| first.planning.as_secs_f64() * 1e3);
+        // Another length of the same bucket reuses the plan.
+        let near = PlanKey::new("minilm-exit-l6", 1, (t / 2 + 1) as u32, 1);
+        let t0 = Instant::now();
+        let (again, l) = cache.get_or_plan(&near, |_| ExitRunner::plan(gpu, &model, t))?;
+        let lookup = t0.elapsed().as_secs_f64() * 1e6;
+        assert!(l.hit && std::sync::Arc::ptr_eq(&plan, &again));
+        for &e in exits {
+            let name = format!("MiniLM-L6 early exit b1 len{len} (bucket {t}) exit@{}", e + 1);
+            let mut run = ExitRunner::new(gpu, &model, &plan, 1, t, &ExitPolicy::AtLayer(e))?;
+            run.x.upload_f32(gpu, &uniform(&mut r, t * 384))?;
+            run.set_lengths(gpu, &[len as u32])?;
+            run.poison(gpu)?;
+            let st = run.run_host_driven(gpu)?;
+            let want = outputs(gpu, &[&run.logits, &run.acts[e].y])?;
+            run.poison(gpu)?;
+            run.run_device(gpu)?;
+            let diff = max_abs_diff(&want, &outputs(gpu, &[&run.logits, &run.acts[e].y])?);
+            let graph = run.capture_device(gpu)?;
+            run.poison(gpu)?;
+            graph.replay()?;
+            let diff_g = max_abs_diff(&want, &outputs(gpu, &[&run.logits, &run.acts[e].y])?);
+            let t_host = gpu.time_ms(args.warmup, args.reps, |g| {
+                run.run_host_driven(g).map(|_| ())
+            })?;
+            let t_dev = gpu.time_ms(args.warmup, args.reps, |g| run.run_device(g))?;
+            let t_graph = gpu.time_ms(args.warmup, args.reps, |_| graph.replay())?;
+            eprintln!(
+                "{name}: device {t_dev:.4} ms, graph {t_graph:.4} ms, host {t_host:.4} ms, diff {diff:e}"
+            );
+            let row = |mode: &str, ms: f32, launches, syncs| Row {
+                workload: name.clone(),
+                mode: mode.into(),
+                median_ms: ms as f64,
+                runs: args.reps,
+                launches,
+                host_syncs: syncs,
+                skipped: Some(5 - e),
+                planning_ms: None,
+                lookup_us: None,
+                max_abs_diff_vs_host: None,
+                ctas: None,
+            };
+            rows.push(Row {
+                planning_ms: if e == exits[0] { planning } else { None },
+                lookup_us: Some(lookup),
+                max_abs_diff_vs_host: Some(diff),
+                ..row("device-branch", t_dev, 24, 0)
+            });
+            rows.push(Row {
+                max_abs_diff_vs_host: Some(diff_g),
+                ..row("device-branch[graph]", t_graph, 1, 0)
+            });
+            rows.push(row("host-branch", t_host, st.launches, st.syncs));
+        }
+    }
+    Ok(())
+}
+
 fn markdown(report: &Report) -> String {
     let mut s = format!(
         "# Device-side control flow vs host-driven ({}, {})\n\n`{}`\n\n\
@@ -344,7 +507,15 @@ fn main() -> ExitCode {
     let mut cache = PlanCache::new(64);
     let mut rows = Vec::new();
     let res = lstm_rows(&gpu, &args, &mut cache, &mut rows)
-        .and_then(|_| gated_rows(&gpu, &args, &mut cache, &mut rows));
+        .and_then(|_| gated_rows(&gpu, &args, &mut cache, &mut rows))
+        .and_then(|_| early_exit_rows(&gpu, &args, &mut rows))
+        .and_then(|_| {
+            if args.sweep {
+                sweep_rows(&gpu, &args, &mut rows)
+            } else {
+                Ok(())
+            }
+        });
     if let Err(e) = res {
         eprintln!("control: {e}");
         return ExitCode::FAILURE;

@@ -28,12 +28,14 @@
 //! # Branches
 //! A *gate* task ([`gate_tile`]) reduces its A operand against a gate vector and writes a
 //! predicate (`u32` 1 = run, 0 = skip) and the gate value into device memory. An operator
-//! guarded by a predicate ([`OpLoop::guard`]) waits for the gate like any producer (the host
-//! makes the predicate a region the guarded operator reads), then every thread reads the
-//! predicate with acquire semantics: 1 runs the tile; 0 skips it and, when
-//! [`OpLoop::copy`] is set, copies the tile of a residual input to C instead, so consumers read
-//! fixed addresses whatever the branch. Either way the task signals its ready counter: waiters
-//! never hang.
+//! guarded by a gate ([`OpLoop::gate`]) does not wait for that task: it waits for the gate's
+//! *inputs* (the host makes them regions the guarded operator reads) and each of its tasks
+//! evaluates the same gate itself ([`gate_value`]: the gate task's reduction order, so the same
+//! bits). That takes a dependency hand-off (fence, atomic, a counter poll: microseconds) off
+//! each guarded block's critical path, for a reduction of one row block per task. A true gate
+//! runs the tile; a false one skips it and, when [`OpLoop::copy`] is set, copies the tile of a
+//! residual input to C instead, so consumers read fixed addresses whatever the branch. Either
+//! way the task signals its ready counter: waiters never hang.
 //!
 //! At the end, the last CTA zeroes every ready counter (as [`super::persistent`] does), so the
 //! next launch starts from zero.
@@ -118,7 +120,7 @@ const OFF_EPI: usize = core::mem::offset_of!(LoopTask, epi);
 
 /// Per operator: how its addresses advance per iteration, and its branch guard.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct OpLoop {
     /// Bytes added to A per iteration.
     pub a_stride: i64,
@@ -126,10 +128,15 @@ pub struct OpLoop {
     pub c_stride: i64,
     /// Added to each epilogue word per iteration (0 for words that are not addresses).
     pub epi_stride: [i64; EPI_WORDS],
-    /// Address of the guarding predicate (`u32`, nonzero = run) at iteration 0; 0: unguarded.
-    pub guard: u64,
-    /// Bytes added to `guard` per iteration.
-    pub guard_stride: i64,
+    /// The guarding gate's operands at iteration 0 (`gate.a` = 0: unguarded): A, the gate
+    /// vector B, M, K and lda, as [`gate_tile`] reads them.
+    pub gate: GemmArgs,
+    /// Bytes added to `gate.a` per iteration.
+    pub gate_a_stride: i64,
+    /// The gate's threshold (the operator runs when `gate > threshold`).
+    pub gate_threshold: f32,
+    /// Unused.
+    pub _pad: u32,
     /// Residual tile source copied to C when the guard skips (`copy` = 1), same dtype as C
     /// (bf16), leading dimension `copy_ld`.
     pub copy_src: u64,
@@ -175,6 +182,10 @@ pub struct LoopArgs {
 
 unsafe impl KernelParam for LoopArgs {}
 
+/// Dynamic shared memory [`gate_tile`] and [`gate_value`] use, bytes (33 `f32` words, rounded
+/// up).
+pub const GATE_SMEM_BYTES: u32 = 256;
+
 /// Parameters of a gate task ([`gate_tile`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -186,6 +197,115 @@ pub struct GateParams {
 }
 
 unsafe impl KernelParam for GateParams {}
+
+/// Largest `rows × labels` of an [`exit_head`] (its logits live in shared memory).
+pub const MAX_EXIT_LOGITS: u32 = 1024;
+
+/// Kernel parameter of an early-exit head ([`exit_head`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ExitHeadArgs {
+    /// Hidden states, bf16: row `r`'s head input is the `d` elements at `x + r·ldx` (the first
+    /// token of sequence `r`).
+    pub x: u64,
+    /// Head weight, `labels × d` bf16 row-major (an `nn.Linear` weight).
+    pub w: u64,
+    /// Head bias, `labels` bf16.
+    pub bias: u64,
+    /// Logits out, `rows × labels` f32 row-major.
+    pub logits: u64,
+    /// Exit state, two `u32`: `[0]` nonzero once a head has exited, `[1]` its layer.
+    pub state: u64,
+    /// Rows (sequences).
+    pub rows: u32,
+    /// Hidden size d.
+    pub d: u32,
+    /// Row stride of `x`, elements.
+    pub ldx: u32,
+    /// Classes.
+    pub labels: u32,
+    /// This head's layer.
+    pub layer: u32,
+    /// 1: exit whatever the confidence (the last layer's head).
+    pub last: u32,
+    /// Exit when every row's largest softmax probability is ≥ this.
+    pub threshold: f32,
+    /// Unused.
+    pub _pad: u32,
+}
+
+unsafe impl KernelParam for ExitHeadArgs {}
+
+/// An early-exit head (DeeBERT: Xin et al., ACL'20): `logits = x_rows·Wᵀ + b`, then per row the
+/// largest softmax probability `1 / Σ_j exp(l_j − max_j l)`; when every row's reaches the
+/// threshold (or `last`), the exit state becomes `[1, layer]`. Returns at once when a head has
+/// already exited, so the logits stay those of the exiting layer. A small GEMM (rows × labels
+/// × d) with a row-reduction epilogue: warps take (row, class) pairs in turn, each a dot
+/// product over d by lanes then a butterfly sum, so the result has fixed bits. One CTA;
+/// `rows·labels·4` bytes of dynamic shared memory.
+///
+/// # Safety
+/// Valid operands as described, `rows·labels ≤ MAX_EXIT_LOGITS`, blockDim.x a multiple of 32;
+/// every thread of the only CTA calls it.
+#[inline(always)]
+pub unsafe fn exit_head(p: &ExitHeadArgs) {
+    let state = p.state as *mut u32;
+    if load_acquire_u32(state) != 0 {
+        return;
+    }
+    let tid = thread_idx_x();
+    let (lane, warp, warps) = (tid % 32, tid / 32, block_dim_x() / 32);
+    let logits = dynamic_shared_base() as *mut f32;
+    let (x, w, b) = (p.x as *const Bf16, p.w as *const Bf16, p.bias as *const Bf16);
+    let pairs = p.rows * p.labels;
+    let mut pair = warp;
+    while pair < pairs {
+        let (r, j) = (pair / p.labels, pair % p.labels);
+        let mut acc = 0.0f32;
+        let mut k = lane;
+        while k < p.d {
+            let xv = Bf16::load_global(x.add(r as usize * p.ldx as usize + k as usize));
+            let wv = Bf16::load_global(w.add(j as usize * p.d as usize + k as usize));
+            acc += xv * wv;
+            k += 32;
+        }
+        let v = warp_sum_f32(acc) + Bf16::load_global(b.add(j as usize));
+        if lane == 0 {
+            *logits.add(pair as usize) = v;
+            global::st_f32((p.logits as *mut f32).add(pair as usize), v);
+        }
+        pair += warps;
+    }
+    sync_threads();
+    if tid == 0 {
+        let mut all = true;
+        let mut r = 0;
+        while r < p.rows {
+            let row = logits.add((r * p.labels) as usize);
+            let mut m = *row;
+            let mut j = 1;
+            while j < p.labels {
+                m = m.max(*row.add(j as usize));
+                j += 1;
+            }
+            let mut s = 0.0f32;
+            j = 0;
+            while j < p.labels {
+                s += crate::math::exp(*row.add(j as usize) - m);
+                j += 1;
+            }
+            // NaN logits never count as confident.
+            if !(1.0 / s >= p.threshold) {
+                all = false;
+            }
+            r += 1;
+        }
+        if all || p.last != 0 {
+            global::st_u32(state.add(1), p.layer);
+            global::st_u32(state, 1);
+        }
+    }
+}
 
 /// `nanosleep.u32` (PTX ISA §9.7.13.12): back-off in spin loops.
 #[inline(always)]
@@ -283,7 +403,7 @@ unsafe fn copy_tile(args: &GemmArgs, tile: TileCoord, src: u64, ld: u32, bm: u32
 /// over k ≡ thread mod blockDim, rows in order; then warps by butterfly; then warps in order),
 /// so a grid launch and a persistent task compute the same bits. Thread 0 stores
 /// `C[0] = (gate > threshold) as u32` and `C[1] = gate`'s f32 bits (`args.c`: two `u32`).
-/// Uses 32 words of dynamic shared memory at offset 0.
+/// Uses [`GATE_SMEM_BYTES`] of dynamic shared memory at offset 0.
 ///
 /// SkipNet's gates (Wang et al., ECCV'18) are such a linear function of the block input
 /// followed by a hard threshold at inference.
@@ -293,6 +413,22 @@ unsafe fn copy_tile(args: &GemmArgs, tile: TileCoord, src: u64, ld: u32, bm: u32
 /// multiple of 32).
 #[inline(always)]
 pub unsafe fn gate_tile(args: &GemmArgs, p: &GateParams) {
+    let gate = gate_value(args);
+    if thread_idx_x() == 0 {
+        let out = args.c as *mut u32;
+        global::st_u32(out, (gate > p.threshold) as u32);
+        global::st_u32(out.add(1), gate.to_bits());
+    }
+}
+
+/// The gate value of [`gate_tile`] (from `args.a`, `args.b`, M, K, lda), returned to every
+/// thread of the CTA. Uses [`GATE_SMEM_BYTES`] of dynamic shared memory at offset 0 and ends
+/// with a barrier, so the next tile may reuse them.
+///
+/// # Safety
+/// As [`gate_tile`].
+#[inline(always)]
+pub unsafe fn gate_value(args: &GemmArgs) -> f32 {
     let tid = thread_idx_x();
     let nt = block_dim_x();
     let a = args.a as *const Bf16;
@@ -322,13 +458,13 @@ pub unsafe fn gate_tile(args: &GemmArgs, p: &GateParams) {
             s += *scratch.add(w as usize);
             w += 1;
         }
-        let gate = s / args.m.max(1) as f32;
-        let out = args.c as *mut u32;
-        global::st_u32(out, (gate > p.threshold) as u32);
-        global::st_u32(out.add(1), gate.to_bits());
+        *scratch.add(32) = s / args.m.max(1) as f32;
     }
+    sync_threads();
+    let gate = *scratch.add(32);
     // The scratch is free again for the next task's pipeline.
     sync_threads();
+    gate
 }
 
 /// Runs this CTA's task list `trips` times (see the [module docs](self)), each task through
@@ -401,6 +537,25 @@ pub unsafe fn run_loop<const HEADER: u32, D: Dispatch>(p: &LoopArgs) {
                 *word = (*word).wrapping_add((it as i64).wrapping_mul(stride) as u64);
             }
         }
+        // The operator's gate operands are immutable: read them before the waits, off the
+        // critical path.
+        let gate_a = ld_i64(&raw const (*op).gate.a as *const i64) as u64;
+        let gate = if gate_a == 0 {
+            None
+        } else {
+            let gs = ld_i64(&raw const (*op).gate_a_stride);
+            let args = GemmArgs {
+                a: gate_a.wrapping_add((it as i64).wrapping_mul(gs) as u64),
+                b: ld_i64(&raw const (*op).gate.b as *const i64) as u64,
+                m: global::ld_u32(&raw const (*op).gate.m),
+                k: global::ld_u32(&raw const (*op).gate.k),
+                lda: global::ld_u32(&raw const (*op).gate.lda),
+                ..GemmArgs::default()
+            };
+            let threshold =
+                f32::from_bits(global::ld_u32(&raw const (*op).gate_threshold as *const u32));
+            Some((args, threshold))
+        };
         let n_waits = (*hdr).n_waits;
         if tid < 32 {
             let mut j = tid;
@@ -439,13 +594,9 @@ pub unsafe fn run_loop<const HEADER: u32, D: Dispatch>(p: &LoopArgs) {
         let arm = (*hdr).arm;
         let signal = (*hdr).signal;
         let epi = (*hdr).epi.as_ptr();
-        let guard = ld_i64(&raw const (*op).guard as *const i64) as u64;
-        let run = if guard == 0 {
-            true
-        } else {
-            let gs = ld_i64(&raw const (*op).guard_stride);
-            let g = guard.wrapping_add((it as i64).wrapping_mul(gs) as u64);
-            load_acquire_u32(g as *const u32) != 0
+        let run = match gate {
+            None => true,
+            Some((args, threshold)) => gate_value(&args) > threshold,
         };
         if run {
             D::tile(arm, &args, epi, tile);

@@ -135,6 +135,10 @@ pub struct ProgramArgs {
     pub n_counters: u32,
     /// Unused.
     pub _pad: u32,
+    /// Address of a `u32`, or 0: when the `u32` is nonzero at launch the whole program returns
+    /// at once (a device-side branch over a launch: an early exit decided by an earlier
+    /// kernel).
+    pub skip_if: u64,
 }
 
 unsafe impl KernelParam for ProgramArgs {}
@@ -243,6 +247,10 @@ pub trait Dispatch {
 /// placement order) and zeroed the counters before the first launch.
 #[inline(always)]
 pub unsafe fn run<const HEADER: u32, D: Dispatch>(p: &ProgramArgs) {
+    // Written by an earlier kernel of the stream: every thread reads the same value.
+    if p.skip_if != 0 && load_acquire_u32(p.skip_if as *const u32) != 0 {
+        return;
+    }
     let tid = thread_idx_x();
     let cta = block_idx_x();
     let offsets = p.cta_offsets as *const u32;

@@ -25,11 +25,13 @@ use std::collections::BTreeSet;
 
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 use fused_gemm_device::gemm::GemmArgs;
-use fused_gemm_device::kernel::control::{GateParams, LoopArgs, LoopTask, LoopWait, OpLoop};
+use fused_gemm_device::kernel::control::{
+    GATE_SMEM_BYTES, GateParams, LoopArgs, LoopTask, LoopWait, OpLoop,
+};
 use fused_gemm_device::kernel::persistent::{EPI_WORDS, INLINE_WAITS};
 use serde::Serialize;
 
-use super::dag::{DepRows, OpSpec, Region, WaveGraph, producer_rows};
+use super::dag::{Dep, DepRows, OpSpec, Region, WaveGraph, producer_rows};
 use super::family::Family;
 use super::table::{SplitScratch, gemm_args, split_scratch_bytes};
 use super::waves::{Program, ScheduleOptions, VDevice, Variant, schedule};
@@ -106,7 +108,8 @@ fn add_ops(g: &mut WaveGraph, ops: &[BodyOp]) -> Result<()> {
                     format!("`{}` ({})", gate.spec.name, gate.spec.kind),
                 ));
             }
-            spec.reads.push(Region::whole(gate.spec.writes[0].desc));
+            // Guarded tasks evaluate the gate themselves: they read what the gate reads.
+            spec.reads.extend(gate.spec.reads.iter().cloned());
         }
         if let Some(src) = &op.skip_copy {
             if op.guard.is_none() {
@@ -249,6 +252,62 @@ impl LoopBody {
 }
 
 /// A loop program ready to encode and launch.
+/// What a [`LoopPlan`] depends on in its body, without the addresses: per operator its kind,
+/// guard, skip copy, GEMM shape (M, N, K, batch stride and leading dimensions) and
+/// per-iteration strides, the dependencies within an iteration and on the previous one, and
+/// `max_trips`. Two bodies with equal signatures can share a plan (the plan cache's premise);
+/// [`ControlRunner::new`] and [`HostDriven::new`] refuse a body whose signature differs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BodySignature {
+    ops: Vec<OpSignature>,
+    deps: Vec<Dep>,
+    deps2: Vec<Dep>,
+    max_trips: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OpSignature {
+    kind: String,
+    guard: Option<usize>,
+    skip_copy_ld: Option<usize>,
+    /// M, N, K, lda, ldb, ldc.
+    dims: [u64; 6],
+    strides: Strides,
+}
+
+impl LoopBody {
+    /// The body's [`BodySignature`].
+    pub fn signature(&self) -> BodySignature {
+        BodySignature {
+            ops: self
+                .ops
+                .iter()
+                .zip(&self.strides)
+                .map(|(op, s)| {
+                    let a = &op.spec.args;
+                    OpSignature {
+                        kind: op.spec.kind.to_string(),
+                        guard: op.guard,
+                        skip_copy_ld: op.skip_copy.map(|c| c.ld),
+                        dims: [
+                            a.m as u64,
+                            a.n as u64,
+                            a.k as u64,
+                            a.lda as u64,
+                            a.ldb as u64,
+                            a.ldc as u64,
+                        ],
+                        strides: *s,
+                    }
+                })
+                .collect(),
+            deps: self.graph.deps().to_vec(),
+            deps2: self.graph2.deps().to_vec(),
+            max_trips: self.max_trips,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoopPlan {
     /// Per operator, its variant (arm, splits, tiles).
@@ -271,9 +330,52 @@ pub struct LoopPlan {
     pub max_trips: u32,
     /// Model time of one iteration, µs.
     pub iteration_us: f64,
+    /// The planned body's signature: the plan serves every body with this signature.
+    pub signature: BodySignature,
 }
 
 impl LoopPlan {
+    /// Checks that `body` has the signature this plan was made for.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the first difference.
+    pub fn check_body(&self, body: &LoopBody) -> Result<()> {
+        let got = body.signature();
+        if got == self.signature {
+            return Ok(());
+        }
+        let (want, got) = (&self.signature, &got);
+        let what = if want.max_trips != got.max_trips {
+            format!("max_trips {} (planned for {})", got.max_trips, want.max_trips)
+        } else if want.ops.len() != got.ops.len() {
+            format!("{} operators (planned for {})", got.ops.len(), want.ops.len())
+        } else if let Some(j) = (0..want.ops.len()).find(|&j| want.ops[j] != got.ops[j]) {
+            format!("operator {j} (`{}`) differs in shape, guard or strides", body.ops[j].spec.name)
+        } else {
+            "the dependencies between operators differ".to_string()
+        };
+        Err(Error::invalid("body", "the body the plan was made for, up to addresses", what))
+    }
+
+    /// The tasks and per-operator tables with `body`'s addresses (and gate thresholds), split-K
+    /// scratch per operator from `scratch`.
+    fn bind(&self, body: &LoopBody, scratch: &[SplitScratch]) -> Result<(Vec<LoopTask>, Vec<OpLoop>)> {
+        self.check_body(body)?;
+        let tasks = self
+            .tasks
+            .iter()
+            .map(|t| {
+                let j = t.op as usize;
+                LoopTask {
+                    args: gemm_args(&body.graph, j, &self.variants[j], scratch[j]),
+                    epi: body.ops[j].spec.epi,
+                    ..*t
+                }
+            })
+            .collect();
+        Ok((tasks, op_loops(body, &self.variants)))
+    }
+
     /// Tasks per iteration.
     pub fn tasks_per_iteration(&self) -> usize {
         self.tasks.len()
@@ -452,31 +554,7 @@ pub fn plan_loop(
         }
     }
     offsets.push(tasks.len() as u32);
-    let ops = body
-        .ops
-        .iter()
-        .enumerate()
-        .map(|(j, op)| {
-            let st = &body.strides[j];
-            let (guard, guard_stride) = match op.guard {
-                Some(g) => (body.ops[g].spec.args.c, body.strides[g].c),
-                None => (0, 0),
-            };
-            OpLoop {
-                a_stride: st.a,
-                c_stride: st.c,
-                epi_stride: st.epi,
-                guard,
-                guard_stride,
-                copy_src: op.skip_copy.map_or(0, |c| c.ptr),
-                copy_stride: st.copy,
-                copy_ld: op.skip_copy.map_or(0, |c| c.ld as u32),
-                copy: op.skip_copy.is_some() as u32,
-                bm: vars[j].tile.bm,
-                bn: vars[j].tile.bn,
-            }
-        })
-        .collect();
+    let ops = op_loops(body, vars);
     Ok(LoopPlan {
         variants: s.variants.clone(),
         ctas: prog.ctas,
@@ -488,7 +566,42 @@ pub fn plan_loop(
         counters,
         max_trips: body.max_trips,
         iteration_us: prog.makespan_us,
+        signature: body.signature(),
     })
+}
+
+/// Per operator, the device's [`OpLoop`] (strides, guard, skip copy) with `body`'s addresses.
+fn op_loops(body: &LoopBody, vars: &[Variant]) -> Vec<OpLoop> {
+    body.ops
+        .iter()
+        .enumerate()
+        .map(|(j, op)| {
+            let st = &body.strides[j];
+            let (gate, gate_a_stride, gate_threshold) = match op.guard {
+                Some(g) => {
+                    let spec = &body.ops[g].spec;
+                    let threshold = read_gate(&spec.epi).threshold;
+                    (spec.args, body.strides[g].a, threshold)
+                }
+                None => (GemmArgs::default(), 0, 0.0),
+            };
+            OpLoop {
+                a_stride: st.a,
+                c_stride: st.c,
+                epi_stride: st.epi,
+                gate,
+                gate_a_stride,
+                gate_threshold,
+                _pad: 0,
+                copy_src: op.skip_copy.map_or(0, |c| c.ptr),
+                copy_stride: st.copy,
+                copy_ld: op.skip_copy.map_or(0, |c| c.ld as u32),
+                copy: op.skip_copy.is_some() as u32,
+                bm: vars[j].tile.bm,
+                bn: vars[j].tile.bn,
+            }
+        })
+        .collect()
 }
 
 /// All waits of a task (inline then overflow).
@@ -689,13 +802,17 @@ impl std::fmt::Debug for ControlRunner {
 }
 
 impl ControlRunner {
-    /// Uploads `plan` for `family`'s persistent loop entry point.
+    /// Uploads `plan` bound to `body`'s buffers for `family`'s persistent loop entry point.
+    /// `body` may be another body than the one planned (a plan-cache hit) when its
+    /// [`BodySignature`] is the same: the tasks take `body`'s addresses and gate thresholds.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] when `body`'s signature differs from the plan's;
     /// [`Error::LaunchLimit`] when the plan has more CTAs than the device holds at once (it
     /// could deadlock) or the launch exceeds a limit; allocation and driver errors.
-    pub fn new(gpu: &Gpu, family: &Family, plan: &LoopPlan) -> Result<Self> {
+    pub fn new(gpu: &Gpu, family: &Family, plan: &LoopPlan, body: &LoopBody) -> Result<Self> {
         family.check()?;
+        plan.check_body(body)?;
         let props = *gpu.props();
         let func = gpu.function(family.ptx, family.entry)?;
         let shape = LaunchShape {
@@ -719,12 +836,7 @@ impl ControlRunner {
         }
         let mut buffers = Vec::new();
         let scratch = alloc_scratch(gpu, &plan.variants, &mut buffers)?;
-        let mut tasks = plan.tasks.clone();
-        for t in &mut tasks {
-            let s = scratch[t.op as usize];
-            t.args.workspace = s.partials;
-            t.args.counters = s.counters;
-        }
+        let (tasks, ops) = plan.bind(body, &scratch)?;
         let t = gpu.upload(as_bytes(&tasks))?;
         let o = gpu.upload(as_bytes(&plan.cta_offsets))?;
         let w = if plan.overflow.is_empty() {
@@ -732,7 +844,7 @@ impl ControlRunner {
         } else {
             gpu.upload(as_bytes(&plan.overflow))?
         };
-        let ops = gpu.upload(as_bytes(&plan.ops))?;
+        let ops = gpu.upload(as_bytes(&ops))?;
         let counters = gpu.zeros::<u8>((plan.counters as usize + 1) * 4)?;
         let args = LoopArgs {
             tasks: addr(gpu, &t),
@@ -849,8 +961,10 @@ impl HostDriven {
     /// Prepares `body` with `plan`'s variants (so results match the loop program bit for bit).
     ///
     /// # Errors
-    /// Module-loading, allocation and launch-limit errors.
+    /// [`Error::InvalidArgument`] when `body`'s signature differs from the plan's;
+    /// module-loading, allocation and launch-limit errors.
     pub fn new(gpu: &Gpu, family: &Family, body: &LoopBody, plan: &LoopPlan) -> Result<Self> {
+        plan.check_body(body)?;
         let props = *gpu.props();
         let mut buffers = Vec::new();
         let scratch = alloc_scratch(gpu, &plan.variants, &mut buffers)?;
@@ -864,7 +978,7 @@ impl HostDriven {
                 LaunchShape {
                     grid: (1, 1, 1),
                     block: (family.threads, 1, 1),
-                    smem_bytes: 128,
+                    smem_bytes: GATE_SMEM_BYTES,
                 }
             } else {
                 LaunchShape {
@@ -1120,6 +1234,12 @@ mod tests {
     /// Gated residual blocks: gate_i on x_i, up_i = relu(x_i W1ᵀ) guarded, x_{i+1} = up_i
     /// W2ᵀ + x_i guarded (skip copies x_i).
     fn gated_body(blocks: usize, batch: usize, d: usize) -> LoopBody {
+        gated_body_at(blocks, batch, d, 0, 0.0)
+    }
+
+    /// [`gated_body`] with every address moved by `off` bytes and gate threshold `theta`.
+    fn gated_body_at(blocks: usize, batch: usize, d: usize, off: u64, theta: f32) -> LoopBody {
+        let md = |ptr: u64, rows, cols, ld, dt| md(ptr + off, rows, cols, ld, dt);
         let xs = |i: usize| {
             md(
                 0x1000_0000 + (i * batch * d * 2) as u64,
@@ -1150,6 +1270,7 @@ mod tests {
                 gate.writes = vec![Region::whole(pred(i))];
                 gate.problem.n = 8;
                 gate.args.n = 8;
+                gate.epi = gate_words(theta);
                 ops.push(BodyOp {
                     spec: gate,
                     guard: None,
@@ -1175,6 +1296,47 @@ mod tests {
 
     fn props() -> DeviceProps {
         DeviceProps::h200()
+    }
+
+    #[test]
+    fn plan_binds_another_body_of_the_same_signature() {
+        let a = gated_body_at(4, 1, 64, 0, -1.0);
+        let off = 1u64 << 40;
+        let b = gated_body_at(4, 1, 64, off, 0.5);
+        let vdev = VDevice { sms: 132, ctas_per_sm: 2 };
+        let plan = plan_loop(&a, &FAM, &props(), vdev, &ScheduleOptions::default()).unwrap();
+        assert_eq!(a.signature(), b.signature());
+        let scratch = vec![SplitScratch::default(); b.ops.len()];
+        let (tasks, ops) = plan.bind(&b, &scratch).unwrap();
+        assert_eq!(tasks.len(), plan.tasks.len());
+        for (t, p) in tasks.iter().zip(&plan.tasks) {
+            // Everything but the addresses and the gate threshold is the plan's.
+            assert_eq!((t.arm, t.tile_m, t.tile_n, t.split), (p.arm, p.tile_m, p.tile_n, p.split));
+            assert_eq!((t.signal, t.n_waits, t.waits), (p.signal, p.n_waits, p.waits));
+            assert_eq!(t.args.a, p.args.a + off);
+            assert_eq!(t.args.b, p.args.b + off);
+            assert_eq!(t.args.c, p.args.c + off);
+            if b.ops[t.op as usize].spec.kind == GATE_KIND {
+                assert_eq!(read_gate(&t.epi).threshold, 0.5);
+                assert_eq!(read_gate(&p.epi).threshold, -1.0);
+            }
+        }
+        for (o, p) in ops.iter().zip(&plan.ops) {
+            assert_eq!(o.gate.a, if p.gate.a == 0 { 0 } else { p.gate.a + off });
+            assert_eq!(o.gate.b, if p.gate.b == 0 { 0 } else { p.gate.b + off });
+            if p.gate.a != 0 {
+                assert_eq!((o.gate_threshold, p.gate_threshold), (0.5, -1.0));
+            }
+            assert_eq!(o.copy_src, if p.copy_src == 0 { 0 } else { p.copy_src + off });
+            assert_eq!((o.a_stride, o.c_stride, o.bm, o.bn), (p.a_stride, p.c_stride, p.bm, p.bn));
+        }
+        // Other shapes, block counts or trip counts are refused, not run with stale tables.
+        for other in [gated_body(4, 1, 128), gated_body(3, 1, 64), gated_body(4, 2, 64)] {
+            let e = plan.bind(&other, &scratch).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        }
+        let e = plan.check_body(&rnn_body(1, 64, 1)).unwrap_err();
+        assert!(e.to_string().contains("operators"), "{e}");
     }
 
     fn check(body: &LoopBody, trips: u32, vdev: VDevice) -> LoopPlan {
@@ -1232,9 +1394,25 @@ mod tests {
                 ctas_per_sm: 1,
             },
         );
-        assert!(plan.ops[2].copy == 1 && plan.ops[2].guard != 0);
+        assert!(plan.ops[2].copy == 1 && plan.ops[2].gate.a == body.ops[0].spec.args.a);
+        assert_eq!(plan.ops[1].gate, body.ops[0].spec.args);
         assert_eq!(plan.ops[1].copy, 0);
-        assert_eq!(plan.ops[0].guard, 0);
+        assert_eq!(plan.ops[0].gate.a, 0);
+        // Guarded tasks evaluate their gate themselves: none waits for a gate task's counter.
+        let mut base = vec![0u32; body.ops.len()];
+        for j in 1..body.ops.len() {
+            base[j] = base[j - 1] + plan.variants[j - 1].tiles_m;
+        }
+        let gate_counters: Vec<u32> = (0..body.ops.len()).step_by(3).map(|j| base[j]).collect();
+        for t in plan.tasks.iter().filter(|t| t.op % 3 != 0) {
+            for w in task_waits(&plan, t) {
+                assert!(
+                    !gate_counters.iter().any(|c| (w.first..w.first + w.count).contains(c)),
+                    "operator {} waits for a gate: {w:?}",
+                    t.op
+                );
+            }
+        }
         // Gates run as one task on the gate arm.
         assert_eq!(plan.variants[0].arm, 2);
         assert_eq!(plan.variants[0].tasks(), 1);

@@ -167,6 +167,7 @@ impl WaveRunner {
                         counters: addr(gpu, &counters),
                         n_counters: t.counters,
                         _pad: 0,
+                        skip_if: 0,
                     };
                     debug_assert_eq!(args.tasks % std::mem::align_of::<Task>() as u64, 0);
                     buffers.extend([tasks, offsets, overflow, counters]);
@@ -231,11 +232,38 @@ impl WaveRunner {
     /// # Errors
     /// Driver errors from the launches.
     pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+        self.launch_with(gpu, 0)
+    }
+
+    /// [`WaveRunner::launch`], but every program returns at once when the `u32` at `skip_if`
+    /// is nonzero when it starts (set by an earlier kernel of the stream, e.g. an early-exit
+    /// head): a branch over the whole execution decided on the device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null or misaligned `skip_if`, or when the schedule has
+    /// plain launches (they cannot read it: schedule with `merge` on and `fallback` off);
+    /// driver errors.
+    pub fn launch_unless(&self, gpu: &Gpu, skip_if: u64) -> Result<()> {
+        if skip_if == 0 || skip_if % 4 != 0 {
+            return Err(Error::invalid("skip_if", "a 4-byte aligned device address", skip_if));
+        }
+        if self.steps.iter().any(|s| matches!(s, Step::Grid { .. })) {
+            return Err(Error::invalid(
+                "schedule",
+                "persistent programs only (merge on, fallback off)",
+                "plain launches",
+            ));
+        }
+        self.launch_with(gpu, skip_if)
+    }
+
+    fn launch_with(&self, gpu: &Gpu, skip_if: u64) -> Result<()> {
         for step in &self.steps {
             match step {
                 Step::Persistent { func, cfg, args } => {
+                    let args = Param(ProgramArgs { skip_if, ..args.0 });
                     let mut l = gpu.stream().launch_builder(func);
-                    l.arg(args);
+                    l.arg(&args);
                     // SAFETY: the entry point takes `ProgramArgs` by value; the tables were
                     // encoded from a schedule over validated operators, with arms of this family,
                     // and the grid fits the device's co-resident CTAs (checked in `new`).
