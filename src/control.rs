@@ -8,7 +8,13 @@
 use fused_gemm_device::epilogue::stages::{MatrixParams, VectorParams};
 use fused_gemm_device::epilogue::{Cons, Nil};
 use fused_gemm_device::gemm::GemmArgs;
+use fused_gemm_device::kernel::rnn::{self, LstmStationaryArgs};
 use fused_gemm_device::types::DType;
+use fused_gemm_host::cudarc::driver::{
+    CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use fused_gemm_host::gemm::Param;
+use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::gemm::{AsMatrix, AsVector};
 use fused_gemm_host::plan::Problem;
 use fused_gemm_host::schedule::control::{BodyOp, GATE_KIND, LoopBody, gate_words};
@@ -319,6 +325,144 @@ impl std::fmt::Debug for LstmLoop {
             .field("batch", &self.batch)
             .field("hidden", &self.hidden)
             .finish()
+    }
+}
+
+/// The weight-stationary execution of an [`LstmLoop`]'s recurrence
+/// (`fused_gemm_device::kernel::rnn`, persistent RNNs: Diamos et al., ICML'16): one warp per
+/// hidden unit keeps its gate rows of W in shared memory for the whole launch, the input half
+/// of a step is computed before the step's wait. For small batches (B ≤ 4) and H a multiple of
+/// 64 up to 512; same buffers and layout as the loop program.
+pub struct LstmStationary {
+    func: CudaFunction,
+    cfg: LaunchConfig,
+    args: LstmStationaryArgs,
+    max_trips: u32,
+    _counters: CudaSlice<u32>,
+}
+
+impl std::fmt::Debug for LstmStationary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LstmStationary")
+            .field("batch", &self.args.batch)
+            .field("hidden", &self.args.hidden)
+            .finish()
+    }
+}
+
+impl LstmStationary {
+    /// Prepares `lp`'s buffers (which must outlive the runner).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a batch above 4 or H not a multiple of 64 or above 512;
+    /// [`Error::LaunchLimit`] when the H / 8 CTAs cannot all be resident at once (the steps'
+    /// barrier would deadlock); module-loading and driver errors.
+    pub fn new(gpu: &Gpu, lp: &LstmLoop) -> Result<Self> {
+        let (b, h) = (lp.batch, lp.hidden);
+        if b > 4 {
+            return Err(Error::invalid("batch", "1..=4 (the loop program serves larger)", b));
+        }
+        if h % 64 != 0 || h > rnn::MAX_HIDDEN as usize {
+            return Err(Error::invalid(
+                "hidden",
+                format!("a multiple of 64 up to {}", rnn::MAX_HIDDEN),
+                h,
+            ));
+        }
+        let entry = if b == 1 {
+            crate::kernels::control::LSTM_STATIONARY_B1
+        } else {
+            crate::kernels::control::LSTM_STATIONARY_B4
+        };
+        let func = gpu.function(&crate::ptx::BUILTIN, entry)?;
+        let ctas = h as u32 / rnn::UNITS_PER_CTA;
+        let smem = rnn::smem_bytes(h as u32);
+        let cfg = LaunchShape {
+            grid: (ctas, 1, 1),
+            block: (rnn::THREADS, 1, 1),
+            smem_bytes: smem,
+        }
+        .prepare(&func, gpu.props())?;
+        let per_sm =
+            func.occupancy_max_active_blocks_per_multiprocessor(rnn::THREADS, smem as usize, None)?;
+        let slots = per_sm as u64 * gpu.props().sm_count as u64;
+        if ctas as u64 > slots {
+            return Err(Error::LaunchLimit(format!(
+                "{ctas} CTAs of `{entry}` but only {slots} are co-resident: the step barrier \
+                 could deadlock"
+            )));
+        }
+        let counters = gpu.zeros::<u32>(2)?;
+        let ptr = |t: &Tensor| t.desc().ptr;
+        let args = LstmStationaryArgs {
+            x: ptr(&lp.x),
+            c: ptr(&lp.c),
+            w: ptr(&lp.w),
+            bias: ptr(&lp.bias),
+            counters: counters.device_ptr(gpu.stream()).0,
+            batch: b as u32,
+            hidden: h as u32,
+            t0: 0,
+            trips: 0,
+        };
+        Ok(LstmStationary {
+            func,
+            cfg,
+            args,
+            max_trips: lp.max_trips,
+            _counters: counters,
+        })
+    }
+
+    fn launch_steps(&self, gpu: &Gpu, t0: u32, trips: u32) -> Result<()> {
+        let p = Param(LstmStationaryArgs {
+            t0,
+            trips,
+            ..self.args
+        });
+        let mut l = gpu.stream().launch_builder(&self.func);
+        l.arg(&p);
+        // SAFETY: the entry takes `LstmStationaryArgs` by value; the buffers are the
+        // `LstmLoop`'s ((max_trips + 1) blocks, checked: t0 + trips ≤ max_trips), batch ≤ the
+        // entry's B, H checked, every CTA co-resident (checked in `new`).
+        unsafe { l.launch(self.cfg) }?;
+        Ok(())
+    }
+
+    fn check_trips(&self, trips: u32) -> Result<()> {
+        if trips == 0 {
+            return Err(Error::invalid("trips", "at least 1", 0));
+        }
+        if trips > self.max_trips {
+            return Err(Error::TooLarge {
+                arg: "trips",
+                max: self.max_trips as u64,
+                actual: trips as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Enqueues one launch running steps 0..`trips` (no wait).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 trips, [`Error::TooLarge`] above the buffers' steps;
+    /// driver errors.
+    pub fn launch(&self, gpu: &Gpu, trips: u32) -> Result<()> {
+        self.check_trips(trips)?;
+        self.launch_steps(gpu, 0, trips)
+    }
+
+    /// The host-driven loop over the same kernel: one launch per step (no wait).
+    ///
+    /// # Errors
+    /// As [`LstmStationary::launch`].
+    pub fn launch_per_step(&self, gpu: &Gpu, trips: u32) -> Result<()> {
+        self.check_trips(trips)?;
+        for t in 0..trips {
+            self.launch_steps(gpu, t, 1)?;
+        }
+        Ok(())
     }
 }
 

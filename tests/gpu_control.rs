@@ -5,7 +5,7 @@
 //! passes. The early-exit MiniLM (the third workload) is checked the same way: the
 //! device-decided runs equal the host-driven one, and the layers after the exit stay poisoned.
 
-use fused_gemm::control::{GatedMlp, Gating, LstmLoop};
+use fused_gemm::control::{GatedMlp, Gating, LstmLoop, LstmStationary};
 use fused_gemm::device::types::DType;
 use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPolicy, ExitRunner, seq_bucket};
 use fused_gemm::host::reference::epilogue::sigmoid;
@@ -181,6 +181,55 @@ fn lstm_loop_matches_host_driven_and_f64() {
         // bf16 h rounding compounds over the steps.
         assert!(ef < 3e-2, "recurrence {ef}");
     }
+}
+
+#[test]
+fn stationary_lstm_matches_per_step_launches_and_f64() {
+    let test = "stationary_lstm_matches_per_step_launches_and_f64";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let mut r = rng(test);
+    for (steps, batch, hidden) in [(6u32, 1usize, 64usize), (9, 3, 128), (40, 1, 256), (5, 4, 512)] {
+        let mut lp =
+            LstmLoop::new(&gpu, steps, batch, hidden, &mut |n| uniform(&mut r, n)).unwrap();
+        let st = LstmStationary::new(&gpu, &lp).unwrap();
+        lp.poison(&gpu).unwrap();
+        st.launch_per_step(&gpu, steps).unwrap();
+        let (want_x, want_c) = (bits(&lp.x, &gpu), bits(&lp.c, &gpu));
+        for run in 0..2 {
+            // Twice: the counters reset themselves.
+            lp.poison(&gpu).unwrap();
+            st.launch(&gpu, steps).unwrap();
+            gpu.synchronize().unwrap();
+            assert!(bits(&lp.x, &gpu) == want_x, "run {run}: h differs from per-step launches");
+            assert!(bits(&lp.c, &gpu) == want_c, "run {run}: c differs from per-step launches");
+        }
+        // Per step, f64 from the stored inputs of that step.
+        let (x, c) = (f64s(&lp.x, &gpu), f64s(&lp.c, &gpu));
+        let (w, bias) = (f64s(&lp.w, &gpu), f64s(&lp.bias, &gpu));
+        let (b, h) = (batch, hidden);
+        let (mut got, mut want, mut got_c, mut want_c) = (vec![], vec![], vec![], vec![]);
+        for t in 0..steps as usize {
+            let blk = &x[t * b * 2 * h..(t + 1) * b * 2 * h];
+            let (hh, cc) = lstm_step(blk, &w, &bias, &c[t * b * h..(t + 1) * b * h], b, h);
+            want.extend(hh);
+            want_c.extend(cc);
+            let next = &x[(t + 1) * b * 2 * h..(t + 2) * b * 2 * h];
+            got.extend((0..b).flat_map(|r| next[r * 2 * h + h..(r + 1) * 2 * h].to_vec()));
+            got_c.extend_from_slice(&c[(t + 1) * b * h..(t + 2) * b * h]);
+        }
+        let (eh, ec) = (rel_frobenius_error(&got, &want), rel_frobenius_error(&got_c, &want_c));
+        eprintln!("{test}: T {steps} B {batch} H {hidden}: per-step h {eh:.2e}, c {ec:.2e}");
+        assert!(eh < 1e-2 && ec < 1e-3, "h {eh}, c {ec}");
+    }
+    // Out of its range: typed errors.
+    let lp = LstmLoop::new(&gpu, 2, 5, 64, &mut |n| uniform(&mut r, n)).unwrap();
+    assert!(matches!(LstmStationary::new(&gpu, &lp), Err(Error::InvalidArgument { .. })));
+    let lp = LstmLoop::new(&gpu, 2, 1, 96, &mut |n| uniform(&mut r, n)).unwrap();
+    assert!(matches!(LstmStationary::new(&gpu, &lp), Err(Error::InvalidArgument { .. })));
+    let lp = LstmLoop::new(&gpu, 2, 1, 64, &mut |n| uniform(&mut r, n)).unwrap();
+    let st = LstmStationary::new(&gpu, &lp).unwrap();
+    assert!(matches!(st.launch(&gpu, 3), Err(Error::TooLarge { .. })));
+    assert!(matches!(st.launch(&gpu, 0), Err(Error::InvalidArgument { .. })));
 }
 
 #[test]

@@ -73,8 +73,22 @@ fn err<E: std::fmt::Display>(e: E) -> BenchError {
 /// # Errors
 /// [`BenchError::Chart`] if the font or the PNG cannot be written.
 pub fn draw(r: &Report, path: &Path) -> Result<()> {
+    let title = format!(
+        "fused-gemm-bench: time ratios ({}, {}, {})",
+        r.device.name, r.dtype, r.date
+    );
+    draw_bars(&title, &bars(r), &SERIES, path)
+}
+
+/// Draws groups of horizontal ratio bars (one bar per series present, values printed, a line
+/// at 1) to `path` (PNG), 1400 px wide, 30 px per group. `series` names `Bars::ratios` in
+/// order; a series with no value in any group gets no legend entry. No groups: a chart that
+/// says so.
+///
+/// # Errors
+/// [`BenchError::Chart`] if the font or the PNG cannot be written.
+pub fn draw_bars(title: &str, groups: &[Bars], series: &[&str; 3], path: &Path) -> Result<()> {
     register_font()?;
-    let groups = bars(r);
     let row_h = 30u32;
     // LEGEND_ROWS empty rows under the bars hold the legend.
     let (w, h) = (
@@ -83,10 +97,6 @@ pub fn draw(r: &Report, path: &Path) -> Result<()> {
     );
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let title = format!(
-        "fused-gemm-bench: time ratios ({}, {}, {})",
-        r.device.name, r.dtype, r.date
-    );
     if groups.is_empty() {
         root.draw(&Text::new(title, (20, 20), ("sans-serif", 20).into_font()))
             .map_err(err)?;
@@ -126,7 +136,10 @@ pub fn draw(r: &Report, path: &Path) -> Result<()> {
         RGBColor(44, 160, 44),
         RGBColor(255, 127, 14),
     ];
-    for (s, name) in SERIES.iter().enumerate() {
+    for (s, name) in series.iter().enumerate() {
+        if groups.iter().all(|g| g.ratios[s].is_none()) {
+            continue;
+        }
         let color = colors[s];
         let rects = groups.iter().enumerate().filter_map(move |(i, g)| {
             let v = g.ratios[s]?;

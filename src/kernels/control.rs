@@ -70,6 +70,20 @@ pub const EXIT_HEAD_THREADS: u32 = 128;
 pub const EXIT_HEAD_SMEM: u32 = 4 * MAX_EXIT_LOGITS;
 pub use crate::device::kernel::control::MAX_EXIT_LOGITS;
 
+entry! {
+    /// The weight-stationary LSTM loop (`fused_gemm_device::kernel::rnn`), batch 1.
+    LSTM_STATIONARY_B1 = fn fg_lstm_stationary_b1(p: crate::device::kernel::rnn::LstmStationaryArgs) {
+        unsafe { crate::device::kernel::rnn::lstm_stationary::<1>(&p) }
+    }
+}
+
+entry! {
+    /// The weight-stationary LSTM loop (`fused_gemm_device::kernel::rnn`), batch ≤ 4.
+    LSTM_STATIONARY_B4 = fn fg_lstm_stationary_b4(p: crate::device::kernel::rnn::LstmStationaryArgs) {
+        unsafe { crate::device::kernel::rnn::lstm_stationary::<4>(&p) }
+    }
+}
+
 macro_rules! control_family {
     (
         $(#[$doc:meta])*

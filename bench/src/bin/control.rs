@@ -4,7 +4,9 @@
 //!
 //! - an LSTM cell (hidden 256) run for T = 100 and 1,000 steps at batch 1 and 64: one
 //!   persistent launch with the trip count as a parameter (`device-loop`) or read from device
-//!   memory (`device-loop[trips in memory]`), vs one launch per step (`host-loop`);
+//!   memory (`device-loop[trips in memory]`), vs one launch per step (`host-loop`); at batch 1
+//!   also the weight-stationary kernel (`fused_gemm::control::LstmStationary`), all steps in
+//!   one launch vs one launch of it per step (`... (weight-stationary)` rows);
 //! - 16 gated residual MLP blocks (gate, GEMM + bias + ReLU, GEMM + bias + residual) at
 //!   batch 1, width 256 / 512 / 1024, with the skipped fraction swept 0 … 1 (`device-branch`
 //!   vs `host-branch`, 16 predicate reads);
@@ -27,7 +29,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use fused_gemm::control::{GatedMlp, Gating, LstmLoop};
+use fused_gemm::control::{GatedMlp, Gating, LstmLoop, LstmStationary};
 use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPlan, ExitPolicy, ExitRunner, seq_bucket};
 use fused_gemm::host::schedule::control::{
     ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop,
@@ -229,8 +231,40 @@ fn lstm_rows(
                 launches: st.launches,
                 host_syncs: 1,
                 ctas: None,
-                ..base
+                ..base.clone()
             });
+            if batch <= 4 {
+                // The weight-stationary kernel on the same buffers: one launch for all steps
+                // vs one launch per step of the same kernel.
+                let ws = LstmStationary::new(gpu, &lp)?;
+                lp.poison(gpu)?;
+                ws.launch_per_step(gpu, t)?;
+                let want = outputs(gpu, &[&lp.x, &lp.c])?;
+                lp.poison(gpu)?;
+                ws.launch(gpu, t)?;
+                let diff = max_abs_diff(&want, &outputs(gpu, &[&lp.x, &lp.c])?);
+                let t_dev = gpu.time_ms(args.warmup, reps, |g| ws.launch(g, t))?;
+                let t_host = gpu.time_ms(args.warmup, reps, |g| ws.launch_per_step(g, t))?;
+                let workload = format!("{name} (weight-stationary)");
+                eprintln!("{workload}: device {t_dev:.4} ms, per-step launches {t_host:.4} ms");
+                rows.push(Row {
+                    workload: workload.clone(),
+                    mode: "device-loop".into(),
+                    median_ms: t_dev as f64,
+                    max_abs_diff_vs_host: Some(diff),
+                    ctas: Some(256 / 8),
+                    ..base.clone()
+                });
+                rows.push(Row {
+                    workload,
+                    mode: "host-loop".into(),
+                    median_ms: t_host as f64,
+                    launches: t as usize,
+                    host_syncs: 1,
+                    ctas: None,
+                    ..base
+                });
+            }
         }
     }
     Ok(())

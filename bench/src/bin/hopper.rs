@@ -14,9 +14,11 @@
 //! row-major `C = A·Bᵀ` (B stored N×K) runs as `Cᵀ = B·Aᵀ` with `transa = T`.
 //!
 //! Environment: `HOPPER_BENCH_QUICK=1` runs three shapes; `HOPPER_BENCH_OUT` is the output
-//! directory (default `bench/results`). Writes `hopper-h200.csv` and `hopper-h200.md` (the
-//! table, the targets met or missed, the command), and the sm_90a cubin the process loaded with
-//! the command that checks its SASS for `HGMMA`.
+//! directory (default `bench/results`). Writes `hopper-h200.csv`, `hopper-h200.md` (the
+//! table, the targets met or missed, the command), `hopper-h200.png` (per row, ours ÷ cuBLAS
+//! GEMM and ours ÷ cuBLASLt's fused epilogue) and the sm_90a cubin the process loaded with the
+//! command that checks its SASS for `HGMMA`. `HOPPER_CHART_FROM=<csv>` only redraws the chart
+//! of an earlier run's CSV next to it (no GPU needed).
 
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
@@ -30,6 +32,7 @@ use fused_gemm::host::gemm::{Overrides, last_entry, with_overrides};
 use fused_gemm::host::plan::Plan;
 use fused_gemm::host::{Error, Gpu, Result, Tensor};
 use fused_gemm::kernels::hopper;
+use fused_gemm_bench::chart::{Bars, draw_bars};
 
 /// What is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -502,7 +505,48 @@ fn main() -> ExitCode {
     }
 }
 
+/// The ratio chart: per (layer, op) label, ours ÷ cuBLAS GEMM and ours ÷ cuBLASLt fused.
+fn chart(title: &str, rows: &[(String, f64, f64, Option<f64>)], path: &std::path::Path) -> Result<()> {
+    let groups: Vec<Bars> = rows
+        .iter()
+        .map(|(label, ours, gemm, fused)| Bars {
+            label: label.clone(),
+            ratios: [Some(ours / gemm), fused.map(|f| ours / f), None],
+        })
+        .collect();
+    draw_bars(
+        title,
+        &groups,
+        &["ours / cuBLAS GEMM", "ours / cuBLASLt fused epilogue", ""],
+        path,
+    )
+    .map_err(|e| Error::LaunchLimit(format!("chart {}: {e}", path.display())))
+}
+
+/// The chart of an earlier run's CSV (this binary's columns), written next to it as `.png`.
+fn chart_from_csv(csv: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(csv).map_err(|e| io(csv, e))?;
+    let bad = |line: usize| Error::invalid("HOPPER_CHART_FROM", "this benchmark's CSV", format!("line {line}"));
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        // Written by `run`: no field contains a comma.
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |j: usize| f.get(j).and_then(|v| v.parse::<f64>().ok());
+        let (Some(ours), Some(gemm)) = (num(5), num(8)) else {
+            return Err(bad(i + 1));
+        };
+        rows.push((format!("{} {}", f[0], f[1]), ours, gemm, num(9)));
+    }
+    let png = csv.with_extension("png");
+    chart("Hopper mainloop: time ratios vs cuBLAS (H200, bf16)", &rows, &png)?;
+    println!("wrote {}", png.display());
+    Ok(())
+}
+
 fn run() -> Result<()> {
+    if let Some(csv) = std::env::var_os("HOPPER_CHART_FROM") {
+        return chart_from_csv(std::path::Path::new(&csv));
+    }
     let gpu = Gpu::new(0)?;
     let arch = gpu.module_arch(&fused_gemm::ptx::BUILTIN)?;
     println!(
@@ -580,6 +624,15 @@ fn run() -> Result<()> {
     }
     let csv_path = out_dir.join("hopper-h200.csv");
     std::fs::write(&csv_path, &csv).map_err(|e| io(&csv_path, e))?;
+    let ratios: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let label = format!("{} {}", r.label, r.op.name());
+            (label, r.ours_ms, r.cublas_gemm_ms, r.cublaslt_fused_ms)
+        })
+        .collect();
+    let title = format!("Hopper mainloop: time ratios vs cuBLAS ({}, bf16)", gpu.name());
+    chart(&title, &ratios, &out_dir.join("hopper-h200.png"))?;
 
     let cubin = out_dir.join("fused_gemm.sm_90a.cubin");
     let module = fused_gemm::ptx::BUILTIN

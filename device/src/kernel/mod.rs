@@ -6,5 +6,6 @@ pub mod elementwise;
 pub mod naive_gemm;
 pub mod norm_finish;
 pub mod persistent;
+pub mod rnn;
 pub mod rowwise;
 pub mod timing;
