@@ -14,8 +14,8 @@ use fused_gemm_host::cudarc::driver::{
     CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use fused_gemm_host::gemm::Param;
-use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::gemm::{AsMatrix, AsVector};
+use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::plan::Problem;
 use fused_gemm_host::schedule::control::{BodyOp, GATE_KIND, LoopBody, gate_words};
 use fused_gemm_host::schedule::{OpSpec, Region};
@@ -360,7 +360,11 @@ impl LstmStationary {
     pub fn new(gpu: &Gpu, lp: &LstmLoop) -> Result<Self> {
         let (b, h) = (lp.batch, lp.hidden);
         if b > 4 {
-            return Err(Error::invalid("batch", "1..=4 (the loop program serves larger)", b));
+            return Err(Error::invalid(
+                "batch",
+                "1..=4 (the loop program serves larger)",
+                b,
+            ));
         }
         if h % 64 != 0 || h > rnn::MAX_HIDDEN as usize {
             return Err(Error::invalid(

@@ -534,7 +534,15 @@ mod tests {
 
     #[test]
     fn sequence_buckets_are_powers_of_two_from_16() {
-        for (len, b) in [(0, 16), (1, 16), (16, 16), (17, 32), (100, 128), (300, 512), (512, 512)] {
+        for (len, b) in [
+            (0, 16),
+            (1, 16),
+            (16, 16),
+            (17, 32),
+            (100, 128),
+            (300, 512),
+            (512, 512),
+        ] {
             assert_eq!(seq_bucket(len), b, "length {len}");
         }
     }

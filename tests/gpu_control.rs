@@ -11,7 +11,7 @@ use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPolicy, ExitRunner, seq_bucket
 use fused_gemm::host::reference::epilogue::sigmoid;
 use fused_gemm::host::reference::{gemm, rel_frobenius_error};
 use fused_gemm::host::schedule::control::{
-    ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop, simulate,
+    ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop, plan_loop_tuned, simulate,
 };
 use fused_gemm::host::schedule::{self, ScheduleOptions, VDevice};
 use fused_gemm::host::testing::{gpu_or_skip, rng, uniform};
@@ -188,7 +188,12 @@ fn stationary_lstm_matches_per_step_launches_and_f64() {
     let test = "stationary_lstm_matches_per_step_launches_and_f64";
     let Some(gpu) = gpu_or_skip(test) else { return };
     let mut r = rng(test);
-    for (steps, batch, hidden) in [(6u32, 1usize, 64usize), (9, 3, 128), (40, 1, 256), (5, 4, 512)] {
+    for (steps, batch, hidden) in [
+        (6u32, 1usize, 64usize),
+        (9, 3, 128),
+        (40, 1, 256),
+        (5, 4, 512),
+    ] {
         let mut lp =
             LstmLoop::new(&gpu, steps, batch, hidden, &mut |n| uniform(&mut r, n)).unwrap();
         let st = LstmStationary::new(&gpu, &lp).unwrap();
@@ -200,8 +205,14 @@ fn stationary_lstm_matches_per_step_launches_and_f64() {
             lp.poison(&gpu).unwrap();
             st.launch(&gpu, steps).unwrap();
             gpu.synchronize().unwrap();
-            assert!(bits(&lp.x, &gpu) == want_x, "run {run}: h differs from per-step launches");
-            assert!(bits(&lp.c, &gpu) == want_c, "run {run}: c differs from per-step launches");
+            assert!(
+                bits(&lp.x, &gpu) == want_x,
+                "run {run}: h differs from per-step launches"
+            );
+            assert!(
+                bits(&lp.c, &gpu) == want_c,
+                "run {run}: c differs from per-step launches"
+            );
         }
         // Per step, f64 from the stored inputs of that step.
         let (x, c) = (f64s(&lp.x, &gpu), f64s(&lp.c, &gpu));
@@ -217,19 +228,64 @@ fn stationary_lstm_matches_per_step_launches_and_f64() {
             got.extend((0..b).flat_map(|r| next[r * 2 * h + h..(r + 1) * 2 * h].to_vec()));
             got_c.extend_from_slice(&c[(t + 1) * b * h..(t + 2) * b * h]);
         }
-        let (eh, ec) = (rel_frobenius_error(&got, &want), rel_frobenius_error(&got_c, &want_c));
+        let (eh, ec) = (
+            rel_frobenius_error(&got, &want),
+            rel_frobenius_error(&got_c, &want_c),
+        );
         eprintln!("{test}: T {steps} B {batch} H {hidden}: per-step h {eh:.2e}, c {ec:.2e}");
         assert!(eh < 1e-2 && ec < 1e-3, "h {eh}, c {ec}");
     }
     // Out of its range: typed errors.
     let lp = LstmLoop::new(&gpu, 2, 5, 64, &mut |n| uniform(&mut r, n)).unwrap();
-    assert!(matches!(LstmStationary::new(&gpu, &lp), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        LstmStationary::new(&gpu, &lp),
+        Err(Error::InvalidArgument { .. })
+    ));
     let lp = LstmLoop::new(&gpu, 2, 1, 96, &mut |n| uniform(&mut r, n)).unwrap();
-    assert!(matches!(LstmStationary::new(&gpu, &lp), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        LstmStationary::new(&gpu, &lp),
+        Err(Error::InvalidArgument { .. })
+    ));
     let lp = LstmLoop::new(&gpu, 2, 1, 64, &mut |n| uniform(&mut r, n)).unwrap();
     let st = LstmStationary::new(&gpu, &lp).unwrap();
     assert!(matches!(st.launch(&gpu, 3), Err(Error::TooLarge { .. })));
-    assert!(matches!(st.launch(&gpu, 0), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        st.launch(&gpu, 0),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn tuned_loop_plan_runs_and_matches_host_driven() {
+    let test = "tuned_loop_plan_runs_and_matches_host_driven";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let mut r = rng(test);
+    let steps = 16;
+    let mut lp = LstmLoop::new(&gpu, steps, 1, 256, &mut |n| uniform(&mut r, n)).unwrap();
+    let opts = ScheduleOptions::default();
+    let (plan, log) = plan_loop_tuned(&gpu, &lp.body, &CONTROL_BF16, &opts, steps, 3).unwrap();
+    eprintln!("{test}: candidates (ms for {steps} steps): {log:?}");
+    assert_eq!(log[0].0, "model");
+    assert!(log.len() > 2, "uniform candidates were timed");
+    assert!(log.iter().all(|(_, ms)| ms.is_finite() && *ms > 0.0));
+    let v = plan.variants[0];
+    eprintln!(
+        "{test}: chose tile {}×{}, {} splits",
+        v.tile.bm, v.tile.bn, v.splits
+    );
+    let (_, runner, host) = prepare_with(&gpu, &lp.body, steps, plan).unwrap();
+    lp.poison(&gpu).unwrap();
+    host.run(&gpu, steps).unwrap();
+    let want = (bits(&lp.x, &gpu), bits(&lp.c, &gpu));
+    lp.poison(&gpu).unwrap();
+    runner.launch(&gpu, Trips::Fixed(steps)).unwrap();
+    gpu.synchronize().unwrap();
+    assert!(
+        (bits(&lp.x, &gpu), bits(&lp.c, &gpu)) == want,
+        "tuned plan differs from host-driven"
+    );
+    let e = plan_loop_tuned(&gpu, &lp.body, &CONTROL_BF16, &opts, 0, 3).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
 }
 
 #[test]
@@ -532,7 +588,9 @@ fn early_exit_case(
     let plan = ExitRunner::plan(gpu, model, batch * t).unwrap();
     let mut run = ExitRunner::new(gpu, model, &plan, batch, t, &policy).unwrap();
     let mut r = rng(&format!("{test} {lengths:?} {policy:?}"));
-    run.x.upload_f32(gpu, &uniform(&mut r, batch * t * 384)).unwrap();
+    run.x
+        .upload_f32(gpu, &uniform(&mut r, batch * t * 384))
+        .unwrap();
     run.set_lengths(gpu, lengths).unwrap();
     run.poison(gpu).unwrap();
     let st = run.run_host_driven(gpu).unwrap();
@@ -553,8 +611,15 @@ fn early_exit_case(
             g.replay().unwrap();
         }
         gpu.synchronize().unwrap();
-        assert_eq!(run.exit_layer(gpu).unwrap(), exit, "mode {mode}: exit layer");
-        assert!(bits(&run.logits, gpu) == want_logits, "mode {mode}: logits differ");
+        assert_eq!(
+            run.exit_layer(gpu).unwrap(),
+            exit,
+            "mode {mode}: exit layer"
+        );
+        assert!(
+            bits(&run.logits, gpu) == want_logits,
+            "mode {mode}: logits differ"
+        );
         for (i, a) in run.acts.iter().enumerate() {
             let y = bits(&a.y, gpu);
             if i <= exit {
@@ -569,13 +634,21 @@ fn early_exit_case(
     }
     // f64 logits of the exiting head from the stored layer output (first token per sequence).
     let y = f64s(&run.acts[exit].y, gpu);
-    let (w, b) = (f64s(&model.layers[exit].head_w, gpu), f64s(&model.layers[exit].head_b, gpu));
+    let (w, b) = (
+        f64s(&model.layers[exit].head_w, gpu),
+        f64s(&model.layers[exit].head_b, gpu),
+    );
     let labels = model.labels;
     let got = f64s(&run.logits, gpu);
     let mut want = Vec::new();
     for s in 0..batch {
         let row = &y[s * t * 384..s * t * 384 + 384];
-        want.extend(gemm(1, labels, 384, row, &w, true).iter().zip(&b).map(|(v, b)| v + b));
+        want.extend(
+            gemm(1, labels, 384, row, &w, true)
+                .iter()
+                .zip(&b)
+                .map(|(v, b)| v + b),
+        );
     }
     let err = rel_frobenius_error(&got, &want);
     eprintln!(
@@ -601,10 +674,20 @@ fn early_exit_matches_host_driven_and_skips_on_the_device() {
     // Data-dependent: random heads of 4 classes, confidence thresholds from certain to never.
     let mut exits = Vec::new();
     for th in [0.0f32, 0.3, 0.5, 0.9, 1.1] {
-        exits.push(early_exit_case(&gpu, test, &model, &[33, 7], ExitPolicy::Confidence(th)));
+        exits.push(early_exit_case(
+            &gpu,
+            test,
+            &model,
+            &[33, 7],
+            ExitPolicy::Confidence(th),
+        ));
     }
     assert_eq!(exits[0], 0, "threshold 0 exits at the first head");
-    assert_eq!(*exits.last().unwrap(), 5, "an unreachable threshold runs every layer");
+    assert_eq!(
+        *exits.last().unwrap(),
+        5,
+        "an unreachable threshold runs every layer"
+    );
 }
 
 #[test]

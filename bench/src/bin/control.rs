@@ -16,8 +16,9 @@
 //!   CUDA graph, `device-branch[graph]`) vs a sync after each head (`host-branch`).
 //!
 //! Each case's plan comes from a plan cache keyed by (workload, trip-count bucket, sequence
-//! bucket, batch bucket): the first call's planning time and the median cached lookup are
-//! reported. Latency is the median of `--reps` runs timed with CUDA events after warm-up.
+//! bucket, batch bucket): the first call's planning time (the loops' plans are chosen by timing
+//! candidates, `plan_loop_tuned`) and the median cached lookup are reported. Latency is the
+//! median of `--reps` runs timed with CUDA events after warm-up.
 //! Writes `control-<date>.json` and `control-<date>.md` into `--out`.
 //!
 //! ```text
@@ -32,7 +33,7 @@ use clap::Parser;
 use fused_gemm::control::{GatedMlp, Gating, LstmLoop, LstmStationary};
 use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPlan, ExitPolicy, ExitRunner, seq_bucket};
 use fused_gemm::host::schedule::control::{
-    ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop,
+    ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop, plan_loop_tuned,
 };
 use fused_gemm::host::schedule::plan_cache::{PlanCache, PlanKey, bucket};
 use fused_gemm::host::schedule::{self, ScheduleOptions};
@@ -126,15 +127,19 @@ fn cached_plan(
     neighbour: PlanKey,
     body: &LoopBody,
 ) -> Result<(std::sync::Arc<LoopPlan>, Option<f64>, f64)> {
-    let vdev = schedule::exec::vdevice(gpu, &CONTROL_BF16)?;
     let (plan, first) = cache.get_or_plan(&key, |_| {
-        plan_loop(
+        // Chosen by timing the candidates for a few iterations (part of the planning time).
+        let (plan, log) = plan_loop_tuned(
+            gpu,
             body,
             &CONTROL_BF16,
-            gpu.props(),
-            vdev,
             &ScheduleOptions::default(),
-        )
+            body.max_trips.min(64),
+            5,
+        )?;
+        let log: Vec<String> = log.iter().map(|(l, ms)| format!("{l} {ms:.3}")).collect();
+        eprintln!("plan {}: tuned over [{}] ms", key.workload, log.join(", "));
+        Ok::<_, fused_gemm::host::Error>(plan)
     })?;
     let mut lookups = Vec::with_capacity(1000);
     for _ in 0..1000 {
@@ -384,9 +389,7 @@ fn sweep_body(
             let t_dev = gpu.time_ms(args.warmup, args.reps, |g| {
                 runner.launch(g, Trips::Fixed(trips))
             })?;
-            let t_host = gpu.time_ms(args.warmup, args.reps, |g| {
-                host.run(g, trips).map(|_| ())
-            })?;
+            let t_host = gpu.time_ms(args.warmup, args.reps, |g| host.run(g, trips).map(|_| ()))?;
             let workload = format!("{name} [t{tile}x64 s{splits}]");
             eprintln!(
                 "{workload}: {} CTAs, {} tasks/iteration: device {t_dev:.4} ms, host {t_host:.4} ms",
@@ -423,7 +426,14 @@ fn sweep_rows(gpu: &Gpu, args: &Args, rows: &mut Vec<Row>) -> Result<()> {
     let m = GatedMlp::new(gpu, 16, 1, 256, 256, Gating::fraction(16, 0.0), &mut |n| {
         uniform(&mut r, n)
     })?;
-    sweep_body(gpu, args, "16 gated MLP blocks d256 b1 skip0%", &m.body, 1, rows)
+    sweep_body(
+        gpu,
+        args,
+        "16 gated MLP blocks d256 b1 skip0%",
+        &m.body,
+        1,
+        rows,
+    )
 }
 
 /// MiniLM (6 layers, 4-class heads) with early exit at batch 1: per sequence length (three
@@ -435,7 +445,11 @@ fn early_exit_rows(gpu: &Gpu, args: &Args, rows: &mut Vec<Row>) -> Result<()> {
     let model = EarlyExitMiniLm::new(gpu, 6, 4, &mut |n| uniform(&mut r, n))?;
     let mut cache: PlanCache<ExitPlan> = PlanCache::new(16);
     let lengths: &[usize] = if args.quick { &[100] } else { &[12, 100, 300] };
-    let exits: &[usize] = if args.quick { &[0, 5] } else { &[0, 1, 2, 3, 5] };
+    let exits: &[usize] = if args.quick {
+        &[0, 5]
+    } else {
+        &[0, 1, 2, 3, 5]
+    };
     for &len in lengths {
         let t = seq_bucket(len);
         let key = PlanKey::new("minilm-exit-l6", 1, t as u32, 1);
@@ -448,7 +462,10 @@ fn early_exit_rows(gpu: &Gpu, args: &Args, rows: &mut Vec<Row>) -> Result<()> {
         let lookup = t0.elapsed().as_secs_f64() * 1e6;
         assert!(l.hit && std::sync::Arc::ptr_eq(&plan, &again));
         for &e in exits {
-            let name = format!("MiniLM-L6 early exit b1 len{len} (bucket {t}) exit@{}", e + 1);
+            let name = format!(
+                "MiniLM-L6 early exit b1 len{len} (bucket {t}) exit@{}",
+                e + 1
+            );
             let mut run = ExitRunner::new(gpu, &model, &plan, 1, t, &ExitPolicy::AtLayer(e))?;
             run.x.upload_f32(gpu, &uniform(&mut r, t * 384))?;
             run.set_lengths(gpu, &[len as u32])?;

@@ -506,7 +506,11 @@ fn main() -> ExitCode {
 }
 
 /// The ratio chart: per (layer, op) label, ours ÷ cuBLAS GEMM and ours ÷ cuBLASLt fused.
-fn chart(title: &str, rows: &[(String, f64, f64, Option<f64>)], path: &std::path::Path) -> Result<()> {
+fn chart(
+    title: &str,
+    rows: &[(String, f64, f64, Option<f64>)],
+    path: &std::path::Path,
+) -> Result<()> {
     let groups: Vec<Bars> = rows
         .iter()
         .map(|(label, ours, gemm, fused)| Bars {
@@ -526,7 +530,13 @@ fn chart(title: &str, rows: &[(String, f64, f64, Option<f64>)], path: &std::path
 /// The chart of an earlier run's CSV (this binary's columns), written next to it as `.png`.
 fn chart_from_csv(csv: &std::path::Path) -> Result<()> {
     let text = std::fs::read_to_string(csv).map_err(|e| io(csv, e))?;
-    let bad = |line: usize| Error::invalid("HOPPER_CHART_FROM", "this benchmark's CSV", format!("line {line}"));
+    let bad = |line: usize| {
+        Error::invalid(
+            "HOPPER_CHART_FROM",
+            "this benchmark's CSV",
+            format!("line {line}"),
+        )
+    };
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         // Written by `run`: no field contains a comma.
@@ -538,7 +548,11 @@ fn chart_from_csv(csv: &std::path::Path) -> Result<()> {
         rows.push((format!("{} {}", f[0], f[1]), ours, gemm, num(9)));
     }
     let png = csv.with_extension("png");
-    chart("Hopper mainloop: time ratios vs cuBLAS (H200, bf16)", &rows, &png)?;
+    chart(
+        "Hopper mainloop: time ratios vs cuBLAS (H200, bf16)",
+        &rows,
+        &png,
+    )?;
     println!("wrote {}", png.display());
     Ok(())
 }
@@ -631,7 +645,10 @@ fn run() -> Result<()> {
             (label, r.ours_ms, r.cublas_gemm_ms, r.cublaslt_fused_ms)
         })
         .collect();
-    let title = format!("Hopper mainloop: time ratios vs cuBLAS ({}, bf16)", gpu.name());
+    let title = format!(
+        "Hopper mainloop: time ratios vs cuBLAS ({}, bf16)",
+        gpu.name()
+    );
     chart(&title, &ratios, &out_dir.join("hopper-h200.png"))?;
 
     let cubin = out_dir.join("fused_gemm.sm_90a.cubin");

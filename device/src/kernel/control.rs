@@ -256,7 +256,11 @@ pub unsafe fn exit_head(p: &ExitHeadArgs) {
     let tid = thread_idx_x();
     let (lane, warp, warps) = (tid % 32, tid / 32, block_dim_x() / 32);
     let logits = dynamic_shared_base() as *mut f32;
-    let (x, w, b) = (p.x as *const Bf16, p.w as *const Bf16, p.bias as *const Bf16);
+    let (x, w, b) = (
+        p.x as *const Bf16,
+        p.w as *const Bf16,
+        p.bias as *const Bf16,
+    );
     let pairs = p.rows * p.labels;
     let mut pair = warp;
     while pair < pairs {
@@ -552,8 +556,9 @@ pub unsafe fn run_loop<const HEADER: u32, D: Dispatch>(p: &LoopArgs) {
                 lda: global::ld_u32(&raw const (*op).gate.lda),
                 ..GemmArgs::default()
             };
-            let threshold =
-                f32::from_bits(global::ld_u32(&raw const (*op).gate_threshold as *const u32));
+            let threshold = f32::from_bits(global::ld_u32(
+                &raw const (*op).gate_threshold as *const u32,
+            ));
             Some((args, threshold))
         };
         let n_waits = (*hdr).n_waits;

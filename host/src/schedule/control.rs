@@ -12,7 +12,8 @@
 //!    dependencies within an iteration and between consecutive iterations (through memory, as
 //!    [`WaveGraph`] does).
 //! 2. [`plan_loop`] schedules one iteration with the wave scheduler (one persistent program)
-//!    and encodes the loop tables: epoch-indexed waits, the self-wait per task, per-operator
+//!    ([`plan_loop_tuned`] picks among the model's plan and uniform tile/split-K choices by
+//!    timing them on the device) and encodes the loop tables: epoch-indexed waits, the self-wait per task, per-operator
 //!    strides and guards ([`fused_gemm_device::kernel::control`] has the device side and the
 //!    deadlock argument). [`simulate`] replays a plan on the CPU under adversarial CTA
 //!    interleavings and checks that it finishes and that every task starts after its
@@ -346,20 +347,38 @@ impl LoopPlan {
         }
         let (want, got) = (&self.signature, &got);
         let what = if want.max_trips != got.max_trips {
-            format!("max_trips {} (planned for {})", got.max_trips, want.max_trips)
+            format!(
+                "max_trips {} (planned for {})",
+                got.max_trips, want.max_trips
+            )
         } else if want.ops.len() != got.ops.len() {
-            format!("{} operators (planned for {})", got.ops.len(), want.ops.len())
+            format!(
+                "{} operators (planned for {})",
+                got.ops.len(),
+                want.ops.len()
+            )
         } else if let Some(j) = (0..want.ops.len()).find(|&j| want.ops[j] != got.ops[j]) {
-            format!("operator {j} (`{}`) differs in shape, guard or strides", body.ops[j].spec.name)
+            format!(
+                "operator {j} (`{}`) differs in shape, guard or strides",
+                body.ops[j].spec.name
+            )
         } else {
             "the dependencies between operators differ".to_string()
         };
-        Err(Error::invalid("body", "the body the plan was made for, up to addresses", what))
+        Err(Error::invalid(
+            "body",
+            "the body the plan was made for, up to addresses",
+            what,
+        ))
     }
 
     /// The tasks and per-operator tables with `body`'s addresses (and gate thresholds), split-K
     /// scratch per operator from `scratch`.
-    fn bind(&self, body: &LoopBody, scratch: &[SplitScratch]) -> Result<(Vec<LoopTask>, Vec<OpLoop>)> {
+    fn bind(
+        &self,
+        body: &LoopBody,
+        scratch: &[SplitScratch],
+    ) -> Result<(Vec<LoopTask>, Vec<OpLoop>)> {
         self.check_body(body)?;
         let tasks = self
             .tasks
@@ -568,6 +587,91 @@ pub fn plan_loop(
         iteration_us: prog.makespan_us,
         signature: body.signature(),
     })
+}
+
+/// What [`plan_loop_tuned`] timed: per candidate, its label and median time of the timed
+/// iterations, ms.
+pub type TuneLog = Vec<(String, f32)>;
+
+/// [`plan_loop`] with the choice made by measurement (a plan is specialized per case and
+/// cached, so a one-time search is affordable): the model's plan and every uniform variant
+/// (each non-gate operator on one tile shape of its kind with one split factor) are run on
+/// `body` for `trips` iterations (`reps` times after a warm-up) and the fastest is returned,
+/// with the log. The runs write `body`'s outputs, so `body` must not read what it writes from
+/// an earlier run (true of loops that read only their inputs and previous iterations).
+///
+/// # Errors
+/// As [`plan_loop`] for the model's plan (candidates that cannot be planned are skipped);
+/// [`Error::InvalidArgument`] for 0 trips or reps; launch and driver errors.
+pub fn plan_loop_tuned(
+    gpu: &Gpu,
+    body: &LoopBody,
+    family: &Family,
+    base: &ScheduleOptions,
+    trips: u32,
+    reps: usize,
+) -> Result<(LoopPlan, TuneLog)> {
+    if trips == 0 || reps == 0 {
+        return Err(Error::invalid(
+            "trips, reps",
+            "both at least 1",
+            format!("{trips}, {reps}"),
+        ));
+    }
+    let trips = trips.min(body.max_trips);
+    let vdev = super::exec::vdevice(gpu, family)?;
+    let mut candidates = vec![(
+        "model".to_string(),
+        plan_loop(body, family, gpu.props(), vdev, base)?,
+    )];
+    let mut tiles: Vec<_> = family
+        .arms
+        .iter()
+        .filter(|a| a.kind != GATE_KIND)
+        .map(|a| (a.tile.bm, a.tile.bn))
+        .collect();
+    tiles.sort_unstable();
+    tiles.dedup();
+    for &(bm, bn) in &tiles {
+        for splits in [1u32, 2, 4, 8] {
+            let fixed = body
+                .ops
+                .iter()
+                .map(|op| {
+                    family
+                        .arms_of(op.spec.kind)
+                        .find(|(_, a)| (a.tile.bm, a.tile.bn) == (bm, bn))
+                        .map(|(i, _)| (i, splits))
+                })
+                .collect();
+            let opts = ScheduleOptions {
+                fixed,
+                ..base.clone()
+            };
+            if let Ok(p) = plan_loop(body, family, gpu.props(), vdev, &opts) {
+                candidates.push((format!("{bm}x{bn} s{splits}"), p));
+            }
+        }
+    }
+    let mut log = Vec::with_capacity(candidates.len());
+    let mut best: Option<(f32, LoopPlan)> = None;
+    for (label, plan) in candidates {
+        let runner = match ControlRunner::new(gpu, family, &plan, body) {
+            Ok(r) => r,
+            // More CTAs than are co-resident: not a candidate on this device.
+            Err(Error::LaunchLimit(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let ms = gpu.time_ms(1, reps, |g| runner.launch(g, Trips::Fixed(trips)))?;
+        log.push((label, ms));
+        if best.as_ref().is_none_or(|(b, _)| ms < *b) {
+            best = Some((ms, plan));
+        }
+    }
+    let (_, plan) = best.ok_or_else(|| {
+        Error::LaunchLimit("no candidate loop plan fits the device's co-resident CTAs".into())
+    })?;
+    Ok((plan, log))
 }
 
 /// Per operator, the device's [`OpLoop`] (strides, guard, skip copy) with `body`'s addresses.
@@ -1303,7 +1407,10 @@ mod tests {
         let a = gated_body_at(4, 1, 64, 0, -1.0);
         let off = 1u64 << 40;
         let b = gated_body_at(4, 1, 64, off, 0.5);
-        let vdev = VDevice { sms: 132, ctas_per_sm: 2 };
+        let vdev = VDevice {
+            sms: 132,
+            ctas_per_sm: 2,
+        };
         let plan = plan_loop(&a, &FAM, &props(), vdev, &ScheduleOptions::default()).unwrap();
         assert_eq!(a.signature(), b.signature());
         let scratch = vec![SplitScratch::default(); b.ops.len()];
@@ -1311,8 +1418,14 @@ mod tests {
         assert_eq!(tasks.len(), plan.tasks.len());
         for (t, p) in tasks.iter().zip(&plan.tasks) {
             // Everything but the addresses and the gate threshold is the plan's.
-            assert_eq!((t.arm, t.tile_m, t.tile_n, t.split), (p.arm, p.tile_m, p.tile_n, p.split));
-            assert_eq!((t.signal, t.n_waits, t.waits), (p.signal, p.n_waits, p.waits));
+            assert_eq!(
+                (t.arm, t.tile_m, t.tile_n, t.split),
+                (p.arm, p.tile_m, p.tile_n, p.split)
+            );
+            assert_eq!(
+                (t.signal, t.n_waits, t.waits),
+                (p.signal, p.n_waits, p.waits)
+            );
             assert_eq!(t.args.a, p.args.a + off);
             assert_eq!(t.args.b, p.args.b + off);
             assert_eq!(t.args.c, p.args.c + off);
@@ -1327,11 +1440,21 @@ mod tests {
             if p.gate.a != 0 {
                 assert_eq!((o.gate_threshold, p.gate_threshold), (0.5, -1.0));
             }
-            assert_eq!(o.copy_src, if p.copy_src == 0 { 0 } else { p.copy_src + off });
-            assert_eq!((o.a_stride, o.c_stride, o.bm, o.bn), (p.a_stride, p.c_stride, p.bm, p.bn));
+            assert_eq!(
+                o.copy_src,
+                if p.copy_src == 0 { 0 } else { p.copy_src + off }
+            );
+            assert_eq!(
+                (o.a_stride, o.c_stride, o.bm, o.bn),
+                (p.a_stride, p.c_stride, p.bm, p.bn)
+            );
         }
         // Other shapes, block counts or trip counts are refused, not run with stale tables.
-        for other in [gated_body(4, 1, 128), gated_body(3, 1, 64), gated_body(4, 2, 64)] {
+        for other in [
+            gated_body(4, 1, 128),
+            gated_body(3, 1, 64),
+            gated_body(4, 2, 64),
+        ] {
             let e = plan.bind(&other, &scratch).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
         }
@@ -1407,7 +1530,9 @@ mod tests {
         for t in plan.tasks.iter().filter(|t| t.op % 3 != 0) {
             for w in task_waits(&plan, t) {
                 assert!(
-                    !gate_counters.iter().any(|c| (w.first..w.first + w.count).contains(c)),
+                    !gate_counters
+                        .iter()
+                        .any(|c| (w.first..w.first + w.count).contains(c)),
                     "operator {} waits for a gate: {w:?}",
                     t.op
                 );

@@ -245,7 +245,11 @@ impl WaveRunner {
     /// driver errors.
     pub fn launch_unless(&self, gpu: &Gpu, skip_if: u64) -> Result<()> {
         if skip_if == 0 || skip_if % 4 != 0 {
-            return Err(Error::invalid("skip_if", "a 4-byte aligned device address", skip_if));
+            return Err(Error::invalid(
+                "skip_if",
+                "a 4-byte aligned device address",
+                skip_if,
+            ));
         }
         if self.steps.iter().any(|s| matches!(s, Step::Grid { .. })) {
             return Err(Error::invalid(
