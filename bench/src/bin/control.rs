@@ -34,6 +34,7 @@ use fused_gemm::control::{GatedMlp, Gating, LstmLoop, LstmStationary};
 use fused_gemm::early_exit::{EarlyExitMiniLm, ExitPlan, ExitPolicy, ExitRunner, seq_bucket};
 use fused_gemm::host::schedule::control::{
     ControlRunner, HostDriven, LoopBody, LoopPlan, Trips, plan_loop, plan_loop_tuned,
+    uniform_variants,
 };
 use fused_gemm::host::schedule::plan_cache::{PlanCache, PlanKey, bucket};
 use fused_gemm::host::schedule::{self, ScheduleOptions};
@@ -351,7 +352,8 @@ fn gated_rows(
 }
 
 /// Device and host-driven time of `body` with every non-gate operator fixed to each arm of
-/// its kind and each split factor, as rows named `<name> [<tile> s<splits>]`.
+/// its kind and each split factor (`uniform_variants`), as rows named
+/// `<name> [<BM>x<BN> s<splits>]`.
 fn sweep_body(
     gpu: &Gpu,
     args: &Args,
@@ -361,56 +363,44 @@ fn sweep_body(
     rows: &mut Vec<Row>,
 ) -> Result<()> {
     let vdev = schedule::exec::vdevice(gpu, &CONTROL_BF16)?;
-    for tile in [16, 64] {
-        for splits in [1u32, 2, 4, 8] {
-            let fixed = body
-                .ops
-                .iter()
-                .map(|op| {
-                    CONTROL_BF16
-                        .arms_of(op.spec.kind)
-                        .find(|(_, a)| a.tile.bm == tile)
-                        .map(|(i, _)| (i, splits))
-                })
-                .collect();
-            let opts = ScheduleOptions {
-                fixed,
-                ..ScheduleOptions::default()
-            };
-            let plan = match plan_loop(body, &CONTROL_BF16, gpu.props(), vdev, &opts) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("{name} t{tile}x64 s{splits}: not planned: {e}");
-                    continue;
-                }
-            };
-            let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan, body)?;
-            let host = HostDriven::new(gpu, &CONTROL_BF16, body, &plan)?;
-            let t_dev = gpu.time_ms(args.warmup, args.reps, |g| {
-                runner.launch(g, Trips::Fixed(trips))
-            })?;
-            let t_host = gpu.time_ms(args.warmup, args.reps, |g| host.run(g, trips).map(|_| ()))?;
-            let workload = format!("{name} [t{tile}x64 s{splits}]");
-            eprintln!(
-                "{workload}: {} CTAs, {} tasks/iteration: device {t_dev:.4} ms, host {t_host:.4} ms",
-                plan.ctas,
-                plan.tasks_per_iteration()
-            );
-            for (mode, ms) in [("device", t_dev), ("host-driven", t_host)] {
-                rows.push(Row {
-                    workload: workload.clone(),
-                    mode: mode.into(),
-                    median_ms: ms as f64,
-                    runs: args.reps,
-                    launches: 0,
-                    host_syncs: 0,
-                    skipped: None,
-                    planning_ms: None,
-                    lookup_us: None,
-                    max_abs_diff_vs_host: None,
-                    ctas: Some(plan.ctas),
-                });
+    for (label, fixed) in uniform_variants(body, &CONTROL_BF16) {
+        let opts = ScheduleOptions {
+            fixed,
+            ..ScheduleOptions::default()
+        };
+        let plan = match plan_loop(body, &CONTROL_BF16, gpu.props(), vdev, &opts) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("{name} [{label}]: not planned: {e}");
+                continue;
             }
+        };
+        let runner = ControlRunner::new(gpu, &CONTROL_BF16, &plan, body)?;
+        let host = HostDriven::new(gpu, &CONTROL_BF16, body, &plan)?;
+        let t_dev = gpu.time_ms(args.warmup, args.reps, |g| {
+            runner.launch(g, Trips::Fixed(trips))
+        })?;
+        let t_host = gpu.time_ms(args.warmup, args.reps, |g| host.run(g, trips).map(|_| ()))?;
+        let workload = format!("{name} [{label}]");
+        eprintln!(
+            "{workload}: {} CTAs, {} tasks/iteration: device {t_dev:.4} ms, host {t_host:.4} ms",
+            plan.ctas,
+            plan.tasks_per_iteration()
+        );
+        for (mode, ms) in [("device", t_dev), ("host-driven", t_host)] {
+            rows.push(Row {
+                workload: workload.clone(),
+                mode: mode.into(),
+                median_ms: ms as f64,
+                runs: args.reps,
+                launches: 0,
+                host_syncs: 0,
+                skipped: None,
+                planning_ms: None,
+                lookup_us: None,
+                max_abs_diff_vs_host: None,
+                ctas: Some(plan.ctas),
+            });
         }
     }
     Ok(())

@@ -589,6 +589,42 @@ pub fn plan_loop(
     })
 }
 
+/// Every uniform variant choice for `body` on `family`: per tile shape (BM×BN) of its non-gate
+/// arms and split-K factor 1, 2, 4 or 8, a label (`"16x64 s2"`) and, per operator, the arm of
+/// its kind with that tile and the factor (`None` where its kind has no such arm), for
+/// [`ScheduleOptions::fixed`]. Some choices cannot be planned (e.g. more splits than K
+/// allows); [`plan_loop`] says so.
+pub fn uniform_variants(
+    body: &LoopBody,
+    family: &Family,
+) -> Vec<(String, Vec<Option<(usize, u32)>>)> {
+    let mut tiles: Vec<_> = family
+        .arms
+        .iter()
+        .filter(|a| a.kind != GATE_KIND)
+        .map(|a| (a.tile.bm, a.tile.bn))
+        .collect();
+    tiles.sort_unstable();
+    tiles.dedup();
+    let mut out = Vec::new();
+    for &(bm, bn) in &tiles {
+        for splits in [1u32, 2, 4, 8] {
+            let fixed = body
+                .ops
+                .iter()
+                .map(|op| {
+                    family
+                        .arms_of(op.spec.kind)
+                        .find(|(_, a)| (a.tile.bm, a.tile.bn) == (bm, bn))
+                        .map(|(i, _)| (i, splits))
+                })
+                .collect();
+            out.push((format!("{bm}x{bn} s{splits}"), fixed));
+        }
+    }
+    out
+}
+
 /// What [`plan_loop_tuned`] timed: per candidate, its label and median time of the timed
 /// iterations, ms.
 pub type TuneLog = Vec<(String, f32)>;
@@ -624,33 +660,13 @@ pub fn plan_loop_tuned(
         "model".to_string(),
         plan_loop(body, family, gpu.props(), vdev, base)?,
     )];
-    let mut tiles: Vec<_> = family
-        .arms
-        .iter()
-        .filter(|a| a.kind != GATE_KIND)
-        .map(|a| (a.tile.bm, a.tile.bn))
-        .collect();
-    tiles.sort_unstable();
-    tiles.dedup();
-    for &(bm, bn) in &tiles {
-        for splits in [1u32, 2, 4, 8] {
-            let fixed = body
-                .ops
-                .iter()
-                .map(|op| {
-                    family
-                        .arms_of(op.spec.kind)
-                        .find(|(_, a)| (a.tile.bm, a.tile.bn) == (bm, bn))
-                        .map(|(i, _)| (i, splits))
-                })
-                .collect();
-            let opts = ScheduleOptions {
-                fixed,
-                ..base.clone()
-            };
-            if let Ok(p) = plan_loop(body, family, gpu.props(), vdev, &opts) {
-                candidates.push((format!("{bm}x{bn} s{splits}"), p));
-            }
+    for (label, fixed) in uniform_variants(body, family) {
+        let opts = ScheduleOptions {
+            fixed,
+            ..base.clone()
+        };
+        if let Ok(p) = plan_loop(body, family, gpu.props(), vdev, &opts) {
+            candidates.push((label, p));
         }
     }
     let mut log = Vec::with_capacity(candidates.len());
