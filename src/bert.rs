@@ -478,7 +478,7 @@ pub fn attention<T: BertElement>(
     qkv: &dyn DevicePtr<T>,
     out: &mut dyn DevicePtrMut<T>,
 ) -> Result<()> {
-    attention_impl(gpu, batch, heads, head_dim, qkv, out, 0)
+    attention_unless(gpu, batch, heads, head_dim, qkv, out, 0)
 }
 
 /// [`attention`], skipped on the device: the kernel returns at once when the `u32` at
@@ -505,18 +505,6 @@ pub fn attention_unless<T: BertElement>(
             actual: skip_if,
         });
     }
-    attention_impl(gpu, batch, heads, head_dim, qkv, out, skip_if)
-}
-
-fn attention_impl<T: BertElement>(
-    gpu: &Gpu,
-    batch: &SeqBatch,
-    heads: usize,
-    head_dim: usize,
-    qkv: &dyn DevicePtr<T>,
-    out: &mut dyn DevicePtrMut<T>,
-    skip_if: u64,
-) -> Result<()> {
     let Some((name, launch)) = attention_entry(T::DTYPE, head_dim) else {
         return Err(Error::invalid(
             "head_dim",

@@ -225,6 +225,7 @@ pub struct ExitRunner {
     pub logits: Tensor,
     /// Exit state: `[exited (0/1), layer that exited]`.
     pub state: CudaSlice<u32>,
+    state_ptr: u64,
     seqs: SeqBatch,
     runners: Vec<(WaveRunner, WaveRunner)>,
     heads: Vec<ExitHeadArgs>,
@@ -390,6 +391,7 @@ impl ExitRunner {
             acts,
             logits,
             state,
+            state_ptr,
             seqs,
             runners,
             heads,
@@ -405,10 +407,6 @@ impl ExitRunner {
     pub fn set_lengths(&mut self, gpu: &Gpu, lengths: &[u32]) -> Result<()> {
         let ids = vec![0; self.batch * self.seq];
         self.seqs.refill(gpu, &ids, lengths)
-    }
-
-    fn state_ptr(&self, gpu: &Gpu) -> u64 {
-        self.state.device_ptr(gpu.stream()).0
     }
 
     fn launch_head(&self, gpu: &Gpu, layer: usize) -> Result<()> {
@@ -455,7 +453,7 @@ impl ExitRunner {
     /// Driver errors.
     pub fn run_device(&mut self, gpu: &Gpu) -> Result<()> {
         gpu.stream().memset_zeros(&mut self.state)?;
-        let s = self.state_ptr(gpu);
+        let s = self.state_ptr;
         for layer in 0..self.acts.len() {
             self.launch_layer(gpu, layer, Some(s))?;
         }
