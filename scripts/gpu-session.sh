@@ -10,6 +10,7 @@
 #   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
 #   waves        the wave scheduler tests and benchmark
 #   hopper       the sm_90a mainloop tests, its cuBLASLt benchmark and the SASS check
+#   stages       what each epilogue stage costs on the sm_90a mainloop (HOPPER_BENCH_STAGES)
 #   control      device-side loops/branches: tests, benchmark, PyTorch baseline (if torch imports)
 # Example: scripts/gpu-session.sh target/gpu-bundle.txz tests bench-quick
 set -uo pipefail
@@ -47,6 +48,7 @@ for step in "$@"; do
                                printf "Hopper entry points: %d, with HGMMA: %d, with local loads/stores: %d\n", n, nh, nl }' "$out/sm90a.sass" | tail -15
                     xz -T4 "$out/sm90a.sass"
                 fi ;;
+        stages) HOPPER_BENCH_STAGES=1 timeout 300 "$b/bin/hopper" > "$out/stages.log" 2>&1; cat "$out/stages.log" ;;
         control) timeout 900 "$b/tests/gpu_control" --test-threads=1 --nocapture > "$out/control-tests.log" 2>&1; grep -E "FAILED|panicked|test result|rel error" "$out/control-tests.log"
                  timeout 900 "$b/bin/control" --out "$out" ${CONTROL_BENCH_ARGS:-} > "$out/control-bench.log" 2>&1; tail -50 "$out/control-bench.log"
                  if python3 -c "import torch" 2>/dev/null; then timeout 900 python3 "$root/bench/control/torch_control.py" --json "$out/control-torch.json" > "$out/control-torch.log" 2>&1; tail -3 "$out/control-torch.log"; fi ;;

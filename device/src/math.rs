@@ -126,19 +126,38 @@ pub fn erf(x: f32) -> f32 {
     1.0 - erfc(x)
 }
 
-/// Hyperbolic tangent through e^(2|x|); odd, saturates to ±1 without overflow.
+/// Hyperbolic tangent through e^(2|x|); odd, saturates to ±1 without overflow. Both branches
+/// are computed and one selected: no branch, so an unrolled epilogue can interleave the
+/// `ex2`/`rcp` latencies of many values (a branch per value serialized them).
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     let a = if x < 0.0 { -x } else { x };
     // For small |x| the formula below cancels; the Taylor series to x⁷ is exact to f32 there.
-    let r = if a < 0.1 {
-        let a2 = a * a;
-        a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0 + a2 * (-17.0 / 315.0))))
-    } else {
-        let e = exp(2.0 * a.min(20.0));
-        1.0 - div(2.0, e + 1.0)
-    };
+    let a2 = a * a;
+    let series = a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0 + a2 * (-17.0 / 315.0))));
+    let e = exp(2.0 * a.min(20.0));
+    let formula = 1.0 - div(2.0, e + 1.0);
+    let r = select(a < 0.1, series, formula);
     if x < 0.0 { -r } else { r }
+}
+
+/// `if c { a } else { b }` as one `selp` (no branch).
+#[inline(always)]
+pub fn select(c: bool, a: f32, b: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {c}, 0; selp.f32 {y}, {a}, {b}, p; }}",
+            y = out(reg32) y, c = in(reg32) c as u32, a = in(reg32) a, b = in(reg32) b,
+            options(pure, nomem, nostack)
+        );
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        if c { a } else { b }
+    }
 }
 
 /// Logistic sigmoid 1/(1+e^-x).
@@ -154,11 +173,13 @@ pub fn gelu_erf(x: f32) -> f32 {
 }
 
 /// GELU, tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU epilogue):
-/// ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
+/// ½x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), computed as the equal x·σ(2u) = x/(1 + e^(−2u)):
+/// one `ex2` and one division, no branch (e^(−2u) = ∞ gives x/∞ = 0, the limit).
 #[inline(always)]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const K: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + tanh(K * (x + 0.044_715 * x * x * x)))
+    const K2: f32 = 2.0 * 0.797_884_6; // 2·sqrt(2/pi)
+    let u2 = K2 * (x + 0.044_715 * x * x * x);
+    div(x, 1.0 + exp(-u2))
 }
 
 /// SiLU (swish): x·sigmoid(x).
@@ -224,6 +245,32 @@ mod tests {
                 "gelu_tanh({}) = {}",
                 xs[i],
                 gelu_tanh(xs[i])
+            );
+        }
+    }
+
+    #[test]
+    fn gelu_tanh_matches_float64_over_a_sweep_and_saturates() {
+        let reference = |x: f64| {
+            0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh())
+        };
+        let mut x = -12.0f64;
+        while x < 12.0 {
+            let (got, want) = (gelu_tanh(x as f32) as f64, reference(x as f32 as f64));
+            assert!(
+                (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "gelu_tanh({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
+        assert_eq!(gelu_tanh(-1e30), 0.0);
+        assert_eq!(gelu_tanh(1e30), 1e30);
+        assert_eq!(gelu_tanh(0.0), 0.0);
+        assert!(gelu_tanh(f32::NAN).is_nan());
+        for x in [-0.3f32, -0.05, 1e-4, 0.09, 0.11, 5.0] {
+            assert!(
+                (tanh(x) as f64 - (x as f64).tanh()).abs()
+                    < 1e-6 * (x as f64).tanh().abs().max(1e-3)
             );
         }
     }

@@ -18,7 +18,9 @@
 //! table, the targets met or missed, the command), `hopper-h200.png` (per row, ours ÷ cuBLAS
 //! GEMM and ours ÷ cuBLASLt's fused epilogue) and the sm_90a cubin the process loaded with the
 //! command that checks its SASS for `HGMMA`. `HOPPER_CHART_FROM=<csv>` only redraws the chart
-//! of an earlier run's CSV next to it (no GPU needed).
+//! of an earlier run's CSV next to it (no GPU needed). `HOPPER_BENCH_STAGES=1` instead times one
+//! epilogue after another on the same operands (what each stage costs on this mainloop);
+//! with `HOPPER_BENCH_ONCE=1` it launches each kernel once, untimed, for a profiler.
 
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
@@ -557,11 +559,92 @@ fn chart_from_csv(csv: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The epilogues [`stage_costs`] times, each a Hopper kernel of `fused_gemm::kernels::hopper`.
+const STAGE_KERNELS: &[&str] = &[
+    "[]",
+    "[bias]",
+    "[scale(col), gelu_tanh]",
+    "[bias, gelu_tanh]",
+    "[bias, gelu]",
+    "[residual, silu]",
+    "[swiglu]",
+];
+
+fn launch_stage(g: &Gpu, which: &str, s: &mut Set, col_scale: &Tensor) -> Result<()> {
+    match which {
+        "[]" => hopper::h_gemm_bf16(g, &s.a, &s.b, &mut s.c),
+        "[bias]" => hopper::h_bias_bf16(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[scale(col), gelu_tanh]" => {
+            hopper::h_colscale_gelu_tanh(g, &s.a, &s.b, &mut s.c, col_scale)
+        }
+        "[bias, gelu_tanh]" => hopper::h_bias_gelu_tanh(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[bias, gelu]" => hopper::h_bias_gelu(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[residual, silu]" => {
+            let r = s.residual.as_ref().expect("stage sets carry a residual");
+            hopper::h_residual_silu(g, &s.a, &s.b, &mut s.c, r)
+        }
+        "[swiglu]" => hopper::h_swiglu(g, &s.a, &s.b, &mut s.c),
+        other => Err(Error::invalid(
+            "stage kernel",
+            "one of STAGE_KERNELS",
+            other,
+        )),
+    }
+    .map(|_| ())
+}
+
+/// Times every epilogue of [`STAGE_KERNELS`] on the same shapes (launcher's tile choice), so
+/// differences give each stage's cost on the Hopper mainloop.
+fn stage_costs(gpu: &Gpu) -> Result<()> {
+    let once = std::env::var_os("HOPPER_BENCH_ONCE").is_some();
+    for &(m, n, k) in &[
+        (4096usize, 4096usize, 1024usize),
+        (4096, 3072, 768),
+        (8192, 8192, 8192),
+    ] {
+        let case = Case {
+            label: "stages",
+            m,
+            n,
+            k,
+            op: Op::BiasResidualLayerNorm,
+        };
+        // The LayerNorm op's sets: they carry an M×N residual.
+        let mut sets = make_sets(gpu, &case)?;
+        let nsets = sets.len();
+        let col_scale = Tensor::from_f32(gpu, 1, n, DType::F32, &vec![0.5; n])?;
+        let est_ms = 2.0 * (m * n * k) as f64 / 600e12 * 1e3;
+        for &which in STAGE_KERNELS {
+            if once {
+                launch_stage(gpu, which, &mut sets[0], &col_scale)?;
+                gpu.synchronize()?;
+                println!(
+                    "{m}x{n}x{k} {which}: launched once ({})",
+                    last_entry().unwrap_or("?")
+                );
+                continue;
+            }
+            let ms = time_graph(gpu, est_ms, |g, i| {
+                launch_stage(g, which, &mut sets[i % nsets], &col_scale)
+            })?;
+            println!(
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {ms:.4} ms  {:.0} TF/s  {}",
+                2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12,
+                last_entry().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run() -> Result<()> {
     if let Some(csv) = std::env::var_os("HOPPER_CHART_FROM") {
         return chart_from_csv(std::path::Path::new(&csv));
     }
     let gpu = Gpu::new(0)?;
+    if std::env::var_os("HOPPER_BENCH_STAGES").is_some() {
+        return stage_costs(&gpu);
+    }
     let arch = gpu.module_arch(&fused_gemm::ptx::BUILTIN)?;
     println!(
         "device: {} ({} SMs), module {arch}",

@@ -52,11 +52,30 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         }
     }
 
+    /// Whether every value this thread holds is in bounds (`row < M`, `col + 1 < N` for all
+    /// its rows and column pairs). Interior tiles then run the stages' loops without a bounds
+    /// check: no branch per value, so the loads and math of many values can overlap.
+    #[inline(always)]
+    pub fn interior(&self, ctx: &TileCtx) -> bool {
+        ctx.warp_row + 16 * MI as u32 <= ctx.m && ctx.warp_col + 8 * NI as u32 <= ctx.n
+    }
+
     /// Calls `f(row, col, &mut v0, &mut v1)` for every in-bounds pair this thread holds
     /// (`row < M`, `col < N`; `v1` belongs to `col + 1`, which may be ≥ N: check `ctx.n`).
     /// Before a pair-reducing stage only.
     #[inline(always)]
-    pub fn for_each_pair(
+    pub fn for_each_pair(&mut self, ctx: &TileCtx, f: impl FnMut(u32, u32, &mut f32, &mut f32)) {
+        if self.interior(ctx) {
+            self.each_pair::<false>(ctx, f);
+        } else {
+            self.each_pair::<true>(ctx, f);
+        }
+    }
+
+    /// [`Self::for_each_pair`] with (`CHECK`) or without the bounds checks; without them only
+    /// when [`Self::interior`].
+    #[inline(always)]
+    pub(crate) fn each_pair<const CHECK: bool>(
         &mut self,
         ctx: &TileCtx,
         mut f: impl FnMut(u32, u32, &mut f32, &mut f32),
@@ -64,12 +83,12 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         for mi in 0..MI {
             for h in 0..2 {
                 let row = ctx.row_of(mi, h);
-                if row >= ctx.m {
+                if CHECK && row >= ctx.m {
                     continue;
                 }
                 for ni in 0..NI {
                     let col = ctx.col_of(ni);
-                    if col >= ctx.n {
+                    if CHECK && col >= ctx.n {
                         continue;
                     }
                     let [a, b] = self.v[mi][ni].get_disjoint_mut([2 * h, 2 * h + 1]).unwrap();
@@ -84,23 +103,32 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
     /// Calls `f(row, col, &mut v)` for every in-bounds value, with `col` the *output* column
     /// (halved after a pair-reducing stage).
     #[inline(always)]
-    pub fn for_each(&mut self, ctx: &TileCtx, mut f: impl FnMut(u32, u32, &mut f32)) {
+    pub fn for_each(&mut self, ctx: &TileCtx, f: impl FnMut(u32, u32, &mut f32)) {
+        if self.interior(ctx) {
+            self.each::<false>(ctx, f);
+        } else {
+            self.each::<true>(ctx, f);
+        }
+    }
+
+    #[inline(always)]
+    fn each<const CHECK: bool>(&mut self, ctx: &TileCtx, mut f: impl FnMut(u32, u32, &mut f32)) {
         for mi in 0..MI {
             for h in 0..2 {
                 let row = ctx.row_of(mi, h);
-                if row >= ctx.m {
+                if CHECK && row >= ctx.m {
                     continue;
                 }
                 for ni in 0..NI {
                     let col = ctx.col_of(ni);
                     if ctx.paired {
-                        if col < ctx.n {
+                        if !CHECK || col < ctx.n {
                             f(row, col / 2, &mut self.v[mi][ni][2 * h]);
                             self.v[mi][ni][2 * h] = fence_value(self.v[mi][ni][2 * h]);
                         }
                     } else {
                         for e in 0..2 {
-                            if col + (e as u32) < ctx.n {
+                            if !CHECK || col + (e as u32) < ctx.n {
                                 f(row, col + e as u32, &mut self.v[mi][ni][2 * h + e]);
                                 self.v[mi][ni][2 * h + e] = fence_value(self.v[mi][ni][2 * h + e]);
                             }

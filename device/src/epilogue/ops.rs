@@ -72,6 +72,42 @@ pub unsafe fn store_pair<E: Element>(
     }
 }
 
+/// Stores `(v0, v1)` at `(row, col)`, `(row, col + 1)` with one 4- or 8-byte store, no check.
+///
+/// # Safety
+/// Both elements lie in the matrix and their address is aligned to two elements.
+#[inline(always)]
+pub unsafe fn store_pair_aligned<E: Element>(
+    base: u64,
+    ld: u32,
+    row: u32,
+    col: u32,
+    v0: f32,
+    v1: f32,
+) {
+    let p = (base as *mut E).add(row as usize * ld as usize + col as usize);
+    if core::mem::size_of::<E>() == 2 {
+        global::st_u32(p as *mut u32, E::pack2(v0, v1));
+    } else {
+        global::st_f32x2(p as *mut [f32; 2], [v0, v1]);
+    }
+}
+
+/// Loads `(row, col)`, `(row, col + 1)` with one 4- or 8-byte load, no check.
+///
+/// # Safety
+/// Both elements lie in the matrix and their address is aligned to two elements.
+#[inline(always)]
+pub unsafe fn load_pair_aligned<E: Element>(base: u64, ld: u32, row: u32, col: u32) -> (f32, f32) {
+    let p = (base as *const E).add(row as usize * ld as usize + col as usize);
+    if core::mem::size_of::<E>() == 2 {
+        E::unpack2(global::ld_u32(p as *const u32))
+    } else {
+        let w = global::ld_f32x2(p as *const [f32; 2]);
+        (w[0], w[1])
+    }
+}
+
 /// Stores one element at `(row, col)`.
 ///
 /// # Safety

@@ -4,7 +4,7 @@
 //! element type; per-row scale vectors are f32. Formulas are given on each type, with `x` the
 //! value entering the stage at output element `(r, c)`.
 
-use super::ops::{load, load_pair};
+use super::ops::{load, load_pair, load_pair_aligned};
 use super::{Acc, Stage, TileCtx};
 use crate::arch::sync::sync_threads;
 use crate::arch::warp::shfl_xor_f32;
@@ -210,11 +210,20 @@ fn add_matrix<Out: Element, const MI: usize, const NI: usize>(
         });
     } else {
         let n = ctx.n;
-        acc.for_each_pair(ctx, |r, c, v0, v1| {
-            let (a, b) = unsafe { load_pair::<Out>(ptr, ld, r, c, n) };
-            *v0 += a;
-            *v1 += b;
-        });
+        let aligned = ptr % (2 * core::mem::size_of::<Out>() as u64) == 0 && ld % 2 == 0;
+        if aligned && acc.interior(ctx) {
+            acc.each_pair::<false>(ctx, |r, c, v0, v1| {
+                let (a, b) = unsafe { load_pair_aligned::<Out>(ptr, ld, r, c) };
+                *v0 += a;
+                *v1 += b;
+            });
+        } else {
+            acc.for_each_pair(ctx, |r, c, v0, v1| {
+                let (a, b) = unsafe { load_pair::<Out>(ptr, ld, r, c, n) };
+                *v0 += a;
+                *v1 += b;
+            });
+        }
     }
 }
 
