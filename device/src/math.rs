@@ -22,6 +22,37 @@ pub fn exp2(x: f32) -> f32 {
     libm::exp2f(x)
 }
 
+/// 2^x with subnormal inputs and results flushed to zero (`ex2.approx.ftz.f32`): one MUFU
+/// instruction, where the non-ftz form adds a subnormal fix-up around it. For activations whose
+/// result only needs e^x next to 1 (sigmoid, GELU): a result below 2^-126 is 0 either way.
+#[inline(always)]
+pub fn exp2_ftz(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!("ex2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack));
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    libm::exp2f(x)
+}
+
+/// 1/x to 1 ulp for normal x (`rcp.approx.ftz.f32`, PTX ISA §9.7.3.14): one MUFU instruction,
+/// where `div.full` adds range scaling. 1/∞ = 0; for |x| > 2^126 the result is flushed to 0.
+#[inline(always)]
+pub fn rcp(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let y: f32;
+        core::arch::asm!("rcp.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack));
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        1.0 / x
+    }
+}
+
 /// log2(x) (`lg2.approx`, max relative error 2^-22.6 on the device).
 #[inline(always)]
 pub fn log2(x: f32) -> f32 {
@@ -160,10 +191,18 @@ pub fn select(c: bool, a: f32, b: f32) -> f32 {
     }
 }
 
-/// Logistic sigmoid 1/(1+e^-x).
+/// Logistic sigmoid 1/(1+e^-x): one `ex2` and one `rcp` (1 + e^-x ≥ 1, so no range issue;
+/// e^-x = ∞ gives 0).
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
-    div(1.0, 1.0 + exp(-x))
+    #[cfg(target_arch = "nvptx64")]
+    {
+        rcp(1.0 + exp2_ftz(-x * LOG2_E))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        1.0 / (1.0 + libm::expf(-x))
+    }
 }
 
 /// GELU with the exact normal CDF: x·Φ(x) = ½x·erfc(−x/√2). What BERT configs call `gelu`.
@@ -173,13 +212,23 @@ pub fn gelu_erf(x: f32) -> f32 {
 }
 
 /// GELU, tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU epilogue):
-/// ½x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), computed as the equal x·σ(2u) = x/(1 + e^(−2u)):
-/// one `ex2` and one division, no branch (e^(−2u) = ∞ gives x/∞ = 0, the limit).
+/// ½x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), computed as the equal x·σ(2u) = x/(1 + e^(−2u))
+/// with log2(e) folded into the polynomial: one `ex2`, one `rcp`, no branch (e^(−2u) = ∞ gives
+/// x·0 = 0, the limit).
 #[inline(always)]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const K2: f32 = 2.0 * 0.797_884_6; // 2·sqrt(2/pi)
-    let u2 = K2 * (x + 0.044_715 * x * x * x);
-    div(x, 1.0 + exp(-u2))
+    const K: f32 = 0.797_884_6; // sqrt(2/pi)
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // −2u·log2(e) = x·(A + B·x²).
+        const A: f32 = -2.0 * K * LOG2_E;
+        const B: f32 = -2.0 * K * 0.044_715 * LOG2_E;
+        x * rcp(1.0 + exp2_ftz(x * fma(B, x * x, A)))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x / (1.0 + libm::expf(-2.0 * K * (x + 0.044_715 * x * x * x)))
+    }
 }
 
 /// SiLU (swish): x·sigmoid(x).

@@ -420,6 +420,18 @@ where
 /// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
 /// statistics (their address is in the norm parameters of `finish`), with the `(norm,
 /// post-stage)` parameters `finish`.
+/// Columns per CTA of the norm finishing kernel for an M×N output on `sms` SMs: 64-column steps,
+/// as few per warp as keep about 32 warps per SM in flight (a warp's steps run one after another,
+/// each waiting on its loads), at most [`norm_finish::MAX_COLS_PER_CTA`] (a fixed 512 ran
+/// 4096×1024 with 512 warps in all, about 4 per SM).
+pub fn norm_finish_cols(m: u32, n: u32, sms: u32) -> u32 {
+    let step = norm_finish::COLS_PER_STEP;
+    let warp_steps = m.div_ceil(16) as u64 * n.div_ceil(step) as u64;
+    let target = 32 * sms.max(1) as u64;
+    let max_steps = (norm_finish::MAX_COLS_PER_CTA / step) as u64;
+    step * (warp_steps / target).clamp(1, max_steps) as u32
+}
+
 pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
@@ -441,17 +453,20 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         ))
     })?;
     let f = gpu.function(spec.ptx, entry)?;
+    let cols_per_cta = norm_finish_cols(checked.m, checked.n, gpu.props().sm_count);
     let fargs = Param(NormFinishArgs {
         c: call.c.ptr,
         m: checked.m,
         n: checked.n,
         ldc: call.c.ld as u32,
         tiles_n,
+        cols_per_cta,
+        _pad: 0,
     });
     let shape = LaunchShape {
         grid: (
             checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
-            checked.n.div_ceil(norm_finish::COLS_PER_CTA),
+            checked.n.div_ceil(cols_per_cta),
             1,
         ),
 
@@ -590,6 +605,21 @@ fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn norm_finish_keeps_enough_warps_in_flight() {
+        // BERT-large's 4096×1024: one 64-column step per warp, 4096 warps.
+        assert_eq!(norm_finish_cols(4096, 1024, 132), 64);
+        // 8192×8192: 512 × 128 warp-steps, at most 8 steps per warp.
+        assert_eq!(norm_finish_cols(8192, 8192, 132), 512);
+        // Tiny and awkward shapes still get one whole step, never 0.
+        assert_eq!(norm_finish_cols(1, 1, 132), 64);
+        assert_eq!(norm_finish_cols(17, 4095, 0), 256);
+        for (m, n) in [(1u32, 65u32), (4095, 4097), (33, 129)] {
+            let c = norm_finish_cols(m, n, 132);
+            assert!(c % 64 == 0 && (64..=512).contains(&c), "{m}x{n}: {c}");
+        }
+    }
 
     #[test]
     fn spilling_variants_are_avoided_unless_nothing_else_is_left() {

@@ -568,9 +568,16 @@ const STAGE_KERNELS: &[&str] = &[
     "[bias, gelu]",
     "[residual, silu]",
     "[swiglu]",
+    "[bias, residual, layer_norm]",
 ];
 
-fn launch_stage(g: &Gpu, which: &str, s: &mut Set, col_scale: &Tensor) -> Result<()> {
+fn launch_stage(
+    g: &Gpu,
+    which: &str,
+    s: &mut Set,
+    col_scale: &Tensor,
+    half: &mut Tensor,
+) -> Result<()> {
     match which {
         "[]" => hopper::h_gemm_bf16(g, &s.a, &s.b, &mut s.c),
         "[bias]" => hopper::h_bias_bf16(g, &s.a, &s.b, &mut s.c, &s.bias),
@@ -583,7 +590,13 @@ fn launch_stage(g: &Gpu, which: &str, s: &mut Set, col_scale: &Tensor) -> Result
             let r = s.residual.as_ref().expect("stage sets carry a residual");
             hopper::h_residual_silu(g, &s.a, &s.b, &mut s.c, r)
         }
-        "[swiglu]" => hopper::h_swiglu(g, &s.a, &s.b, &mut s.c),
+        "[swiglu]" => hopper::h_swiglu(g, &s.a, &s.b, half),
+        "[bias, residual, layer_norm]" => {
+            let r = s.residual.as_ref().expect("stage sets carry a residual");
+            hopper::h_bias_residual_layer_norm(
+                g, &s.a, &s.b, &mut s.c, &s.bias, r, &s.gamma, &s.beta,
+            )
+        }
         other => Err(Error::invalid(
             "stage kernel",
             "one of STAGE_KERNELS",
@@ -613,10 +626,12 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
         let mut sets = make_sets(gpu, &case)?;
         let nsets = sets.len();
         let col_scale = Tensor::from_f32(gpu, 1, n, DType::F32, &vec![0.5; n])?;
+        // SwiGLU's M×N/2 output.
+        let mut half = Tensor::zeros(gpu, m, n / 2, DType::Bf16)?;
         let est_ms = 2.0 * (m * n * k) as f64 / 600e12 * 1e3;
         for &which in STAGE_KERNELS {
             if once {
-                launch_stage(gpu, which, &mut sets[0], &col_scale)?;
+                launch_stage(gpu, which, &mut sets[0], &col_scale, &mut half)?;
                 gpu.synchronize()?;
                 println!(
                     "{m}x{n}x{k} {which}: launched once ({})",
@@ -625,7 +640,7 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                 continue;
             }
             let ms = time_graph(gpu, est_ms, |g, i| {
-                launch_stage(g, which, &mut sets[i % nsets], &col_scale)
+                launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
             })?;
             println!(
                 "{m:>5}x{n:>5}x{k:>5} {which:<26} {ms:.4} ms  {:.0} TF/s  {}",

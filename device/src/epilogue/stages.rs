@@ -136,7 +136,21 @@ impl Stage for BiasCol {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
-        acc.for_each(ctx, |_, c, v| *v += unsafe { load::<Out>(p.ptr, c) });
+        let aligned = p.ptr % (2 * core::mem::size_of::<Out>() as u64) == 0;
+        if !ctx.paired && aligned && acc.interior(ctx) {
+            // One pair load per column pair, shared by every row this thread holds.
+            for ni in 0..NI {
+                let (b0, b1) = unsafe { load_pair_aligned::<Out>(p.ptr, 0, 0, ctx.col_of(ni)) };
+                for mi in 0..MI {
+                    for h in 0..2 {
+                        acc.v[mi][ni][2 * h] += b0;
+                        acc.v[mi][ni][2 * h + 1] += b1;
+                    }
+                }
+            }
+        } else {
+            acc.for_each(ctx, |_, c, v| *v += unsafe { load::<Out>(p.ptr, c) });
+        }
     }
 }
 

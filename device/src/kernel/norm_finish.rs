@@ -3,7 +3,7 @@
 //! stored in C, runs the stages written after the norm, and stores C again.
 
 use crate::arch::thread::{block_idx_x, block_idx_y, thread_idx_x};
-use crate::epilogue::ops::load_pair;
+use crate::epilogue::ops::{load_pair, load_pair_aligned};
 use crate::epilogue::stages::{Moments, RowFactors, RowNorm};
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, Stage, TileCtx};
@@ -24,6 +24,11 @@ pub struct NormFinishArgs {
     pub ldc: u32,
     /// Partial statistics per row (the GEMM's `ceil(N/BN)`).
     pub tiles_n: u32,
+    /// Columns per CTA, a multiple of 64: grid y covers N in blocks of this many (the host picks
+    /// it so that enough warps are in flight, see `fused_gemm_host::gemm::norm_finish_cols`).
+    pub cols_per_cta: u32,
+    /// Padding.
+    pub _pad: u32,
 }
 
 unsafe impl KernelParam for NormFinishArgs {}
@@ -32,15 +37,15 @@ unsafe impl KernelParam for NormFinishArgs {}
 pub const THREADS: u32 = 128;
 /// Rows per CTA.
 pub const ROWS_PER_CTA: u32 = 64;
-/// Columns per CTA: the grid's y dimension splits rows into column blocks, so a memory-bound pass
-/// over a wide C has thousands of warps in flight (each re-merges its rows' few partials).
-pub const COLS_PER_CTA: u32 = 512;
+/// Most columns per CTA: the grid's y dimension splits rows into column blocks, so a memory-bound
+/// pass over C has thousands of warps in flight (each re-merges its rows' partials).
+pub const MAX_COLS_PER_CTA: u32 = 512;
 
 /// Columns a warp handles per step (`NI = 8` fragments of 8).
-const COLS_PER_STEP: u32 = 64;
+pub const COLS_PER_STEP: u32 = 64;
 
-/// Launch: block `(128, 1, 1)`, grid `(ceil(M/64), ceil(N/512), 1)`, no shared memory. `norm` must carry
-/// the statistics workspace the GEMM wrote.
+/// Launch: block `(128, 1, 1)`, grid `(ceil(M/64), ceil(N/args.cols_per_cta), 1)`, no shared
+/// memory. `norm` must carry the statistics workspace the GEMM wrote.
 ///
 /// # Safety
 /// As the GEMM that produced C: validated pointers and extents; `Post` holds no row reductions.
@@ -76,8 +81,9 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             *f = K::row_factors(norm, &st);
         }
     }
-    let col_end = args.n.min((block_idx_y() + 1) * COLS_PER_CTA);
-    let mut col0 = block_idx_y() * COLS_PER_CTA;
+    let col_end = args.n.min((block_idx_y() + 1) * args.cols_per_cta);
+    let mut col0 = block_idx_y() * args.cols_per_cta;
+    let aligned = args.c % (2 * core::mem::size_of::<Out>() as u64) == 0 && args.ldc % 2 == 0;
     while col0 < col_end {
         let mut ctx = TileCtx {
             m: args.m,
@@ -103,15 +109,27 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             scratch_bytes: 0,
         };
         let mut acc = Acc::<1, 8>::zero();
-        for ni in 0..8 {
-            for h in 0..2 {
-                let (r, c) = (ctx.row_of(0, h), ctx.col_of(ni));
-                if r < args.m && c < args.n {
-                    let (a, b) = load_pair::<Out>(args.c, args.ldc, r, c, args.n);
-                    let st = &rows[h];
-                    acc.v[0][ni][2 * h] = K::normalize::<Out>(norm, st, c, a);
-                    if c + 1 < args.n {
-                        acc.v[0][ni][2 * h + 1] = K::normalize::<Out>(norm, st, c + 1, b);
+        if aligned && acc.interior(&ctx) {
+            // No check per value: the loads of the whole step can be in flight at once.
+            for ni in 0..8 {
+                for h in 0..2 {
+                    let (r, c) = (ctx.row_of(0, h), ctx.col_of(ni));
+                    let (a, b) = load_pair_aligned::<Out>(args.c, args.ldc, r, c);
+                    acc.v[0][ni][2 * h] = K::normalize::<Out>(norm, &rows[h], c, a);
+                    acc.v[0][ni][2 * h + 1] = K::normalize::<Out>(norm, &rows[h], c + 1, b);
+                }
+            }
+        } else {
+            for ni in 0..8 {
+                for h in 0..2 {
+                    let (r, c) = (ctx.row_of(0, h), ctx.col_of(ni));
+                    if r < args.m && c < args.n {
+                        let (a, b) = load_pair::<Out>(args.c, args.ldc, r, c, args.n);
+                        let st = &rows[h];
+                        acc.v[0][ni][2 * h] = K::normalize::<Out>(norm, st, c, a);
+                        if c + 1 < args.n {
+                            acc.v[0][ni][2 * h + 1] = K::normalize::<Out>(norm, st, c + 1, b);
+                        }
                     }
                 }
             }
