@@ -875,14 +875,16 @@ fn row_norm_extremes() {
     let Some(mut fx) = Fx::new("row_norm_extremes") else {
         return;
     };
-    let (m, n, k) = (4, 384, 16);
-    let zeros_a = |fx: &Fx, dt| fx.upload(m, k, dt, vec![0.0; m * k]);
+    let (n, k) = (384, 16);
     let b = fx.random(n, k, DType::Bf16, 1.0);
     let zero_bias = fx.upload(1, n, DType::Bf16, vec![0.0; n]);
     let gamma = vecf(&mut fx, n, DType::Bf16);
     let beta = vecf(&mut fx, n, DType::Bf16);
-    let a = zeros_a(&fx, DType::Bf16);
-    for (what, row) in [("1234.0", 1234.0), ("zeros", 0.0), ("8.5e37", 8.5e37)] {
+    // 4 rows: edge tiles (per-value statistics); 64 rows: interior 64×64 tiles (pairwise).
+    for (m, what, row) in [4, 64].into_iter().flat_map(|m| {
+        [("1234.0", 1234.0), ("zeros", 0.0), ("8.5e37", 8.5e37)].map(|(w, r)| (m, w, r))
+    }) {
+        let a = fx.upload(m, k, DType::Bf16, vec![0.0; m * k]);
         let mut res = vec![row; m * n];
         res[2 * n + 7] = f64::NAN;
         let r = fx.upload(m, n, DType::Bf16, res);
@@ -919,7 +921,7 @@ fn row_norm_extremes() {
             }
         }
         println!(
-            "layer_norm of constant rows ({what}) = beta exactly; NaN stays in its row (in-CTA and partial paths)"
+            "layer_norm of {m} constant rows ({what}) = beta exactly; NaN stays in its row (in-CTA and partial paths)"
         );
     }
     // #6: N = 3, x = [1, 2, 3].

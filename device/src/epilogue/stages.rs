@@ -402,6 +402,46 @@ impl Moments {
         self.m2 += d * (x - self.mean);
     }
 
+    /// Statistics of the `2·NI` values of row half `h` of `frags` (element `2h` and `2h + 1` of
+    /// each m16n8 fragment), or of their squares: two passes with pairwise sums, the mean as a sum
+    /// of `x/(2·NI)`. With `NI` a power of two the scaling is exact and a constant row gives
+    /// its constant as the mean and M2 = 0 exactly, even where a plain sum overflows
+    /// (known-faults #5); callers use it only then. No division and no dependency chain through all values, unlike
+    /// [`Self::push`].
+    #[inline(always)]
+    pub fn of_row_half<const NI: usize>(
+        frags: &[[f32; 4]; NI],
+        h: usize,
+        squares: bool,
+    ) -> Moments {
+        const {
+            assert!(
+                NI.is_power_of_two(),
+                "pairwise row statistics need 2^k fragments"
+            )
+        };
+        let inv = 1.0 / (2 * NI) as f32;
+        let val = |x: f32| if squares { x * x } else { x };
+        let mut s = [0f32; NI];
+        for ni in 0..NI {
+            s[ni] = val(frags[ni][2 * h]) * inv + val(frags[ni][2 * h + 1]) * inv;
+        }
+        let mean = pairwise_sum(s);
+        let mut q = [0f32; NI];
+        for ni in 0..NI {
+            let (a, b) = (
+                val(frags[ni][2 * h]) - mean,
+                val(frags[ni][2 * h + 1]) - mean,
+            );
+            q[ni] = a * a + b * b;
+        }
+        Moments {
+            n: (2 * NI) as f32,
+            mean,
+            m2: pairwise_sum(q),
+        }
+    }
+
     /// Merges two sets of statistics.
     #[inline(always)]
     pub fn merge(self, o: Moments) -> Moments {
@@ -433,6 +473,20 @@ impl Moments {
             m2: shfl_xor_f32(self.m2, mask),
         }
     }
+}
+
+/// Sum of `v` as a balanced tree: sums of equal values stay exact at every level.
+#[inline(always)]
+fn pairwise_sum<const NI: usize>(mut v: [f32; NI]) -> f32 {
+    let mut n = NI;
+    while n > 1 {
+        let half = n / 2;
+        for i in 0..half {
+            v[i] += v[i + n - half];
+        }
+        n -= half;
+    }
+    v[0]
 }
 
 /// What a row-norm stage computes from a row's [`Moments`] and applies per element.
@@ -627,10 +681,13 @@ unsafe fn cta_row_moments<K: RowNorm, const MI: usize, const NI: usize>(
     };
     let mut rows = [Moments::default(); 16];
     let mut k = 0;
+    let pairwise = NI.is_power_of_two() && acc.interior(ctx);
     for mi in 0..MI {
         for h in 0..2 {
             let mut st = Moments::default();
-            if ctx.row_of(mi, h) < ctx.m {
+            if pairwise {
+                st = Moments::of_row_half::<NI>(&acc.v[mi], h, K::OF_SQUARES);
+            } else if ctx.row_of(mi, h) < ctx.m {
                 for ni in 0..NI {
                     let c = ctx.col_of(ni);
                     for e in 0..2 {
@@ -689,6 +746,67 @@ unsafe fn cta_row_moments<K: RowNorm, const MI: usize, const NI: usize>(
 mod tests {
     use super::*;
     use std::vec::Vec;
+
+    fn frags_of<const NI: usize>(rows: [&[f32]; 2]) -> [[f32; 4]; NI] {
+        let mut f = [[0f32; 4]; NI];
+        for (h, row) in rows.iter().enumerate() {
+            for ni in 0..NI {
+                f[ni][2 * h] = row[2 * ni];
+                f[ni][2 * h + 1] = row[2 * ni + 1];
+            }
+        }
+        f
+    }
+
+    #[test]
+    fn pairwise_row_statistics_are_exact_on_constants_and_close_to_f64() {
+        let big = [8.5e37f32; 16];
+        let small = [-1234.5f32; 16];
+        let f = frags_of::<8>([&big, &small]);
+        let (a, b) = (
+            Moments::of_row_half(&f, 0, false),
+            Moments::of_row_half(&f, 1, false),
+        );
+        assert_eq!((a.n, a.mean, a.m2), (16.0, 8.5e37, 0.0));
+        assert_eq!((b.n, b.mean, b.m2), (16.0, -1234.5, 0.0));
+        let mut x = 0.37f64;
+        let row: Vec<f32> = (0..32)
+            .map(|i| {
+                x = (x * 3.9 * (1.0 - x)).clamp(0.01, 0.99);
+                (x * 10.0 - 5.0 + i as f64 * 0.1) as f32
+            })
+            .collect();
+        let f = frags_of::<16>([&row, &row]);
+        for squares in [false, true] {
+            let vals: Vec<f64> = row
+                .iter()
+                .map(|&v| if squares { (v * v) as f64 } else { v as f64 })
+                .collect();
+            let mean = vals.iter().sum::<f64>() / 32.0;
+            let m2 = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>();
+            let st = Moments::of_row_half(&f, 1, squares);
+            assert!(
+                (st.mean as f64 - mean).abs() < 1e-5 * mean.abs().max(1.0),
+                "{squares}"
+            );
+            assert!((st.m2 as f64 - m2).abs() < 1e-5 * m2, "{squares}");
+            let w = moments_of(
+                &row.iter()
+                    .map(|&v| if squares { v * v } else { v })
+                    .collect::<Vec<_>>(),
+            );
+            assert!((st.m2 - w.m2).abs() <= 1e-5 * w.m2);
+        }
+        let mut nan_row = [1.0f32; 16];
+        nan_row[5] = f32::NAN;
+        assert!(
+            Moments::of_row_half(&frags_of::<8>([&nan_row, &nan_row]), 0, false)
+                .mean
+                .is_nan()
+        );
+        assert_eq!(pairwise_sum([1.0f32, 2.0, 3.0]), 6.0);
+        assert_eq!(pairwise_sum([1.0f32; 12]), 12.0);
+    }
 
     fn moments_of(xs: &[f32]) -> Moments {
         let mut m = Moments::default();

@@ -66,9 +66,12 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     let mut rows = [RowFactors::default(); 2];
     for (h, f) in rows.iter_mut().enumerate() {
         let r = row0 + g + 8 * h as u32;
+        // The four lanes of a row merge every fourth partial each, then combine, lower lane
+        // first, so all four hold the same bits (a quarter of the serial merges per lane).
+        let mut st = Moments::default();
         if r < args.m {
-            let mut st = Moments::default();
-            for j in 0..args.tiles_n {
+            let mut j = t;
+            while j < args.tiles_n {
                 let v = crate::arch::global::ld_f32x4(
                     stats.add(r as usize * args.tiles_n as usize + j as usize),
                 );
@@ -77,7 +80,18 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
                     mean: v[1],
                     m2: v[2],
                 });
+                j += 4;
             }
+        }
+        for mask in [1, 2] {
+            let o = st.shfl_xor(mask);
+            st = if t & mask == 0 {
+                st.merge(o)
+            } else {
+                o.merge(st)
+            };
+        }
+        if r < args.m {
             *f = K::row_factors(norm, &st);
         }
     }
