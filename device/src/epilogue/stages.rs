@@ -414,12 +414,6 @@ impl Moments {
         h: usize,
         squares: bool,
     ) -> Moments {
-        const {
-            assert!(
-                NI.is_power_of_two(),
-                "pairwise row statistics need 2^k fragments"
-            )
-        };
         let inv = 1.0 / (2 * NI) as f32;
         let val = |x: f32| if squares { x * x } else { x };
         let mut s = [0f32; NI];
