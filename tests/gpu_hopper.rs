@@ -17,7 +17,7 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::gemm::{Overrides, RopeArgs, last_entry, with_overrides};
-use fused_gemm::host::plan::Plan;
+use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,
 };
@@ -781,4 +781,142 @@ fn t7_launcher_choice_and_fallback() {
         "misaligned A: {err:e}; {}",
         describe_mismatch(&got, &want, m, n, 0.05)
     );
+}
+
+#[test]
+fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
+    let Some(mut fx) = Fx::new("norm_clusters") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // Cooperative 128-row tiles: clusters of ⌈N/BN⌉ ≤ 8 CTAs along N swap row statistics
+    // through distributed shared memory. Shapes: one column; an edge tile of a cluster of one;
+    // a last CTA partly (1000) and wholly (1100 on 128×128: 9 tiles, partials) past N; BERT's
+    // widths with several tiles per cluster (both exchange buffers, both barrier phases).
+    let bf = DType::Bf16;
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 1, 64),
+        (130, 17, 72),
+        (257, 1000, 128),
+        (300, 1100, 64),
+        (64, 2048, 64),
+        (8191, 1024, 64),
+        (9000, 768, 128),
+    ];
+    for tile in [TILES_SM90[0], TILES_SM90[2]] {
+        for &(m, n, k) in shapes {
+            let ctas = n.div_ceil(tile.bn as usize) as u32;
+            let want = if ctas <= 8 {
+                NormPath::Cluster { ctas }
+            } else {
+                NormPath::Partials {
+                    tiles_n: n.div_ceil(64) as u32,
+                    stats_bytes: (m * n.div_ceil(64) * 16) as u64,
+                }
+            };
+            let (bias, gamma, beta, r) = (
+                fx.random(1, n, bf, 1.0),
+                fx.random(1, n, bf, 1.0),
+                fx.random(1, n, bf, 1.0),
+                fx.random(m, n, bf, 4.0),
+            );
+            let seen = std::cell::Cell::new(None);
+            case(
+                &mut fx,
+                "norm cluster: b+res+LN",
+                (m, n, k),
+                bf,
+                bf,
+                vec![
+                    RefStage::BiasCol(bias.v.clone()),
+                    RefStage::Residual(r.v.clone()),
+                    RefStage::LayerNorm {
+                        gamma: gamma.v.clone(),
+                        beta: beta.v.clone(),
+                        eps: 1e-12,
+                    },
+                ],
+                None,
+                Some(tile),
+                Some(true),
+                |g, a, b, c| {
+                    let p = hopper::h_bias_residual_layer_norm(
+                        g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
+                    )?;
+                    seen.set(p);
+                    Ok(p)
+                },
+            );
+            let plan = seen.get().expect("the Hopper path returns its plan");
+            assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
+            if m * n <= 300 * 1100 {
+                case(
+                    &mut fx,
+                    "norm cluster: rms_norm",
+                    (m, n, k),
+                    bf,
+                    bf,
+                    vec![RefStage::RmsNorm {
+                        gamma: gamma.v.clone(),
+                        eps: 1e-6,
+                    }],
+                    None,
+                    Some(tile),
+                    Some(true),
+                    |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
+                );
+            }
+        }
+    }
+    // known-faults #5 across CTAs: constant rows (also where an f32 sum overflows) give exactly
+    // β in every CTA of the cluster; a NaN stays in its row.
+    let (m, n, k) = (200usize, 1024usize, 64usize);
+    let b = fx.random(n, k, bf, 1.0);
+    let a = fx.upload(m, k, bf, vec![0.0; m * k]);
+    let zero_bias = fx.upload(1, n, bf, vec![0.0; n]);
+    let (gamma, beta) = (fx.random(1, n, bf, 1.0), fx.random(1, n, bf, 1.0));
+    for tile in [TILES_SM90[0], TILES_SM90[2]] {
+        for (what, v) in [("1234.0", 1234.0), ("zeros", 0.0), ("8.5e37", 8.5e37)] {
+            let mut res = vec![v; m * n];
+            res[130 * n + 1000] = f64::NAN;
+            let r = fx.upload(m, n, bf, res);
+            let mut c = fx.poisoned(m, n, bf);
+            let plan = with_overrides(
+                Overrides {
+                    tile: Some(tile),
+                    splits: None,
+                },
+                || {
+                    hopper::h_bias_residual_layer_norm(
+                        &fx.gpu,
+                        &a.t,
+                        &b.t,
+                        &mut c,
+                        &zero_bias.t,
+                        &r.t,
+                        &gamma.t,
+                        &beta.t,
+                    )
+                },
+            )
+            .unwrap()
+            .expect("Hopper path");
+            assert!(matches!(plan.norm, NormPath::Cluster { .. }), "{plan:?}");
+            let got = fx.get(&c);
+            for i in 0..m {
+                let row = &got[i * n..(i + 1) * n];
+                if i == 130 {
+                    assert!(row.iter().all(|x| x.is_nan()), "{what}: NaN row");
+                } else {
+                    assert_eq!(row, &beta.v[..], "{what} on {tile:?}: row {i} must be β");
+                }
+            }
+        }
+        println!(
+            "norm cluster {}x{}: constant rows give β exactly, NaN stays in its row",
+            tile.bm, tile.bn
+        );
+    }
 }

@@ -77,6 +77,45 @@ pub mod tensor_map {
 pub mod launch {
     use super::*;
 
+    /// How many clusters of `cluster` CTAs of `func` (`block` threads, `shared_mem_bytes` of
+    /// dynamic shared memory each) the device runs at once (`cuOccupancyMaxActiveClusters`):
+    /// a persistent grid of more clusters would leave some waiting for a whole CTA lifetime.
+    ///
+    /// # Errors
+    /// The driver's errors (e.g. `CUDA_ERROR_INVALID_CLUSTER_SIZE`).
+    ///
+    /// # Safety
+    /// `func` is a loaded kernel whose dynamic shared-memory limit allows `shared_mem_bytes`.
+    pub unsafe fn max_active_clusters(
+        func: sys::CUfunction,
+        block: (u32, u32, u32),
+        shared_mem_bytes: u32,
+        cluster: (u32, u32, u32),
+    ) -> Result<u32, DriverError> {
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+            x: cluster.0,
+            y: cluster.1,
+            z: cluster.2,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster.0,
+            gridDimY: cluster.1,
+            gridDimZ: cluster.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_mem_bytes,
+            hStream: std::ptr::null_mut(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, func, &config).result()? };
+        Ok(n.max(0) as u32)
+    }
+
     /// `cuLaunchKernelEx` with a thread-block cluster shape (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`,
     /// sm_90+). `params` holds one pointer per kernel parameter, to its value, in order.
     ///

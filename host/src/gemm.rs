@@ -299,6 +299,9 @@ pub struct Workspace {
     pub(crate) stats: Option<CudaSlice<u8>>,
     /// TMA descriptors of the Hopper path ([`crate::sm90`]).
     pub(crate) tensor_maps: crate::sm90::TensorMapCache,
+    /// Clusters the device runs at once, per (entry point, shared-memory bytes, CTAs per
+    /// cluster) of the Hopper row-norm clusters ([`crate::sm90`]).
+    pub(crate) cluster_fit: std::collections::HashMap<(&'static str, u32, u32), u32>,
 }
 
 impl std::fmt::Debug for Workspace {

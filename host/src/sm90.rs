@@ -35,7 +35,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use fused_gemm_device::gemm::sm90::{
-    self, Sm90Args, cluster_m, cta_rows, is_pingpong, is_sm90_tile,
+    self, MAX_NORM_CLUSTER, Sm90Args, cluster_m, cta_rows, is_pingpong, is_sm90_tile,
+    row_norm_cluster_tile,
 };
 use fused_gemm_device::gemm::{GemmArgs, TileShape};
 use fused_gemm_device::params::KernelParam;
@@ -86,15 +87,34 @@ pub fn ineligible(
     Ok(reason)
 }
 
-/// The model's time for `tile` on `p`, and its terms.
+/// The model's time for `tile` on `p`, and its terms ([`predict_fit`] with no measured cluster
+/// occupancy).
 pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms) {
+    predict_fit(gpu_sms, tile, p, None)
+}
+
+/// The model's time for `tile` on `p`, and its terms. `fit`: how many row-norm clusters
+/// ([`norm_cluster`]) the device runs at once, when known (`cuOccupancyMaxActiveClusters`;
+/// clusters must sit in one GPC, so fewer fit than SMs ÷ CTAs: 30 of 4 and 15 of 8 on an H200,
+/// measured).
+pub fn predict_fit(
+    gpu_sms: u32,
+    tile: &TileShape,
+    p: &Problem,
+    fit: Option<u32>,
+) -> (f64, ModelTerms) {
     let sms = gpu_sms.max(1) as u64;
-    let cluster = cluster_m(tile) as u64;
+    let norm_ctas = norm_cluster(tile, p).map_or(1, |c| c as u64);
+    let cluster = cluster_m(tile) as u64 * norm_ctas;
     let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
     let (bm, bn) = (tile.bm as u64, tile.bn as u64);
-    // Work units: tiles, or tile pairs of a cluster; one unit per cluster of CTAs at a time.
-    let units = m.div_ceil(bm) * n.div_ceil(bn);
-    let slots = (sms / cluster).max(1);
+    // Work units: tiles, or the tiles of a cluster (a pair along M, or a row-norm cluster's
+    // tiles along N); one unit per cluster of CTAs at a time.
+    let units = m.div_ceil(bm) * n.div_ceil(bn).div_ceil(norm_ctas);
+    let slots = match fit {
+        Some(f) if norm_ctas > 1 => (f as u64).clamp(1, sms / cluster),
+        _ => (sms / cluster).max(1),
+    };
     let concurrent = units.min(slots).max(1);
     let rounds = units.div_ceil(concurrent);
     let k_pad = k.div_ceil(sm90::BK as u64) * sm90::BK as u64;
@@ -102,7 +122,7 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
     // Relative mainloop efficiency, measured (bench/results/hopper-h200.md, 8192³ bf16 with
     // each tile forced: 128×256 cooperative 1.63 ms, 128×128 ping-pong 1.67, 128×128
     // cooperative 1.83, 256×256 cluster 2.12).
-    let eff = if cluster > 1 {
+    let eff = if cluster_m(tile) > 1 {
         0.77
     } else if pingpong {
         0.97
@@ -117,18 +137,28 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
     let out_cols = if p.pairs { bn / 2 } else { bn };
     let out_bytes = p.out_dtype.size() as f64 + p.epilogue_read_bytes_per_output;
     let epi_us = (cta_m * out_cols) as f64 * out_bytes / (DRAM_TBS * 1e6 / sms as f64);
+    // A row-norm cluster's epilogue makes two passes over the tile and waits for the other
+    // CTAs' statistics: about 3× the store time and 3 µs per tile (fit to the H200 at
+    // 4096×1024×{1024, 4096}, bench/results/hopper-h200.md).
+    let cluster_epi_us = if norm_cluster(tile, p).is_some() {
+        2.0 * epi_us + 3.0
+    } else {
+        0.0
+    };
     let sm_us = if pingpong {
         rounds as f64 * tile_us.max(epi_us) + epi_us
     } else {
-        rounds as f64 * (tile_us + epi_us)
+        rounds as f64 * (tile_us + epi_us + cluster_epi_us)
     };
     let in_size = p.in_dtype.size() as f64;
     let dram_us = ((m * k + n * k) as f64 * in_size + (m * p.n_out() as u64) as f64 * out_bytes)
         / (DRAM_TBS * 1e6);
-    let partials = p.row_norm && p.n > sm90::EPI_COLS;
+    let partials = p.row_norm && norm_cluster(tile, p).is_none() && !in_one_tile(p);
+    // The finishing kernel's launch and its pass over C, and the partial statistics the GEMM
+    // writes: about 20 µs at 4096×1024 bf16 on the H200 (measured), 2 launches and 6 passes.
     let norm_us = if partials {
-        LAUNCH_US
-            + 2.0 * (m * p.n_out() as u64) as f64 * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6)
+        2.0 * LAUNCH_US
+            + 6.0 * (m * p.n_out() as u64) as f64 * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6)
     } else {
         0.0
     };
@@ -150,24 +180,53 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
         } else {
             Bound::Sm
         },
-        tile_efficiency: (m * n * k) as f64 / (units * bm * bn * k_pad) as f64,
+        tile_efficiency: (m * n * k) as f64 / (units * norm_ctas * bm * bn * k_pad) as f64,
     };
     (total, terms)
 }
 
+/// CTAs of the row-norm cluster that finishes `p`'s row norm on `tile` in the epilogue, or
+/// `None`: cooperative 128-row tiles ([`row_norm_cluster_tile`]) when ⌈N/BN⌉ ≤
+/// [`MAX_NORM_CLUSTER`] (N ≤ 2048 on 128×256 tiles, ≤ 1024 on 128×128).
+pub fn norm_cluster(tile: &TileShape, p: &Problem) -> Option<u32> {
+    let ctas = p.n.div_ceil(tile.bn);
+    (p.row_norm && row_norm_cluster_tile(tile) && (1..=MAX_NORM_CLUSTER).contains(&ctas))
+        .then_some(ctas)
+}
+
+/// Whether a row of `p` fits in one 64-column epilogue chunk (the norm finishes per chunk on
+/// any tile).
+fn in_one_tile(p: &Problem) -> bool {
+    p.n <= sm90::EPI_COLS
+}
+
 /// The Hopper plan of `tile` for `p` on a device with `sms` SMs: one CTA per SM (at most one
-/// per tile; CTAs in pairs for a cluster tile), 384 threads, no split-K; row norms finish in the epilogue only when N ≤
-/// [`sm90::EPI_COLS`], else through per-64-column partial statistics.
+/// per tile; CTAs in pairs for a cluster tile), 384 threads, no split-K. Row norms finish in
+/// the epilogue on cooperative 128-row tiles with ⌈N/BN⌉ ≤ [`MAX_NORM_CLUSTER`] (a row-norm
+/// cluster, [`NormPath::Cluster`]) and on any tile when N ≤ [`sm90::EPI_COLS`]; otherwise
+/// through per-64-column partial statistics and the finishing kernel.
 pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
-    let (predicted_us, model) = predict(sms, tile, p);
+    plan_fit(sms, tile, p, None)
+}
+
+/// [`plan`] with `fit` row-norm clusters running at once (see [`predict_fit`]): the grid has at
+/// most `fit` clusters.
+pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Plan {
+    let (predicted_us, model) = predict_fit(sms, tile, p, fit);
     let tiles_n_stats = p.n.div_ceil(sm90::EPI_COLS);
-    let norm = match (p.row_norm, p.n <= sm90::EPI_COLS) {
-        (false, _) => NormPath::None,
-        (true, true) => NormPath::InCta,
-        (true, false) => NormPath::Partials {
+    let norm = match (p.row_norm, norm_cluster(tile, p), in_one_tile(p)) {
+        (false, _, _) => NormPath::None,
+        (true, Some(ctas), _) => NormPath::Cluster { ctas },
+        (true, None, true) => NormPath::InCta,
+        (true, None, false) => NormPath::Partials {
             tiles_n: tiles_n_stats,
             stats_bytes: p.m as u64 * tiles_n_stats as u64 * NORM_STATS_BYTES,
         },
+    };
+    let smem_bytes = if matches!(norm, NormPath::Cluster { .. }) {
+        sm90::smem_bytes_row_norm(tile)
+    } else {
+        sm90::smem_bytes(tile)
     };
     Plan {
         tile: *tile,
@@ -175,7 +234,7 @@ pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
         k_per_split: p.k.div_ceil(sm90::BK) * sm90::BK,
         grid: (model.ctas as u32, 1, 1),
         block: (sm90::THREADS, 1, 1),
-        smem_bytes: sm90::smem_bytes(tile),
+        smem_bytes,
         workspace_bytes: 0,
         counter_bytes: 0,
         norm,
@@ -222,7 +281,21 @@ pub fn choose(
         if forced.is_some_and(|t| t != v.tile) || sm90::check(&v.tile).is_some() {
             continue;
         }
-        let p = plan(sms, &v.tile, &problem);
+        if sm90::smem_bytes(&v.tile) > gpu.props().smem_per_block_optin {
+            continue;
+        }
+        let fit = match norm_cluster(&v.tile, &problem) {
+            Some(ctas) if ctas > 1 => {
+                let fit = cluster_fit(gpu, spec, v, sm90::smem_bytes_row_norm(&v.tile), ctas)?;
+                if fit == 0 {
+                    // No cluster of that many CTAs fits: this tile cannot finish the norm.
+                    continue;
+                }
+                Some(fit)
+            }
+            _ => None,
+        };
+        let p = plan_fit(sms, &v.tile, &problem, fit);
         if p.smem_bytes > gpu.props().smem_per_block_optin {
             continue;
         }
@@ -250,7 +323,7 @@ pub fn choose(
         // here vs 0.039 there; at 4096×1024×4096 (256 tiles) 0.144 here vs 0.544 there.
         let planner = spec.planner(gpu, true);
         if let Ok(p80) = planner.plan(&problem) {
-            let in_cta = |p: &Plan| matches!(p.norm, NormPath::InCta);
+            let in_cta = |p: &Plan| matches!(p.norm, NormPath::InCta | NormPath::Cluster { .. });
             let tiles = problem.m.div_ceil(best.0.tile.bm) * problem.n.div_ceil(best.0.tile.bn);
             let underfilled = tiles < sms;
             if p80.predicted_us < best.1.predicted_us
@@ -261,6 +334,48 @@ pub fn choose(
         }
     }
     Ok(Some(best))
+}
+
+/// How many clusters of `ctas` CTAs of `variant`, with `smem_bytes` of shared memory each, the
+/// device runs at once (`cuOccupancyMaxActiveClusters`), cached per (entry point, bytes, CTAs).
+///
+/// # Errors
+/// Driver errors from loading the function or the query.
+fn cluster_fit(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    variant: &'static KernelVariant,
+    smem_bytes: u32,
+    ctas: u32,
+) -> Result<u32> {
+    let key = (variant.entry, smem_bytes, ctas);
+    let mut ws = gpu
+        .workspace()
+        .lock()
+        .map_err(|_| Error::LaunchLimit("GEMM workspace lock poisoned".into()))?;
+    if let Some(&fit) = ws.cluster_fit.get(&key) {
+        return Ok(fit);
+    }
+    let func = gpu.function(spec.ptx, variant.entry)?;
+    let block = (sm90::THREADS, 1, 1);
+    let shape = crate::launch::LaunchShape {
+        grid: (ctas, 1, 1),
+        block,
+        smem_bytes,
+    };
+    // Sets the function's dynamic shared-memory limit, which the query takes into account.
+    shape.prepare(&func, gpu.props())?;
+    // SAFETY: the function is loaded and allows `smem_bytes` of dynamic shared memory.
+    let fit = unsafe {
+        crate::driver_ext::launch::max_active_clusters(
+            func.cu_function(),
+            block,
+            smem_bytes,
+            (ctas, 1, 1),
+        )
+    }?;
+    ws.cluster_fit.insert(key, fit);
+    Ok(fit)
 }
 
 /// Launches `variant` with `plan` (from [`choose`]): tensor maps, row statistics, the GEMM,
@@ -319,16 +434,28 @@ where
         splits: 1,
         k_per_split: plan.k_per_split,
     });
+    let norm_cluster = match plan.norm {
+        NormPath::Cluster { ctas } => ctas,
+        _ => 0,
+    };
     let tma = Param(Sm90Args {
         tmap_a,
         tmap_b,
         group_m: GROUP_M,
-        _pad: 0,
+        norm_cluster,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
+    // A row-norm plan's grid holds at most as many clusters as run at once (`choose`).
     let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
-    if cluster > 1 {
+    // CTAs per cluster: pairs along M, a row-norm cluster along N (launched as a cluster even
+    // of one, so that its distributed shared-memory accesses have a cluster to address), or 1.
+    let cluster = if norm_cluster > 0 {
+        norm_cluster
+    } else {
+        cluster
+    };
+    if cluster > 1 || norm_cluster > 0 {
         let (mut args, mut tma) = (args, tma);
         let mut ptrs = vec![&mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void];
         if crate::gemm::in_signature::<P>() {
@@ -561,10 +688,21 @@ mod tests {
     }
 
     #[test]
-    fn row_norms_use_per_chunk_partials_beyond_64_columns() {
+    fn row_norms_use_clusters_on_cooperative_tiles_and_partials_elsewhere() {
         let mut p = problem(4096, 1024, 4096);
         p.row_norm = true;
-        match plan(132, &TILES_SM90[0], &p).norm {
+        // 128×256 cooperative: four CTAs span a 1024-wide row; 32 row blocks, 32 clusters.
+        let c = plan(132, &TILES_SM90[0], &p);
+        assert_eq!(c.norm, NormPath::Cluster { ctas: 4 });
+        assert_eq!(c.grid, (128, 1, 1));
+        assert_eq!(c.smem_bytes, sm90::smem_bytes_row_norm(&TILES_SM90[0]));
+        assert!(c.smem_bytes <= 227 * 1024);
+        assert_eq!(
+            plan(132, &TILES_SM90[2], &p).norm,
+            NormPath::Cluster { ctas: 8 }
+        );
+        // Ping-pong tiles write per-64-column partials.
+        match plan(132, &TILES_SM90[1], &p).norm {
             NormPath::Partials {
                 tiles_n,
                 stats_bytes,
@@ -574,9 +712,22 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Wider than eight tiles: partials; one column or one tile: a cluster of one.
+        for (n, want) in [
+            (2049, None),
+            (2048, Some(8)),
+            (1, Some(1)),
+            (256, Some(1)),
+            (257, Some(2)),
+        ] {
+            let mut q = problem(17, n, 64);
+            q.row_norm = true;
+            assert_eq!(norm_cluster(&TILES_SM90[0], &q), want, "N = {n}");
+        }
         let mut narrow = problem(100, 64, 64);
         narrow.row_norm = true;
         assert_eq!(plan(132, &TILES_SM90[1], &narrow).norm, NormPath::InCta);
+        assert_eq!(norm_cluster(&TILES_SM90[0], &problem(100, 64, 64)), None);
     }
 
     #[test]

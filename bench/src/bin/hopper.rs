@@ -8,8 +8,10 @@
 //!
 //! Timing: every implementation's launches are captured into a CUDA graph (`reps` launches
 //! cycling through rotating buffer sets that together exceed the L2 twice, so inputs come from
-//! DRAM as in a model), the graph is replayed `trials` times between CUDA events, and the
-//! median per-launch time is reported. Graphs remove host overhead from both sides (cuBLASLt's
+//! DRAM as in a model); ours, cuBLAS's GEMM and cuBLASLt's fused epilogue are then replayed in
+//! turn, one graph between CUDA events at a time, for two warm-up and nine timed rounds, and
+//! each one's median per-launch time is reported (interleaved, so that clock changes and other
+//! work on the machine fall on all of them alike). Graphs remove host overhead from both sides (cuBLASLt's
 //! algorithm is chosen once per shape, as a framework caches it). cuBLASLt is column-major, so
 //! row-major `C = A·Bᵀ` (B stored N×K) runs as `Cᵀ = B·Aᵀ` with `transa = T`.
 //!
@@ -31,6 +33,7 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
 use fused_gemm::host::gemm::{Overrides, last_entry, with_overrides};
+use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
 use fused_gemm::host::{Error, Gpu, Result, Tensor};
 use fused_gemm::kernels::hopper;
@@ -332,13 +335,19 @@ impl Drop for Lt {
     }
 }
 
-/// Median ms per launch: `launch(g, i)` for i in 0..reps captured in a graph, replayed
-/// `trials` times between events.
-fn time_graph(
+/// `reps` launches captured into one CUDA graph, for timing.
+struct Timed {
+    graph: Graph,
+    reps: usize,
+}
+
+/// Captures enough launches of `launch` for about 4 ms of work (`est_ms` each, 4 to 200) into
+/// a graph, after three untimed warm-up launches.
+fn capture(
     gpu: &Gpu,
     est_ms: f64,
     mut launch: impl FnMut(&Gpu, usize) -> Result<()>,
-) -> Result<f64> {
+) -> Result<Timed> {
     for i in 0..3 {
         launch(gpu, i)?;
     }
@@ -351,8 +360,41 @@ fn time_graph(
         Ok(())
     })?;
     graph.upload()?;
-    let ms = gpu.time_ms(2, 9, |_| graph.replay())?;
-    Ok(ms as f64 / reps as f64)
+    Ok(Timed { graph, reps })
+}
+
+/// Rounds of [`time_interleaved`] that count (after two warm-up rounds).
+const ROUNDS: usize = 9;
+
+/// Median time per launch of each graph, ms, with the graphs replayed in turn (A, B, C, A, B,
+/// C, …) so that clock changes and other work on the GPU fall on every implementation alike.
+fn time_interleaved(gpu: &Gpu, graphs: &[&Timed]) -> Result<Vec<f64>> {
+    let mut samples = vec![Vec::with_capacity(ROUNDS); graphs.len()];
+    for round in 0..ROUNDS + 2 {
+        for (t, out) in graphs.iter().zip(samples.iter_mut()) {
+            let ms = gpu.time_ms(0, 1, |_| t.graph.replay())? as f64 / t.reps as f64;
+            if round >= 2 {
+                out.push(ms);
+            }
+        }
+    }
+    Ok(samples
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect())
+}
+
+/// Median time per launch of `launch` alone, ms ([`capture`], then [`time_interleaved`]).
+fn time_graph(
+    gpu: &Gpu,
+    est_ms: f64,
+    launch: impl FnMut(&Gpu, usize) -> Result<()>,
+) -> Result<f64> {
+    let t = capture(gpu, est_ms, launch)?;
+    Ok(time_interleaved(gpu, &[&t])?[0])
 }
 
 /// Relative Frobenius difference of `x` from `y`.
@@ -410,11 +452,41 @@ fn run_case(gpu: &Gpu, case: &Case) -> Result<Row> {
     let est_ms = 2.0 * (case.m * case.n * case.k) as f64 / 600e12 * 1e3;
     let op = case.op;
 
-    // Ours, the launcher's choice.
-    let ours_ms = time_graph(gpu, est_ms, |g, i| {
+    // Ours (the launcher's choice), cuBLAS's plain GEMM and, for bias + GELU, cuBLASLt's fused
+    // epilogue: captured once each, timed interleaved.
+    let ours_graph = capture(gpu, est_ms, |g, i| {
         ours(g, op, &mut sets[i % nsets]).map(|_| ())
     })?;
     let ours_entry = last_entry().unwrap_or("?").to_string();
+    let plain = Lt::new(
+        gpu,
+        case.m,
+        case.n,
+        case.k,
+        lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+        0,
+    )?;
+    let plain_graph = capture(gpu, est_ms, |g, i| plain.run(g, &sets[i % nsets]))?;
+    let fused = match op {
+        Op::BiasGeluTanh => Some(Lt::new(
+            gpu,
+            case.m,
+            case.n,
+            case.k,
+            lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
+            sets[0].bias.desc().ptr,
+        )?),
+        _ => None,
+    };
+    let fused_graph = match &fused {
+        Some(f) => Some(capture(gpu, est_ms, |g, i| f.run(g, &sets[i % nsets]))?),
+        None => None,
+    };
+    let mut graphs = vec![&ours_graph, &plain_graph];
+    graphs.extend(fused_graph.as_ref());
+    let ms = time_interleaved(gpu, &graphs)?;
+    let (ours_ms, cublas_gemm_ms, cublaslt_fused_ms) = (ms[0], ms[1], ms.get(2).copied());
+    drop(graphs);
     // Ours, each Hopper tile forced (which one the launcher should pick).
     let mut tiles_ms = Vec::new();
     for &t in TILES_SM90 {
@@ -427,35 +499,9 @@ fn run_case(gpu: &Gpu, case: &Case) -> Result<Row> {
         });
         tiles_ms.push((tile_name(&t), ms.unwrap_or(f64::NAN)));
     }
-    // cuBLASLt: the plain GEMM, and its fused bias + GELU where that is the op.
-    let plain = Lt::new(
-        gpu,
-        case.m,
-        case.n,
-        case.k,
-        lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
-        0,
-    )?;
-    let cublas_gemm_ms = time_graph(gpu, est_ms, |g, i| plain.run(g, &sets[i % nsets]))?;
-    let mut check = None;
-    let cublaslt_fused_ms = match op {
-        Op::BiasGeluTanh => {
-            let fused = Lt::new(
-                gpu,
-                case.m,
-                case.n,
-                case.k,
-                lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
-                sets[0].bias.desc().ptr,
-            )?;
-            let ms = time_graph(gpu, est_ms, |g, i| fused.run(g, &sets[i % nsets]))?;
-            check = Some(compare(gpu, op, &mut sets[0], |g, s| fused.run(g, s))?);
-            Some(ms)
-        }
-        Op::Gemm => {
-            check = Some(compare(gpu, op, &mut sets[0], |g, s| plain.run(g, s))?);
-            None
-        }
+    let check = match (&fused, op) {
+        (Some(f), _) => Some(compare(gpu, op, &mut sets[0], |g, s| f.run(g, s))?),
+        (None, Op::Gemm) => Some(compare(gpu, op, &mut sets[0], |g, s| plain.run(g, s))?),
         _ => None,
     };
     Ok(Row {
@@ -606,13 +652,14 @@ fn launch_stage(
     .map(|_| ())
 }
 
-/// Times every epilogue of [`STAGE_KERNELS`] on the same shapes (launcher's tile choice), so
-/// differences give each stage's cost on the Hopper mainloop.
+/// Times every epilogue of [`STAGE_KERNELS`] on the same shapes (launcher's tile choice),
+/// interleaved, so differences give each stage's cost on the Hopper mainloop.
 fn stage_costs(gpu: &Gpu) -> Result<()> {
     let once = std::env::var_os("HOPPER_BENCH_ONCE").is_some();
     for &(m, n, k) in &[
         (4096usize, 4096usize, 1024usize),
         (4096, 3072, 768),
+        (4096, 1024, 1024),
         (8192, 8192, 8192),
     ] {
         let case = Case {
@@ -629,23 +676,30 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
         // SwiGLU's M×N/2 output.
         let mut half = Tensor::zeros(gpu, m, n / 2, DType::Bf16)?;
         let est_ms = 2.0 * (m * n * k) as f64 / 600e12 * 1e3;
-        for &which in STAGE_KERNELS {
-            if once {
+        if once {
+            for &which in STAGE_KERNELS {
                 launch_stage(gpu, which, &mut sets[0], &col_scale, &mut half)?;
                 gpu.synchronize()?;
                 println!(
                     "{m}x{n}x{k} {which}: launched once ({})",
                     last_entry().unwrap_or("?")
                 );
-                continue;
             }
-            let ms = time_graph(gpu, est_ms, |g, i| {
+            continue;
+        }
+        let mut graphs = Vec::new();
+        let mut entries = Vec::new();
+        for &which in STAGE_KERNELS {
+            graphs.push(capture(gpu, est_ms, |g, i| {
                 launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
-            })?;
+            })?);
+            entries.push(last_entry().unwrap_or("?"));
+        }
+        let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
+        for ((which, ms), entry) in STAGE_KERNELS.iter().zip(ms).zip(entries) {
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {ms:.4} ms  {:.0} TF/s  {}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {ms:.4} ms  {:.0} TF/s  {entry}",
                 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12,
-                last_entry().unwrap_or("?")
             );
         }
     }

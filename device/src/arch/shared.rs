@@ -38,3 +38,27 @@ pub fn shared_addr<T>(p: *const T) -> u32 {
         super::host_unreachable("shared_addr")
     }
 }
+
+/// `mapa` + `st.shared::cluster.v4.f32`: stores `v` at the same offset as `addr` (a `.shared`
+/// window address, 16-byte aligned) in the shared memory of CTA `rank` of this cluster
+/// (distributed shared memory, PTX ISA §9.7.9.10 `st`, §9.7.9.18 `mapa`). A CTA launched without
+/// a cluster is a cluster of one, rank 0.
+///
+/// # Safety
+/// The kernel runs in clusters with a CTA of that rank that has not exited, and nothing else
+/// uses those 16 bytes until a barrier orders this store before it.
+#[inline(always)]
+pub unsafe fn st_cluster_f32x4(addr: u32, rank: u32, v: [f32; 4]) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!(
+        "{{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {a}, {r}; st.shared::cluster.v4.f32 [ra], {{{x}, {y}, {z}, {w}}}; }}",
+        a = in(reg32) addr, r = in(reg32) rank,
+        x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3],
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (addr, rank, v);
+        super::host_unreachable("shared::st_cluster_f32x4")
+    }
+}

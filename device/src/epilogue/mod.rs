@@ -190,6 +190,12 @@ pub struct TileCtx {
     /// True once a row-norm stage deferred itself to the finishing kernel (its CTA does not span
     /// the row): the remaining stages do not run here, and the store writes the pre-norm values.
     pub deferred: bool,
+    /// Which part of a row norm this call runs.
+    pub norm_pass: NormPass,
+    /// With [`NormPass::Collect`] / [`NormPass::Apply`]: the statistics of this thread's two rows
+    /// (`row_of(0, h)`, h = 0, 1; one m16 fragment row per call) over the columns seen so far,
+    /// respectively over the whole row.
+    pub row_stats: [stages::Moments; 2],
     /// Output pointer (C) and its leading dimension, elements; read by `accumulate`.
     pub c: u64,
     /// Leading dimension of C (elements).
@@ -198,6 +204,22 @@ pub struct TileCtx {
     pub scratch: *mut u8,
     /// Bytes available at `scratch`.
     pub scratch_bytes: u32,
+}
+
+/// How a row-norm stage runs in one epilogue call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPass {
+    /// In one call: the norm finishes when the CTA tile spans the row, else it writes partial
+    /// statistics and defers itself and the later stages to the finishing kernel.
+    Local,
+    /// First pass of a row-complete mainloop over a chunk of a row: the stages before the norm
+    /// run, the norm merges the chunk's statistics into `row_stats` and defers the rest; the
+    /// caller keeps the values for [`NormPass::Apply`].
+    Collect,
+    /// Second pass over the same values: the stages before the norm are skipped (the
+    /// collecting pass applied them), the norm normalizes with the complete `row_stats`, and the
+    /// later stages run.
+    Apply,
 }
 
 impl TileCtx {
@@ -285,7 +307,9 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
-        H::apply::<Out, MI, NI>(&p.head, acc, ctx);
+        if ctx.norm_pass != NormPass::Apply || H::ROW_REDUCTION {
+            H::apply::<Out, MI, NI>(&p.head, acc, ctx);
+        }
         if !ctx.deferred {
             T::apply::<Out, MI, NI>(&p.tail, acc, ctx);
         }

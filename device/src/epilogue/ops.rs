@@ -24,12 +24,7 @@ pub unsafe fn load_pair<E: Element>(base: u64, ld: u32, row: u32, col: u32, n: u
     let p = (base as *const E).add(row as usize * ld as usize + col as usize);
     let pair_bytes = 2 * core::mem::size_of::<E>() as u64;
     if col + 1 < n && (p as u64) % pair_bytes == 0 {
-        if core::mem::size_of::<E>() == 2 {
-            E::unpack2(global::ld_u32(p as *const u32))
-        } else {
-            let w = global::ld_f32x2(p as *const [f32; 2]);
-            (w[0], w[1])
-        }
+        load_pair_aligned::<E>(base, ld, row, col)
     } else {
         let a = E::load_global(p);
         let b = if col + 1 < n {
@@ -59,11 +54,7 @@ pub unsafe fn store_pair<E: Element>(
     let p = (base as *mut E).add(row as usize * ld as usize + col as usize);
     let pair_bytes = 2 * core::mem::size_of::<E>() as u64;
     if col + 1 < n && (p as u64) % pair_bytes == 0 {
-        if core::mem::size_of::<E>() == 2 {
-            global::st_u32(p as *mut u32, E::pack2(v0, v1));
-        } else {
-            global::st_f32x2(p as *mut [f32; 2], [v0, v1]);
-        }
+        store_pair_aligned::<E>(base, ld, row, col, v0, v1);
     } else {
         E::store_global(p, v0);
         if col + 1 < n {

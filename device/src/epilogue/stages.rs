@@ -5,7 +5,7 @@
 //! value entering the stage at output element `(r, c)`.
 
 use super::ops::{load, load_pair, load_pair_aligned};
-use super::{Acc, Stage, TileCtx};
+use super::{Acc, NormPass, Stage, TileCtx};
 use crate::arch::sync::sync_threads;
 use crate::arch::warp::shfl_xor_f32;
 use crate::math;
@@ -499,6 +499,14 @@ pub trait RowNorm {
     /// # Safety
     /// The gamma/beta vectors must hold column `c`.
     unsafe fn normalize<Out: Element>(p: &Self::Params, row: &RowFactors, c: u32, x: f32) -> f32;
+    /// Whether γ (and β) allow two-element loads at even columns.
+    fn pair_aligned<Out: Element>(p: &Self::Params) -> bool;
+    /// `(γ[c], γ[c + 1])` and `(β[c], β[c + 1])` (zeros without β), `c` even, with two-element
+    /// loads; [`Self::normalize`] equals `(x − shift)·scale·γ + β` with these.
+    ///
+    /// # Safety
+    /// [`Self::pair_aligned`], and the vectors hold column `c + 1`.
+    unsafe fn affine_pair<Out: Element>(p: &Self::Params, c: u32) -> ([f32; 2], [f32; 2]);
 }
 
 /// A row's normalization: `(x − shift)·scale`.
@@ -567,6 +575,17 @@ impl RowNorm for LayerNorm {
     ) -> f32 {
         (x - row.shift) * row.scale * load::<Out>(p.gamma, c) + load::<Out>(p.beta, c)
     }
+    #[inline(always)]
+    fn pair_aligned<Out: Element>(p: &LayerNormParams) -> bool {
+        let pair = 2 * core::mem::size_of::<Out>() as u64;
+        p.gamma % pair == 0 && p.beta % pair == 0
+    }
+    #[inline(always)]
+    unsafe fn affine_pair<Out: Element>(p: &LayerNormParams, c: u32) -> ([f32; 2], [f32; 2]) {
+        let (g0, g1) = load_pair_aligned::<Out>(p.gamma, 0, 0, c);
+        let (b0, b1) = load_pair_aligned::<Out>(p.beta, 0, 0, c);
+        ([g0, g1], [b0, b1])
+    }
 }
 
 /// `rms_norm(eps)`: x/√(mean(x²) + ε)·γ[c] over each row's N values. Squares are accumulated
@@ -591,11 +610,23 @@ impl RowNorm for RmsNorm {
     unsafe fn normalize<Out: Element>(p: &RmsNormParams, row: &RowFactors, c: u32, x: f32) -> f32 {
         x * row.scale * load::<Out>(p.gamma, c)
     }
+    #[inline(always)]
+    fn pair_aligned<Out: Element>(p: &RmsNormParams) -> bool {
+        p.gamma % (2 * core::mem::size_of::<Out>() as u64) == 0
+    }
+    #[inline(always)]
+    unsafe fn affine_pair<Out: Element>(p: &RmsNormParams, c: u32) -> ([f32; 2], [f32; 2]) {
+        let (g0, g1) = load_pair_aligned::<Out>(p.gamma, 0, 0, c);
+        ([g0, g1], [0.0; 2])
+    }
 }
 
-/// A row-norm stage: finished in the CTA when the CTA tile spans the row (N ≤ BN); otherwise it
-/// writes this CTA's partial statistics (CODA's per-tile partials) to `stats` and defers itself
-/// and every later stage to the finishing kernel (`kernel::norm_finish`).
+/// A row-norm stage. With [`NormPass::Local`]: finished in the CTA when the CTA tile spans the
+/// row (N ≤ BN); otherwise it writes this CTA's partial statistics (CODA's per-tile partials) to
+/// `stats` and defers itself and every later stage to the finishing kernel
+/// (`kernel::norm_finish`). With [`NormPass::Collect`] / [`NormPass::Apply`] (a row-complete
+/// mainloop that calls the epilogue twice per chunk, `gemm::sm90`): merges the chunk's row
+/// statistics into `ctx.row_stats`, respectively normalizes with them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Norm<K>(core::marker::PhantomData<K>);
 
@@ -608,27 +639,38 @@ impl<K: RowNorm> Stage for Norm<K> {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
+        match ctx.norm_pass {
+            NormPass::Collect => {
+                if MI != 1 {
+                    // Row-complete mainloops hand over one m16 fragment row per call.
+                    crate::arch::trap();
+                }
+                let rows = unsafe { cta_row_moments::<K, MI, NI>(acc, ctx) };
+                for h in 0..2 {
+                    ctx.row_stats[h] = ctx.row_stats[h].merge(rows[h]);
+                }
+                ctx.deferred = true;
+                return;
+            }
+            NormPass::Apply => {
+                if MI != 1 {
+                    crate::arch::trap();
+                }
+                let f = [
+                    K::row_factors(p, &ctx.row_stats[0]),
+                    K::row_factors(p, &ctx.row_stats[1]),
+                ];
+                normalize_rows::<K, Out, MI, NI>(p, acc, ctx, |_, h| f[h]);
+                ctx.norm_pass = NormPass::Local;
+                return;
+            }
+            NormPass::Local => {}
+        }
         let rows = unsafe { cta_row_moments::<K, MI, NI>(acc, ctx) };
         if ctx.spans_row() {
-            let mut k = 0;
-            for mi in 0..MI {
-                for h in 0..2 {
-                    let st = K::row_factors(p, &rows[k]);
-                    k += 1;
-                    for ni in 0..NI {
-                        let c = ctx.col_of(ni);
-                        for e in 0..2 {
-                            let x = acc.v[mi][ni][2 * h + e];
-                            let cc = c + e as u32;
-                            acc.v[mi][ni][2 * h + e] = if cc < ctx.n {
-                                unsafe { K::normalize::<Out>(p, &st, cc, x) }
-                            } else {
-                                x
-                            };
-                        }
-                    }
-                }
-            }
+            normalize_rows::<K, Out, MI, NI>(p, acc, ctx, |mi, h| {
+                K::row_factors(p, &rows[2 * mi + h])
+            });
         } else {
             let stats = K::stats(p);
             if stats == 0 {
@@ -654,6 +696,49 @@ impl<K: RowNorm> Stage for Norm<K> {
                 }
             }
             ctx.deferred = true;
+        }
+    }
+}
+
+/// `(x − shift)·scale·γ (+ β)` for every in-bounds value, with the factors of fragment row
+/// `mi`, half `h` from `factors(mi, h)`. Interior tiles load γ and β once per column pair.
+#[inline(always)]
+fn normalize_rows<K: RowNorm, Out: Element, const MI: usize, const NI: usize>(
+    p: &K::Params,
+    acc: &mut Acc<MI, NI>,
+    ctx: &TileCtx,
+    factors: impl Fn(usize, usize) -> RowFactors,
+) {
+    if !ctx.paired && K::pair_aligned::<Out>(p) && acc.interior(ctx) {
+        for ni in 0..NI {
+            let (g, b) = unsafe { K::affine_pair::<Out>(p, ctx.col_of(ni)) };
+            for mi in 0..MI {
+                for h in 0..2 {
+                    let st = factors(mi, h);
+                    for e in 0..2 {
+                        let x = acc.v[mi][ni][2 * h + e];
+                        acc.v[mi][ni][2 * h + e] = (x - st.shift) * st.scale * g[e] + b[e];
+                    }
+                }
+            }
+        }
+        return;
+    }
+    for mi in 0..MI {
+        for h in 0..2 {
+            let st = factors(mi, h);
+            for ni in 0..NI {
+                let c = ctx.col_of(ni);
+                for e in 0..2 {
+                    let x = acc.v[mi][ni][2 * h + e];
+                    let cc = c + e as u32;
+                    acc.v[mi][ni][2 * h + e] = if cc < ctx.n {
+                        unsafe { K::normalize::<Out>(p, &st, cc, x) }
+                    } else {
+                        x
+                    };
+                }
+            }
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::arch::atomic::atomic_add_acq_rel_u32;
 use crate::arch::sync::{sync_threads, thread_fence};
 use crate::copy::{ld_global_cg_v4, st_global_cg_v4};
 use crate::epilogue::store::store_tile;
-use crate::epilogue::{Acc, Stage, TileCtx};
+use crate::epilogue::{Acc, NormPass, Stage, TileCtx};
 use crate::gemm::GemmArgs;
 use crate::types::Element;
 
@@ -50,7 +50,15 @@ pub(crate) unsafe fn finish<Out: Element, const MI: usize, const NI: usize, E: S
     if args.splits > 1 && !split_k_fixup::<MI, NI>(args, &mut acc, smem, cta) {
         return;
     }
-    let mut ctx = TileCtx {
+    let mut ctx = tile_ctx(args, cta, smem, scratch_bytes);
+    E::apply::<Out, MI, NI>(epi, &mut acc, &mut ctx);
+    store_tile::<Out, MI, NI>(&acc, &ctx);
+}
+
+/// The [`TileCtx`] of `cta`'s accumulators, for a [`NormPass::Local`] epilogue.
+#[inline(always)]
+pub(crate) fn tile_ctx(args: &GemmArgs, cta: &Cta, smem: *mut u8, scratch_bytes: u32) -> TileCtx {
+    TileCtx {
         m: args.m,
         n: args.n,
         warp_row: cta.warp_row,
@@ -68,13 +76,13 @@ pub(crate) unsafe fn finish<Out: Element, const MI: usize, const NI: usize, E: S
         tiles_n: cta.tiles_n,
         paired: false,
         deferred: false,
+        norm_pass: NormPass::Local,
+        row_stats: Default::default(),
         c: args.c,
         ldc: args.ldc,
         scratch: smem,
         scratch_bytes,
-    };
-    E::apply::<Out, MI, NI>(epi, &mut acc, &mut ctx);
-    store_tile::<Out, MI, NI>(&acc, &ctx);
+    }
 }
 
 /// Serial split-K: every CTA of an output tile writes its partial accumulators to the

@@ -29,6 +29,16 @@
 //!
 //! The ring is consumed in the order the producer fills it in every schedule.
 //!
+//! # Row-norm clusters
+//!
+//! An epilogue with a row norm on a cooperative 128-row tile may run with
+//! [`Sm90Args::norm_cluster`] = `cn` ≥ 1: clusters of `cn` CTAs along N, rank `r` computing
+//! tile column `cn·u + r` of the same row block, so a cluster spans whole rows when
+//! `cn·BN ≥ N`. The epilogue ([`row_norm_epilogue`]) runs the stages before the norm on every
+//! chunk, swaps each row's (count, mean, M2) with the other CTAs through distributed shared
+//! memory, and normalizes and stores in the same kernel: no partial-statistics workspace and no
+//! second pass over C (CODA's partial statistics, exchanged on chip instead of through DRAM).
+//!
 //! # Fragments
 //!
 //! Warp `w` of a consumer warpgroup holds, for each 64-row half `h` it owns, rows
@@ -52,12 +62,15 @@ use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, cluster_ctarank, cluster_sync, fence_init, init,
     wait_parity, wait_parity_cluster,
 };
+use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::copy::tma::{fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap};
-use crate::epilogue::{Acc, Stage};
-use crate::gemm::finish::{Cta, finish};
+use crate::epilogue::stages::Moments;
+use crate::epilogue::store::store_tile;
+use crate::epilogue::{Acc, NormPass, Stage};
+use crate::gemm::finish::{Cta, finish, tile_ctx};
 use crate::gemm::{GemmArgs, TileShape};
 use crate::mma::sm90::{
     WgmmaInput, commit_group, fence, fence_operands, smem_desc_sw128, wait_group,
@@ -126,6 +139,25 @@ pub const fn smem_bytes(t: &TileShape) -> u32 {
     t.stages * stage_bytes(t) + 16 * t.stages + 16
 }
 
+/// Most CTAs of a row-norm cluster ([`Sm90Args::norm_cluster`]): the portable cluster size.
+pub const MAX_NORM_CLUSTER: u32 = 8;
+
+/// Bytes of the row-statistics exchange of a row-norm cluster: two buffers (tiles alternate)
+/// of [`MAX_NORM_CLUSTER`] × 128 rows × (count, mean, M2, pad) f32.
+pub const NORM_XCHG_BYTES: u32 = 2 * MAX_NORM_CLUSTER * 128 * 16;
+
+/// Whether tiles of shape `t` can finish row norms in a cluster along N: cooperative tiles of
+/// 128 rows (each consumer warp holds one m16 fragment row).
+pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
+    t.warps_m == 8 && t.bm == 128
+}
+
+/// Dynamic shared memory of a CTA of a row-norm cluster, bytes: [`smem_bytes`], two exchange
+/// mbarriers, then the [`NORM_XCHG_BYTES`] exchange (16-byte aligned).
+pub const fn smem_bytes_row_norm(t: &TileShape) -> u32 {
+    t.stages * stage_bytes(t) + 16 * t.stages + 32 + NORM_XCHG_BYTES
+}
+
 /// Why `t` cannot be instantiated on this mainloop, or `None`.
 pub const fn check(t: &TileShape) -> Option<&'static str> {
     if t.bk != BK {
@@ -167,8 +199,12 @@ pub struct Sm90Args {
     /// Tile rows per raster group: consecutive tiles walk down `group_m` tile rows before the
     /// next tile column, so CTAs running together share A and B panels in L2. At least 1.
     pub group_m: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Row norms on cooperative tiles: 0 when the norm (if any) finishes per tile or through
+    /// partial statistics; `c` in 1..=[`MAX_NORM_CLUSTER`] when the kernel runs in clusters of
+    /// `c` CTAs along N (grid a multiple of `c`) whose tiles together span every row
+    /// (`c·BN ≥ N`): they exchange row statistics through distributed shared memory and finish
+    /// the norm in the epilogue ([`smem_bytes_row_norm`] of shared memory).
+    pub norm_cluster: u32,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -292,6 +328,16 @@ pub unsafe fn run<
     // One arrival per consumer warp that reads a stage, in every CTA whose producer fills it
     // (with a cluster, each CTA's B half lands in both).
     let releases = if pingpong { 4 } else { 8 } * cluster;
+    // Row norms on cooperative 128-row tiles with `norm_cluster = cn`: the cluster's CTAs
+    // compute `cn` adjacent tiles of one row block and swap row statistics (see `row_norm_epilogue`).
+    let row_norm = E::ROW_REDUCTION && WM == 8 && MI == 1 && sm90.norm_cluster > 0;
+    let cn = if row_norm { sm90.norm_cluster } else { 1 };
+    if cn > MAX_NORM_CLUSTER {
+        crate::arch::trap();
+    }
+    // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
+    let xbar = |p: u32| base + ring_bytes + 8 * (2 * STAGES + 2 + p);
+    let xbuf = ring_bytes + 16 * STAGES + 32;
 
     if tid == 0 {
         for s in 0..STAGES {
@@ -300,25 +346,32 @@ pub unsafe fn run<
         }
         init(turn(0), 4);
         init(turn(1), 4);
+        if row_norm {
+            init(xbar(0), 64 * cn);
+            init(xbar(1), 64 * cn);
+        }
         fence_init();
     }
-    let rank = if cluster > 1 {
-        // The peer's arrivals and multicast copies target these barriers.
+    let rank = if cluster > 1 || cn > 1 {
+        // The peers' arrivals, multicast copies and statistics target these barriers.
         cluster_sync();
         cluster_ctarank()
     } else {
         sync_threads();
         0
     };
+    // Along M (2×1 cluster tiles) or along N (row-norm clusters); the other is 0.
+    let (rank_m, rank_n) = if cn > 1 { (0, rank) } else { (rank, 0) };
 
     // Work units: tiles, or with a cluster pairs of tiles along M (rank r takes the r-th).
     let tiles_m = args.m.div_ceil(bm);
     let tiles_n = args.n.div_ceil(bn);
     let units_m = tiles_m.div_ceil(cluster);
-    let units = units_m * tiles_n;
+    let units_n = tiles_n.div_ceil(cn);
+    let units = units_m * units_n;
     let k_tiles = args.k.div_ceil(BK);
-    let n_units = grid_dim_x() / cluster;
-    let unit = block_idx_x() / cluster;
+    let n_units = grid_dim_x() / (cluster * cn);
+    let unit = block_idx_x() / (cluster * cn);
     let my_tiles = if unit < units {
         (units - unit).div_ceil(n_units)
     } else {
@@ -326,8 +379,8 @@ pub unsafe fn run<
     };
     let group = if sm90.group_m == 0 { 1 } else { sm90.group_m };
     let coords = |i: u32| {
-        let (um, tn) = tile_coords(unit + i * n_units, units_m, tiles_n, group);
-        (um * cluster + rank, tn)
+        let (um, un) = tile_coords(unit + i * n_units, units_m, units_n, group);
+        (um * cluster + rank_m, un * cn + rank_n)
     };
     // With a cluster, this CTA loads its half of the B block for both CTAs.
     let b_rows = bn / cluster;
@@ -343,7 +396,8 @@ pub unsafe fn run<
             for i in 0..my_tiles {
                 let (tm, tn) = coords(i);
                 let row_a = (tm * bm) as i32;
-                let row_b = (tn * bn + rank * b_rows) as i32;
+                // A row-norm cluster's last CTAs may lie past N: TMA reads zeros there.
+                let row_b = (tn * bn + rank_m * b_rows) as i32;
                 for kt in 0..k_tiles {
                     let s = ring.stage;
                     let k0 = (kt * BK) as i32;
@@ -351,7 +405,7 @@ pub unsafe fn run<
                         wait_parity_cluster(empty(s), ring.phase ^ 1);
                         arrive_expect_tx(full(s), stage_bytes);
                         load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
-                        let dst = s_b(s) + rank * b_rows * 128;
+                        let dst = s_b(s) + rank_m * b_rows * 128;
                         load_2d_multicast(dst, sm90.tmap_b, k0, row_b, full(s), 0b11);
                     } else {
                         wait_parity(empty(s), ring.phase ^ 1);
@@ -411,7 +465,7 @@ pub unsafe fn run<
                 if kt > 0 && lane == 0 {
                     arrive(empty(prev));
                     if cluster > 1 {
-                        arrive_remote(empty(prev), rank ^ 1);
+                        arrive_remote(empty(prev), rank_m ^ 1);
                     }
                 }
                 prev = s;
@@ -429,11 +483,37 @@ pub unsafe fn run<
             if k_tiles > 0 && lane == 0 {
                 arrive(empty(prev));
                 if cluster > 1 {
-                    arrive_remote(empty(prev), rank ^ 1);
+                    arrive_remote(empty(prev), rank_m ^ 1);
                 }
             }
 
             let (m0, n0) = (tm * bm, tn * bn);
+            if row_norm {
+                row_norm_epilogue::<Out, NI, E>(
+                    args,
+                    epi,
+                    &mut acc.v[0],
+                    &RowNormCta {
+                        tid: tid - 128,
+                        lane,
+                        row: wg_row0 + 16 * w,
+                        tile_m: tm,
+                        tile_n: tn,
+                        m0,
+                        n0,
+                        bm,
+                        bn,
+                        rank: rank_n,
+                        cn,
+                        iter: i,
+                    },
+                    smem,
+                    xbuf,
+                    xbar(i & 1),
+                );
+                i += step;
+                continue;
+            }
             // The epilogue runs on 64-column chunks: fewer values live at once, so the stages
             // do not spill next to the 128 accumulator registers. Written out (not a loop) so
             // every accumulator index is a constant and the array stays in registers.
@@ -481,6 +561,151 @@ pub unsafe fn run<
             i += step;
         }
     }
+}
+
+/// Where one consumer warp's accumulators sit, for [`row_norm_epilogue`].
+#[derive(Clone, Copy)]
+struct RowNormCta {
+    /// Thread index among the 256 consumer threads.
+    tid: u32,
+    lane: u32,
+    /// First of the warp's 16 rows within the tile.
+    row: u32,
+    tile_m: u32,
+    tile_n: u32,
+    m0: u32,
+    n0: u32,
+    bm: u32,
+    bn: u32,
+    /// This CTA's rank in the row-norm cluster and the cluster's size.
+    rank: u32,
+    cn: u32,
+    /// The tile's index in this CTA's sequence (the same in every CTA of the cluster).
+    iter: u32,
+}
+
+/// The epilogue of a row-norm cluster ([`Sm90Args::norm_cluster`]) for one tile and one
+/// consumer warp's 16 rows (`frags`, BN/8 m16n8 fragments):
+///
+/// 1. every 64-column chunk runs the stages before the norm ([`NormPass::Collect`]), keeps the
+///    values, and merges its row statistics;
+/// 2. the lanes holding column pair 0 of a row (`lane % 4 == 0`) store its (count, mean, M2) in
+///    slot `rank` of exchange buffer `iter % 2` of every CTA of the cluster (distributed shared
+///    memory) and arrive on that CTA's exchange barrier `xbar` (`64·cn` arrivals per phase);
+/// 3. once this CTA's barrier completes the phase, every thread merges its rows' `cn` slots in
+///    rank order: the same order in every CTA, so all of a row's CTAs normalize it with
+///    bitwise-identical statistics;
+/// 4. every chunk runs the norm and the later stages ([`NormPass::Apply`]) and is stored.
+///
+/// Two buffers suffice: a CTA writes buffer `b` again (tile `iter + 2`) only after every CTA
+/// arrived for tile `iter + 1`, which each does after reading buffer `b` for tile `iter`.
+///
+/// # Safety
+/// The kernel's launch contract with `norm_cluster = cn`; `xbuf` is the byte offset of the
+/// exchange in dynamic shared memory and `xbar` the barrier of buffer `iter % 2`, initialised
+/// for `64·cn` arrivals and made visible to the cluster.
+#[inline(always)]
+unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    frags: &mut [[f32; 4]; NI],
+    w: &RowNormCta,
+    smem: *mut u8,
+    xbuf: u32,
+    xbar: u32,
+) {
+    let cta = |j: u32| {
+        let col0 = w.n0 + j * EPI_COLS;
+        Cta {
+            tid: w.tid,
+            threads: 256,
+            lane: w.lane,
+            warp_m: w.row / 16,
+            warp_n: 0,
+            warps_n: 1,
+            tile_m: w.tile_m,
+            tile_n: w.tile_n * (w.bn / EPI_COLS) + j,
+            split: 0,
+            tiles_n: args.n.div_ceil(EPI_COLS),
+            m0: w.m0,
+            n0: col0,
+            bm: w.bm,
+            bn: EPI_COLS,
+            warp_row: w.m0 + w.row,
+            warp_col: col0,
+        }
+    };
+    let mut stats = [Moments::default(); 2];
+    // Written out per chunk (not a loop) so every accumulator index is a constant.
+    macro_rules! collect {
+        ($j:literal) => {
+            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
+                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
+                ctx.norm_pass = NormPass::Collect;
+                ctx.row_stats = stats;
+                let mut part = Acc::<1, EPI_FRAGS>::zero();
+                for f in 0..EPI_FRAGS {
+                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
+                }
+                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+                stats = ctx.row_stats;
+                for f in 0..EPI_FRAGS {
+                    frags[$j * EPI_FRAGS + f] = part.v[0][f];
+                }
+            }
+        };
+    }
+    collect!(0);
+    collect!(1);
+    collect!(2);
+    collect!(3);
+
+    let buf = w.iter & 1;
+    let slot = |rank: u32, h: u32| {
+        xbuf + ((buf * MAX_NORM_CLUSTER + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) * 16
+    };
+    if w.lane & 3 == 0 {
+        let base = shared_addr(smem);
+        for r in 0..w.cn {
+            for h in 0..2 {
+                let st = stats[h as usize];
+                st_cluster_f32x4(base + slot(w.rank, h), r, [st.n, st.mean, st.m2, 0.0]);
+            }
+            arrive_remote(xbar, r);
+        }
+    }
+    wait_parity_cluster(xbar, (w.iter >> 1) & 1);
+    let mut row = [Moments::default(); 2];
+    for r in 0..w.cn {
+        for h in 0..2 {
+            let v = *(smem.add(slot(r, h) as usize) as *const [f32; 4]);
+            row[h as usize] = row[h as usize].merge(Moments {
+                n: v[0],
+                mean: v[1],
+                m2: v[2],
+            });
+        }
+    }
+
+    macro_rules! apply {
+        ($j:literal) => {
+            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
+                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
+                ctx.norm_pass = NormPass::Apply;
+                ctx.row_stats = row;
+                let mut part = Acc::<1, EPI_FRAGS>::zero();
+                for f in 0..EPI_FRAGS {
+                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
+                }
+                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+                store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+            }
+        };
+    }
+    apply!(0);
+    apply!(1);
+    apply!(2);
+    apply!(3);
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::arch::thread::{block_idx_x, block_idx_y, thread_idx_x};
 use crate::epilogue::ops::{load_pair, load_pair_aligned};
 use crate::epilogue::stages::{Moments, RowFactors, RowNorm};
 use crate::epilogue::store::store_tile;
-use crate::epilogue::{Acc, Stage, TileCtx};
+use crate::epilogue::{Acc, NormPass, Stage, TileCtx};
 use crate::params::KernelParam;
 use crate::types::Element;
 
@@ -117,6 +117,8 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             tiles_n: 1,
             paired: false,
             deferred: false,
+            norm_pass: NormPass::Local,
+            row_stats: Default::default(),
             c: args.c,
             ldc: args.ldc,
             scratch: core::ptr::null_mut(),

@@ -141,6 +141,13 @@ pub enum NormPath {
         /// Bytes of the statistics workspace.
         stats_bytes: u64,
     },
+    /// Hopper cooperative tiles: clusters of `ctas` CTAs along N span each row
+    /// (`ctas·BN ≥ N`), swap row statistics through distributed shared memory and finish the
+    /// norm in the epilogue (`fused_gemm_device::gemm::sm90::Sm90Args::norm_cluster`).
+    Cluster {
+        /// CTAs per cluster, 1 to `sm90::MAX_NORM_CLUSTER`.
+        ctas: u32,
+    },
 }
 
 /// A launch configuration for one GEMM.
