@@ -693,9 +693,10 @@ fn t6_row_norms_in_the_epilogue_and_through_partials() {
     if !fx.hopper {
         return;
     }
-    // N ≤ 64 finishes in the epilogue; wider rows (BERT-large 1024, MiniLM 384, an odd 1000)
-    // go through per-64-column partial statistics and the finishing kernel.
-    let bf = DType::Bf16;
+    // N ≤ 64 finishes in the epilogue on any tile; cooperative 128-row tiles finish rows up to
+    // eight tiles wide in a row-norm cluster (t8); the other tiles send wider rows (BERT-large
+    // 1024, MiniLM 384, an odd 1000) through per-64-column partial statistics and the
+    // finishing kernel.
     for (i, &(m, n, k)) in [
         (200, 64, 128),
         (257, 384, 384),
@@ -705,35 +706,52 @@ fn t6_row_norms_in_the_epilogue_and_through_partials() {
     .iter()
     .enumerate()
     {
-        let (bias, gamma, beta, r) = (
-            fx.random(1, n, bf, 1.0),
-            fx.random(1, n, bf, 1.0),
-            fx.random(1, n, bf, 1.0),
-            fx.random(m, n, bf, 4.0),
-        );
-        case(
-            &mut fx,
-            "bias+residual+layer_norm",
-            (m, n, k),
-            bf,
-            bf,
-            vec![
-                RefStage::BiasCol(bias.v.clone()),
-                RefStage::Residual(r.v.clone()),
-                RefStage::LayerNorm {
-                    gamma: gamma.v.clone(),
-                    beta: beta.v.clone(),
-                    eps: 1e-12,
-                },
-            ],
-            None,
-            Some(tile_for(i)),
-            Some(true),
-            |g, a, b, c| {
-                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
-            },
-        );
+        bias_residual_layer_norm_case(&mut fx, "bias+residual+layer_norm", (m, n, k), tile_for(i));
     }
+}
+
+/// `layer_norm(A·B + bias + R)` (bf16, R ×4) with `tile` forced and the Hopper path required,
+/// against f64 ([`case`]); returns the plan that ran.
+fn bias_residual_layer_norm_case(
+    fx: &mut Fx,
+    label: &str,
+    (m, n, k): (usize, usize, usize),
+    tile: TileShape,
+) -> Plan {
+    let bf = DType::Bf16;
+    let (bias, gamma, beta, r) = (
+        fx.random(1, n, bf, 1.0),
+        fx.random(1, n, bf, 1.0),
+        fx.random(1, n, bf, 1.0),
+        fx.random(m, n, bf, 4.0),
+    );
+    let seen = std::cell::Cell::new(None);
+    case(
+        fx,
+        label,
+        (m, n, k),
+        bf,
+        bf,
+        vec![
+            RefStage::BiasCol(bias.v.clone()),
+            RefStage::Residual(r.v.clone()),
+            RefStage::LayerNorm {
+                gamma: gamma.v.clone(),
+                beta: beta.v.clone(),
+                eps: 1e-12,
+            },
+        ],
+        None,
+        Some(tile),
+        Some(true),
+        |g, a, b, c| {
+            let p =
+                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)?;
+            seen.set(p);
+            Ok(p)
+        },
+    );
+    seen.get().expect("the Hopper path returns its plan")
 }
 
 #[test]
@@ -816,42 +834,11 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                     stats_bytes: (m * n.div_ceil(64) * 16) as u64,
                 }
             };
-            let (bias, gamma, beta, r) = (
-                fx.random(1, n, bf, 1.0),
-                fx.random(1, n, bf, 1.0),
-                fx.random(1, n, bf, 1.0),
-                fx.random(m, n, bf, 4.0),
-            );
-            let seen = std::cell::Cell::new(None);
-            case(
-                &mut fx,
-                "norm cluster: b+res+LN",
-                (m, n, k),
-                bf,
-                bf,
-                vec![
-                    RefStage::BiasCol(bias.v.clone()),
-                    RefStage::Residual(r.v.clone()),
-                    RefStage::LayerNorm {
-                        gamma: gamma.v.clone(),
-                        beta: beta.v.clone(),
-                        eps: 1e-12,
-                    },
-                ],
-                None,
-                Some(tile),
-                Some(true),
-                |g, a, b, c| {
-                    let p = hopper::h_bias_residual_layer_norm(
-                        g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
-                    )?;
-                    seen.set(p);
-                    Ok(p)
-                },
-            );
-            let plan = seen.get().expect("the Hopper path returns its plan");
+            let plan =
+                bias_residual_layer_norm_case(&mut fx, "norm cluster: b+res+LN", (m, n, k), tile);
             assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
             if m * n <= 300 * 1100 {
+                let gamma = fx.random(1, n, bf, 1.0);
                 case(
                     &mut fx,
                     "norm cluster: rms_norm",

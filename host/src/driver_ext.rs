@@ -77,6 +77,41 @@ pub mod tensor_map {
 pub mod launch {
     use super::*;
 
+    /// The `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` attribute of a `cluster`-shaped launch.
+    fn cluster_attribute(cluster: (u32, u32, u32)) -> sys::CUlaunchAttribute {
+        // SAFETY: a C struct of integers and a union of them: all zeros is a valid value.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+            x: cluster.0,
+            y: cluster.1,
+            z: cluster.2,
+        };
+        attr
+    }
+
+    /// A launch configuration with the one attribute `attr` (which must outlive its use).
+    fn cluster_config(
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem_bytes: u32,
+        stream: sys::CUstream,
+        attr: &mut sys::CUlaunchAttribute,
+    ) -> sys::CUlaunchConfig {
+        sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_mem_bytes,
+            hStream: stream,
+            attrs: attr,
+            numAttrs: 1,
+        }
+    }
+
     /// How many clusters of `cluster` CTAs of `func` (`block` threads, `shared_mem_bytes` of
     /// dynamic shared memory each) the device runs at once (`cuOccupancyMaxActiveClusters`):
     /// a persistent grid of more clusters would leave some waiting for a whole CTA lifetime.
@@ -92,25 +127,14 @@ pub mod launch {
         shared_mem_bytes: u32,
         cluster: (u32, u32, u32),
     ) -> Result<u32, DriverError> {
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-            x: cluster.0,
-            y: cluster.1,
-            z: cluster.2,
-        };
-        let config = sys::CUlaunchConfig {
-            gridDimX: cluster.0,
-            gridDimY: cluster.1,
-            gridDimZ: cluster.2,
-            blockDimX: block.0,
-            blockDimY: block.1,
-            blockDimZ: block.2,
-            sharedMemBytes: shared_mem_bytes,
-            hStream: std::ptr::null_mut(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
+        let mut attr = cluster_attribute(cluster);
+        let config = cluster_config(
+            cluster,
+            block,
+            shared_mem_bytes,
+            std::ptr::null_mut(),
+            &mut attr,
+        );
         let mut n: std::ffi::c_int = 0;
         unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, func, &config).result()? };
         Ok(n.max(0) as u32)
@@ -138,25 +162,8 @@ pub mod launch {
         cluster: (u32, u32, u32),
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), DriverError> {
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-            x: cluster.0,
-            y: cluster.1,
-            z: cluster.2,
-        };
-        let config = sys::CUlaunchConfig {
-            gridDimX: grid.0,
-            gridDimY: grid.1,
-            gridDimZ: grid.2,
-            blockDimX: block.0,
-            blockDimY: block.1,
-            blockDimZ: block.2,
-            sharedMemBytes: shared_mem_bytes,
-            hStream: stream,
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
+        let mut attr = cluster_attribute(cluster);
+        let config = cluster_config(grid, block, shared_mem_bytes, stream, &mut attr);
         unsafe {
             sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
         }
