@@ -96,7 +96,7 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
 /// The model's time for `tile` on `p`, and its terms. `fit`: how many row-norm clusters
 /// ([`norm_cluster`]) the device runs at once, when known (`cuOccupancyMaxActiveClusters`;
 /// clusters must sit in one GPC, so fewer fit than SMs ÷ CTAs: 30 of 4 and 15 of 8 on an H200,
-/// measured).
+/// measured); `Some(0)` when none can run (the partial-statistics path is modelled).
 pub fn predict_fit(
     gpu_sms: u32,
     tile: &TileShape,
@@ -104,7 +104,8 @@ pub fn predict_fit(
     fit: Option<u32>,
 ) -> (f64, ModelTerms) {
     let sms = gpu_sms.max(1) as u64;
-    let norm_ctas = norm_cluster(tile, p).map_or(1, |c| c as u64);
+    let cluster_norm = usable_norm_cluster(tile, p, fit);
+    let norm_ctas = cluster_norm.map_or(1, |c| c as u64);
     let cluster = cluster_m(tile) as u64 * norm_ctas;
     let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
     let (bm, bn) = (tile.bm as u64, tile.bn as u64);
@@ -112,7 +113,7 @@ pub fn predict_fit(
     // tiles along N); one unit per cluster of CTAs at a time.
     let units = m.div_ceil(bm) * n.div_ceil(bn).div_ceil(norm_ctas);
     let slots = match fit {
-        Some(f) if norm_ctas > 1 => (f as u64).clamp(1, sms / cluster),
+        Some(f) if norm_ctas > 1 => (f as u64).clamp(1, (sms / cluster).max(1)),
         _ => (sms / cluster).max(1),
     };
     let concurrent = units.min(slots).max(1);
@@ -140,7 +141,7 @@ pub fn predict_fit(
     // A row-norm cluster's epilogue makes two passes over the tile and waits for the other
     // CTAs' statistics: about 3× the store time and 3 µs per tile (fit to the H200 at
     // 4096×1024×{1024, 4096}, bench/results/hopper-h200.md).
-    let cluster_epi_us = if norm_cluster(tile, p).is_some() {
+    let cluster_epi_us = if cluster_norm.is_some() {
         2.0 * epi_us + 3.0
     } else {
         0.0
@@ -153,7 +154,7 @@ pub fn predict_fit(
     let in_size = p.in_dtype.size() as f64;
     let dram_us = ((m * k + n * k) as f64 * in_size + (m * p.n_out() as u64) as f64 * out_bytes)
         / (DRAM_TBS * 1e6);
-    let partials = p.row_norm && norm_cluster(tile, p).is_none() && !in_one_tile(p);
+    let partials = p.row_norm && cluster_norm.is_none() && !in_one_tile(p);
     // The finishing kernel's launch and its pass over C, and the partial statistics the GEMM
     // writes: about 20 µs at 4096×1024 bf16 on the H200 (measured), 2 launches and 6 passes.
     let norm_us = if partials {
@@ -194,6 +195,12 @@ pub fn norm_cluster(tile: &TileShape, p: &Problem) -> Option<u32> {
         .then_some(ctas)
 }
 
+/// [`norm_cluster`], unless `fit` says that no such cluster can run (`Some(0)`: the row norm
+/// then takes the partial-statistics path on this tile).
+fn usable_norm_cluster(tile: &TileShape, p: &Problem, fit: Option<u32>) -> Option<u32> {
+    norm_cluster(tile, p).filter(|_| fit != Some(0))
+}
+
 /// Whether a row of `p` fits in one 64-column epilogue chunk (the norm finishes per chunk on
 /// any tile).
 fn in_one_tile(p: &Problem) -> bool {
@@ -210,11 +217,15 @@ pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
 }
 
 /// [`plan`] with `fit` row-norm clusters running at once (see [`predict_fit`]): the grid has at
-/// most `fit` clusters.
+/// most `fit` clusters; `Some(0)` (none can run) plans the partial-statistics path instead.
 pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Plan {
     let (predicted_us, model) = predict_fit(sms, tile, p, fit);
     let tiles_n_stats = p.n.div_ceil(sm90::EPI_COLS);
-    let norm = match (p.row_norm, norm_cluster(tile, p), in_one_tile(p)) {
+    let norm = match (
+        p.row_norm,
+        usable_norm_cluster(tile, p, fit),
+        in_one_tile(p),
+    ) {
         (false, _, _) => NormPath::None,
         (true, Some(ctas), _) => NormPath::Cluster { ctas },
         (true, None, true) => NormPath::InCta,
@@ -284,15 +295,12 @@ pub fn choose(
         if sm90::smem_bytes(&v.tile) > gpu.props().smem_per_block_optin {
             continue;
         }
+        let row_smem = sm90::smem_bytes_row_norm(&v.tile);
         let fit = match norm_cluster(&v.tile, &problem) {
-            Some(ctas) if ctas > 1 => {
-                let fit = cluster_fit(gpu, spec, v, sm90::smem_bytes_row_norm(&v.tile), ctas)?;
-                if fit == 0 {
-                    // No cluster of that many CTAs fits: this tile cannot finish the norm.
-                    continue;
-                }
-                Some(fit)
-            }
+            // The exchange does not fit next to this tile's ring: partial statistics instead.
+            Some(_) if row_smem > gpu.props().smem_per_block_optin => Some(0),
+            // A driver that cannot place (or answer for) such a cluster: partial statistics.
+            Some(ctas) if ctas > 1 => Some(cluster_fit(gpu, spec, v, row_smem, ctas).unwrap_or(0)),
             _ => None,
         };
         let p = plan_fit(sms, &v.tile, &problem, fit);
