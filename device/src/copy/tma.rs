@@ -62,6 +62,69 @@ pub unsafe fn load_2d_multicast(dst: u32, tmap: u64, x: i32, y: i32, bar: u32, c
     }
 }
 
+/// `cp.async.bulk.tensor.2d.global.shared::cta.bulk_group`: stores the box at `src` (laid out
+/// and swizzled as the map says) to the tensor `tmap` describes, first element at `(x, y)` (x
+/// the contiguous dimension, in elements; y the row). Elements outside the tensor are not
+/// written. Completes in this thread's bulk async-group, committed by [`bulk_commit_group`]
+/// (PTX ISA §9.7.9.27, sm_90).
+///
+/// # Safety
+/// `tmap` is the generic address of a valid tensor map in global memory that this thread has
+/// fenced ([`fence_tensormap_acquire`]); `src` is a `.shared::cta` address aligned as the map's
+/// swizzle requires, holding the whole box, whose writes by other threads were made visible to
+/// the async proxy ([`fence_proxy_async_shared`] before a barrier), and which nobody writes
+/// until [`bulk_wait_group_read`] has seen this copy read it.
+#[inline(always)]
+pub unsafe fn store_2d(tmap: u64, src: u32, x: i32, y: i32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [{m}, {{{x}, {y}}}], [{s}];",
+        m = in(reg64) tmap, x = in(reg32) x, y = in(reg32) y, s = in(reg32) src,
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (tmap, src, x, y);
+        crate::arch::host_unreachable("tma::store_2d")
+    }
+}
+
+/// `cp.async.bulk.commit_group`: closes this thread's bulk async-group of the copies issued
+/// since the last commit.
+#[inline(always)]
+pub fn bulk_commit_group() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("cp.async.bulk.commit_group;", options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::host_unreachable("tma::bulk_commit_group")
+}
+
+/// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's bulk
+/// async-groups still read their shared-memory source (their writes may still be in flight).
+#[inline(always)]
+pub fn bulk_wait_group_read<const N: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::host_unreachable("tma::bulk_wait_group_read")
+}
+
+/// `cp.async.bulk.wait_group N`: waits until at most `N` of this thread's bulk async-groups
+/// are incomplete (their global writes done).
+#[inline(always)]
+pub fn bulk_wait_group<const N: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::host_unreachable("tma::bulk_wait_group")
+}
+
 /// `fence.proxy.tensormap::generic.acquire.sys [tmap], 128`: makes the host's write of the
 /// tensor map at `tmap` visible to this thread's later TMA operations (PTX ISA §9.7.13.4,
 /// PTX 8.3).

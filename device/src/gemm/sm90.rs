@@ -64,9 +64,13 @@ use crate::arch::mbarrier::{
 };
 use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
-use crate::arch::sync::sync_threads;
+use crate::arch::sync::{named_barrier, sync_threads, sync_warp};
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
-use crate::copy::tma::{fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap};
+use crate::copy::tma::{
+    bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
+    fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap, store_2d,
+    swizzle_128b_offset,
+};
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, NormPass, Stage};
@@ -139,6 +143,23 @@ pub const fn smem_bytes(t: &TileShape) -> u32 {
     t.stages * stage_bytes(t) + 16 * t.stages + 16
 }
 
+/// Bytes of one output staging buffer: a consumer warpgroup's 64 rows × [`EPI_COLS`] columns
+/// of 16-bit C, 128-byte rows in the 128-byte swizzle the C tensor map uses.
+pub const STAGING_BYTES: u32 = 64 * EPI_COLS * 2;
+
+/// Byte offset of the output staging buffers in dynamic shared memory: after the ring and the
+/// mbarriers, 1024-byte aligned (the 128-byte swizzle's atom).
+pub const fn staging_offset(t: &TileShape) -> u32 {
+    smem_bytes(t).next_multiple_of(1024)
+}
+
+/// Dynamic shared memory of a CTA that stores C with TMA ([`Sm90Args::tmap_c`] ≠ 0), bytes:
+/// [`smem_bytes`] and, from [`staging_offset`], two [`STAGING_BYTES`] buffers per consumer
+/// warpgroup (a chunk's bulk store reads one while the next chunk is written to the other).
+pub const fn smem_bytes_staged(t: &TileShape) -> u32 {
+    staging_offset(t) + 4 * STAGING_BYTES
+}
+
 /// Most CTAs of a row-norm cluster ([`Sm90Args::norm_cluster`]): the portable cluster size.
 pub const MAX_NORM_CLUSTER: u32 = 8;
 
@@ -205,6 +226,12 @@ pub struct Sm90Args {
     /// (`c·BN ≥ N`): they exchange row statistics through distributed shared memory and finish
     /// the norm in the epilogue ([`smem_bytes_row_norm`] of shared memory).
     pub norm_cluster: u32,
+    /// Generic address of C's tensor map (16-bit C, dimensions (N, M), box 64 × 64, 128-byte
+    /// swizzle), or 0. When set, and the epilogue writes C unpaired, each consumer warpgroup
+    /// stages its 64×64 chunks in shared memory and stores them with TMA (rows and columns
+    /// past M and N are clipped by the copy): launched with [`smem_bytes_staged`]. Not used by
+    /// row-norm clusters. With 0, threads store C directly (`st.global`).
+    pub tmap_c: u64,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -332,7 +359,9 @@ pub unsafe fn run<
     // compute `cn` adjacent tiles of one row block and swap row statistics (see `row_norm_epilogue`).
     let row_norm = E::ROW_REDUCTION && WM == 8 && MI == 1 && sm90.norm_cluster > 0;
     let cn = if row_norm { sm90.norm_cluster } else { 1 };
-    if cn > MAX_NORM_CLUSTER {
+    // A row wider than the cluster would be normalized over part of its columns: a broken
+    // launch contract, stopped here rather than answered wrongly.
+    if cn > MAX_NORM_CLUSTER || (row_norm && args.n.div_ceil(bn) > cn) {
         crate::arch::trap();
     }
     // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
@@ -430,6 +459,16 @@ pub unsafe fn run<
         let c = wg - 1;
         let lane = tid & 31;
         let w = (tid / 32) % 4;
+        // C through shared memory and TMA (16-bit C with a map); thread 0 of each consumer
+        // warpgroup issues its bulk stores.
+        let staged = core::mem::size_of::<Out>() == 2 && sm90.tmap_c != 0;
+        let leader = tid % 128 == 0;
+        if staged && leader {
+            fence_tensormap_acquire(sm90.tmap_c);
+            prefetch_tensormap(sm90.tmap_c);
+        }
+        // Chunks this warpgroup has staged: they alternate between its two buffers.
+        let mut staged_chunks = 0u32;
         // First row of this warpgroup's first half within the tile.
         let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
         let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
@@ -545,7 +584,24 @@ pub unsafe fn run<
                             for f in 0..EPI_FRAGS {
                                 part.v[0][f] = acc.v[$h][$j * EPI_FRAGS + f];
                             }
-                            finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
+                            if staged {
+                                let buf = staging_offset(&tile)
+                                    + (2 * c + (staged_chunks & 1)) * STAGING_BYTES;
+                                let out = Staging {
+                                    tmap: sm90.tmap_c,
+                                    buf,
+                                    warp: w,
+                                    barrier: 1 + c,
+                                    leader,
+                                    x: col0,
+                                    y: m0 + half_row,
+                                };
+                                if finish_staged::<Out, E>(args, epi, part, &ctx, smem, &out) {
+                                    staged_chunks += 1;
+                                }
+                            } else {
+                                finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
+                            }
                         }
                     }
                 };
@@ -560,7 +616,82 @@ pub unsafe fn run<
             chunk!(1, 3);
             i += step;
         }
+        if staged && leader {
+            // The bulk stores read shared memory and write C after they are issued: both
+            // must be done before the CTA exits.
+            bulk_wait_group::<0>();
+        }
     }
+}
+
+/// Where [`finish_staged`] puts one consumer warpgroup's 64×64 chunk of C.
+#[derive(Clone, Copy)]
+struct Staging {
+    /// C's tensor map ([`Sm90Args::tmap_c`]).
+    tmap: u64,
+    /// Byte offset of the staging buffer in dynamic shared memory.
+    buf: u32,
+    /// This thread's warp within its warpgroup (rows `16·warp..` of the chunk).
+    warp: u32,
+    /// The warpgroup's named barrier (1 or 2; 0 is the CTA's).
+    barrier: u32,
+    /// Whether this thread issues the warpgroup's bulk stores (thread 0 of the warpgroup).
+    leader: bool,
+    /// The chunk's first column and row in C.
+    x: u32,
+    y: u32,
+}
+
+/// [`finish`] for one consumer warpgroup's 64×64 chunk, storing C with TMA: the epilogue,
+/// then each thread writes its values (16-bit pairs) to the staging buffer in the 128-byte
+/// swizzle (the 8 rows of a warp's store instruction fall in 8 different 16-byte chunks: no
+/// bank conflict), fences them to the async proxy, and after the warpgroup's barrier its
+/// leader issues one bulk tensor store of the box (CUTLASS's TMA-store epilogue). Before the
+/// barrier the leader waits until its earlier stores have read their buffers, so the buffer
+/// written next (the other one) is free once the barrier passes. Returns `false`, having
+/// stored directly, when the epilogue pairs columns (its output is N/2 wide).
+///
+/// # Safety
+/// As [`finish`]; all 128 threads of the warpgroup call it together; the CTA was launched with
+/// [`smem_bytes_staged`] and the leader fenced the tensor map.
+#[inline(always)]
+unsafe fn finish_staged<Out: Element, E: Stage>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    mut part: Acc<1, EPI_FRAGS>,
+    cta: &Cta,
+    smem: *mut u8,
+    out: &Staging,
+) -> bool {
+    let mut ctx = tile_ctx(args, cta, smem, 0);
+    E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+    if ctx.paired {
+        store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+        return false;
+    }
+    for f in 0..EPI_FRAGS {
+        for h in 0..2 {
+            let row = 16 * out.warp + ctx.g + 8 * h as u32;
+            let off = out.buf + swizzle_128b_offset(row, 8 * f as u32 + 2 * ctx.t);
+            let v = &part.v[0][f];
+            *(smem.add(off as usize) as *mut u32) = Out::pack2(v[2 * h], v[2 * h + 1]);
+        }
+    }
+    fence_proxy_async_shared();
+    if out.leader {
+        bulk_wait_group_read::<0>();
+    }
+    named_barrier(out.barrier, 128);
+    if out.leader {
+        store_2d(
+            out.tmap,
+            shared_addr(smem) + out.buf,
+            out.x as i32,
+            out.y as i32,
+        );
+        bulk_commit_group();
+    }
+    true
 }
 
 /// Where one consumer warp's accumulators sit, for [`row_norm_epilogue`].
@@ -664,6 +795,9 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     let slot = |rank: u32, h: u32| {
         xbuf + ((buf * MAX_NORM_CLUSTER + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) * 16
     };
+    // Lanes 1-3 of each quad read the slots of the previous tile in this buffer too: the warp
+    // barrier orders their reads before lane 0's release arrival that lets peers overwrite them.
+    sync_warp();
     if w.lane & 3 == 0 {
         let base = shared_addr(smem);
         for r in 0..w.cn {

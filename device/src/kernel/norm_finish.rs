@@ -41,6 +41,9 @@ pub const ROWS_PER_CTA: u32 = 64;
 /// pass over C has thousands of warps in flight (each re-merges its rows' partials).
 pub const MAX_COLS_PER_CTA: u32 = 512;
 
+/// Partials per row half a lane loads before merging them.
+const MERGE_BATCH: usize = 4;
+
 /// Columns a warp handles per step (`NI = 8` fragments of 8).
 pub const COLS_PER_STEP: u32 = 64;
 
@@ -63,36 +66,50 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     }
     let (g, t) = (lane >> 2, lane & 3);
     let stats = K::stats(norm) as *const [f32; 4];
-    let mut rows = [RowFactors::default(); 2];
-    for (h, f) in rows.iter_mut().enumerate() {
-        let r = row0 + g + 8 * h as u32;
-        // The four lanes of a row merge every fourth partial each, then combine, lower lane
-        // first, so all four hold the same bits (a quarter of the serial merges per lane).
-        let mut st = Moments::default();
-        if r < args.m {
-            let mut j = t;
-            while j < args.tiles_n {
-                let v = crate::arch::global::ld_f32x4(
-                    stats.add(r as usize * args.tiles_n as usize + j as usize),
-                );
-                st = st.merge(Moments {
-                    n: v[0],
-                    mean: v[1],
-                    m2: v[2],
-                });
-                j += 4;
+    let row = |h: usize| row0 + g + 8 * h as u32;
+    // The four lanes of a row merge every fourth partial each (j = t, t + 4, …), then combine,
+    // lower lane first, so all four hold the same bits. Loads go out MERGE_BATCH per row half
+    // before any merge: one round trip per batch, not one per partial (at N = 8192 a row has 64
+    // partials, and waiting on them one by one cost more than the pass over C).
+    let mut st = [Moments::default(); 2];
+    let mut base = t;
+    while base < args.tiles_n {
+        let mut v = [[[0f32; 4]; MERGE_BATCH]; 2];
+        for (h, vh) in v.iter_mut().enumerate() {
+            for (i, x) in vh.iter_mut().enumerate() {
+                let j = base + 4 * i as u32;
+                if row(h) < args.m && j < args.tiles_n {
+                    *x = crate::arch::global::ld_f32x4(
+                        stats.add(row(h) as usize * args.tiles_n as usize + j as usize),
+                    );
+                }
             }
         }
+        // A partial not loaded has count 0, which `merge` passes over.
+        for (sh, vh) in st.iter_mut().zip(&v) {
+            for x in vh {
+                *sh = sh.merge(Moments {
+                    n: x[0],
+                    mean: x[1],
+                    m2: x[2],
+                });
+            }
+        }
+        base += 4 * MERGE_BATCH as u32;
+    }
+    let mut rows = [RowFactors::default(); 2];
+    for (h, f) in rows.iter_mut().enumerate() {
+        let mut s = st[h];
         for mask in [1, 2] {
-            let o = st.shfl_xor(mask);
-            st = if t & mask == 0 {
-                st.merge(o)
+            let o = s.shfl_xor(mask);
+            s = if t & mask == 0 {
+                s.merge(o)
             } else {
-                o.merge(st)
+                o.merge(s)
             };
         }
-        if r < args.m {
-            *f = K::row_factors(norm, &st);
+        if row(h) < args.m {
+            *f = K::row_factors(norm, &s);
         }
     }
     let col_end = args.n.min((block_idx_y() + 1) * args.cols_per_cta);

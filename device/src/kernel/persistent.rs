@@ -42,7 +42,7 @@
 use crate::arch::atomic::{atomic_add_acq_rel_u32, load_acquire_u32};
 use crate::arch::global;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
-use crate::arch::sync::{sync_threads, thread_fence};
+use crate::arch::sync::{nanosleep, sync_threads, sync_warp, thread_fence};
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::arch::warp::shfl_xor_f32;
 use crate::copy::cp_async::{commit_group, cp_async_cg_16, wait_group};
@@ -162,27 +162,6 @@ pub const fn header_offset(tiles: &[TileShape]) -> u32 {
 /// two task headers.
 pub const fn smem_bytes(tiles: &[TileShape]) -> u32 {
     header_offset(tiles) + 2 * TASK_BYTES
-}
-
-/// `nanosleep.u32` (PTX ISA §9.7.13.12, sm_70+): a back-off hint for spin loops.
-#[inline(always)]
-fn nanosleep(ns: u32) {
-    #[cfg(target_arch = "nvptx64")]
-    unsafe {
-        core::arch::asm!("nanosleep.u32 {t};", t = in(reg32) ns, options(nomem, nostack))
-    };
-    #[cfg(not(target_arch = "nvptx64"))]
-    let _ = ns;
-}
-
-/// `bar.warp.sync` of the full warp (`__syncwarp()`): reconverges warp 0 after the divergent
-/// spin loops, before the CTA barrier.
-#[inline(always)]
-fn sync_warp() {
-    #[cfg(target_arch = "nvptx64")]
-    unsafe {
-        core::arch::asm!("bar.warp.sync -1;", options(nostack))
-    };
 }
 
 /// Spins until the counter at `p` reaches `target` (acquire), or traps after [`SPIN_LIMIT`]
