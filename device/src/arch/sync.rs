@@ -15,24 +15,6 @@ pub unsafe fn sync_threads() {
     super::host_unreachable("sync_threads")
 }
 
-/// `bar.sync id, threads` (PTX ISA §9.7.13.1): a barrier among the `threads` threads (a
-/// multiple of 32, whole warps) that use barrier `id` (1..16; 0 is [`sync_threads`]'s); orders
-/// their shared and global memory accesses like [`sync_threads`].
-///
-/// # Safety
-/// Exactly `threads` threads, in whole converged warps, reach each use of `id`, and no other
-/// barrier shares `id` meanwhile; otherwise the CTA hangs.
-#[inline(always)]
-pub unsafe fn named_barrier(id: u32, threads: u32) {
-    #[cfg(target_arch = "nvptx64")]
-    asm!("bar.sync {i}, {n};", i = in(reg32) id, n = in(reg32) threads, options(nostack));
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let _ = (id, threads);
-        super::host_unreachable("named_barrier")
-    }
-}
-
 /// `__threadfence()`: orders this thread's global writes before its later ones, GPU-wide
 /// (`fence.acq_rel.gpu`).
 #[inline(always)]

@@ -29,6 +29,15 @@
 //!
 //! The ring is consumed in the order the producer fills it in every schedule.
 //!
+//! # Storing C
+//!
+//! With a tensor map of C ([`Sm90Args::tmap_c`], 16-bit C), each consumer warpgroup writes its
+//! finished 64×64 chunks into one of two 128-byte-swizzled staging buffers in shared memory,
+//! and its thread 0 stores each chunk with one bulk tensor copy ([`finish_staged`], the
+//! TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared` per thread instead of 16
+//! scattered 4-byte global stores, and the copy overlaps the next chunk's epilogue. Otherwise
+//! threads store C themselves (f32 C, a pair stage's N/2-wide output, row-norm clusters).
+//!
 //! # Row-norm clusters
 //!
 //! An epilogue with a row norm on a cooperative 128-row tile may run with
@@ -54,9 +63,9 @@
 //! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
 //! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
 //! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
-//! cluster). Edge tiles need no special
-//! case: TMA writes zeros for rows and K columns outside the tensor, and the epilogue's store
-//! is predicated on M and N.
+//! cluster; [`smem_bytes_staged`] with C's map). Edge tiles need no special case: TMA writes
+//! zeros for rows and K columns outside the tensor, a bulk store skips elements past M and N,
+//! and the direct store is predicated on M and N.
 
 use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, cluster_ctarank, cluster_sync, fence_init, init,
@@ -64,12 +73,11 @@ use crate::arch::mbarrier::{
 };
 use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
-use crate::arch::sync::{named_barrier, sync_threads, sync_warp};
+use crate::arch::sync::{sync_threads, sync_warp};
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::copy::tma::{
-    bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
-    fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap, store_2d,
-    swizzle_128b_offset,
+    bulk_read_wait_barrier, bulk_wait_group, fence_proxy_async_shared, fence_tensormap_acquire,
+    load_2d, load_2d_multicast, prefetch_tensormap, store_2d_commit_if, swizzle_128b_offset,
 };
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
@@ -678,19 +686,9 @@ unsafe fn finish_staged<Out: Element, E: Stage>(
         }
     }
     fence_proxy_async_shared();
-    if out.leader {
-        bulk_wait_group_read::<0>();
-    }
-    named_barrier(out.barrier, 128);
-    if out.leader {
-        store_2d(
-            out.tmap,
-            shared_addr(smem) + out.buf,
-            out.x as i32,
-            out.y as i32,
-        );
-        bulk_commit_group();
-    }
+    bulk_read_wait_barrier(out.leader, out.barrier, 128);
+    let src = shared_addr(smem) + out.buf;
+    store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
     true
 }
 

@@ -69,7 +69,7 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     let row = |h: usize| row0 + g + 8 * h as u32;
     // The four lanes of a row merge every fourth partial each (j = t, t + 4, …), then combine,
     // lower lane first, so all four hold the same bits. Loads go out MERGE_BATCH per row half
-    // before any merge: one round trip per batch, not one per partial (at N = 8192 a row has 64
+    // before any merge: one round trip per batch, not one per partial (at N = 8192 a row has 128
     // partials, and waiting on them one by one cost more than the pass over C).
     let mut st = [Moments::default(); 2];
     let mut base = t;
