@@ -234,12 +234,10 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
             stats_bytes: p.m as u64 * tiles_n_stats as u64 * NORM_STATS_BYTES,
         },
     };
-    // Room to stage C for TMA stores, except next to a row-norm cluster's exchange (that
-    // epilogue stores directly); the launch uses it when C allows a tensor map.
     let smem_bytes = if matches!(norm, NormPath::Cluster { .. }) {
         sm90::smem_bytes_row_norm(tile)
     } else {
-        sm90::smem_bytes_staged(tile)
+        sm90::smem_bytes(tile)
     };
     Plan {
         tile: *tile,
@@ -305,12 +303,7 @@ pub fn choose(
             Some(ctas) if ctas > 1 => Some(cluster_fit(gpu, spec, v, row_smem, ctas).unwrap_or(0)),
             _ => None,
         };
-        let mut p = plan_fit(sms, &v.tile, &problem, fit);
-        let optin = gpu.props().smem_per_block_optin;
-        if p.smem_bytes == sm90::smem_bytes_staged(&v.tile) && p.smem_bytes > optin {
-            // No room to stage C: threads store it directly.
-            p.smem_bytes = sm90::smem_bytes(&v.tile);
-        }
+        let p = plan_fit(sms, &v.tile, &problem, fit);
         if p.smem_bytes > gpu.props().smem_per_block_optin {
             continue;
         }
@@ -426,11 +419,6 @@ where
         gpu,
         MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
     )?;
-    let direct = crate::gemm::current_overrides().direct_store;
-    let tmap_c = match c_map_key(call, checked, &plan).filter(|_| !direct) {
-        Some(key) => ws.tensor_maps.get(gpu, key)?,
-        None => 0,
-    };
     let (stats, tiles_n) = match plan.norm {
         NormPath::Partials {
             tiles_n,
@@ -463,7 +451,6 @@ where
         tmap_b,
         group_m: GROUP_M,
         norm_cluster,
-        tmap_c,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
@@ -508,38 +495,11 @@ where
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
         unsafe { l.launch(cfg) }?;
     }
-    crate::gemm::set_last_launch(variant.entry, tmap_c != 0);
+    crate::gemm::set_last_entry(variant.entry);
     if stats != 0 {
         crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
     }
     Ok(Some(plan))
-}
-
-/// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
-/// direct stores: a 16-bit C, not paired (a pair stage writes N/2 columns per 64-column
-/// chunk), 16-byte aligned address and row stride (TMA's requirement), a plan with the staging
-/// buffers (not a row-norm cluster), and M, N > 0. Boxes of 64 × 64 ([`sm90::EPI_COLS`] columns,
-/// a consumer warpgroup's 64 rows).
-pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
-    let c = &call.c;
-    let stride = c.ld as u64 * call.out_dtype.size() as u64;
-    let ok = call.out_dtype.size() == 2
-        && call.pair_stage.is_none()
-        && c.ptr % 16 == 0
-        && (stride % 16 == 0 || checked.m <= 1)
-        && checked.m > 0
-        && checked.n > 0
-        && plan.smem_bytes == sm90::smem_bytes_staged(&plan.tile);
-    ok.then(|| {
-        MapKey::new(
-            c.ptr,
-            call.out_dtype,
-            checked.n as u64,
-            checked.m as u64,
-            c.ld as u64,
-            64,
-        )
-    })
 }
 
 /// What identifies a tensor map of a K-major operand: a `rows × k` matrix of `dtype` at `ptr`
@@ -721,25 +681,6 @@ mod tests {
         assert_eq!(p.model.waves, 1024u64.div_ceil(66));
         // One pair when M ≤ 256: still both CTAs (the second one's rows may all be past M).
         assert_eq!(plan(132, &t, &problem(100, 200, 64)).grid, (2, 1, 1));
-    }
-
-    #[test]
-    fn plans_leave_room_to_stage_c_except_next_to_a_norm_exchange() {
-        for t in TILES_SM90 {
-            let staged = sm90::smem_bytes_staged(t);
-            assert_eq!(sm90::staging_offset(t) % 1024, 0, "{t:?}");
-            assert!(sm90::staging_offset(t) >= sm90::smem_bytes(t));
-            assert!(staged <= 227 * 1024, "{t:?}: {staged} bytes");
-            assert_eq!(plan(132, t, &problem(4096, 4096, 1024)).smem_bytes, staged);
-        }
-        let mut p = problem(4096, 1024, 1024);
-        p.row_norm = true;
-        let c = plan(132, &TILES_SM90[0], &p);
-        assert!(matches!(c.norm, NormPath::Cluster { .. }));
-        assert_eq!(c.smem_bytes, sm90::smem_bytes_row_norm(&TILES_SM90[0]));
-        let partials = plan(132, &TILES_SM90[1], &p);
-        assert!(matches!(partials.norm, NormPath::Partials { .. }));
-        assert_eq!(partials.smem_bytes, sm90::smem_bytes_staged(&TILES_SM90[1]));
     }
 
     #[test]
