@@ -736,6 +736,7 @@ fn split_k_applies_the_epilogue_once() {
             Overrides {
                 tile: Some(tile),
                 splits: Some(splits),
+                ..Default::default()
             },
             || stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
         )
@@ -766,6 +767,7 @@ fn split_k_applies_the_epilogue_once() {
         let o = Overrides {
             tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
             splits: Some(splits),
+            ..Default::default()
         };
         let plan = with_overrides(o, || {
             blocks::bias_gelu_f16_f32(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
@@ -789,6 +791,7 @@ fn split_k_applies_the_epilogue_once() {
             Overrides {
                 tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
                 splits: Some(splits),
+                ..Default::default()
             },
             || blocks::ffn_up_bias_gelu(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
         )
@@ -890,18 +893,24 @@ fn row_norm_extremes() {
         let r = fx.upload(m, n, DType::Bf16, res);
         for tile in [None, Some(TileShape::new(64, 64, 64, 2, 2, 4))] {
             let mut c = fx.poisoned(m, n, DType::Bf16);
-            with_overrides(Overrides { tile, splits: None }, || {
-                blocks::proj_bias_residual_layer_norm(
-                    &fx.gpu,
-                    &a.t,
-                    &b.t,
-                    &mut c,
-                    &zero_bias.t,
-                    &r.t,
-                    &gamma.t,
-                    &beta.t,
-                )
-            })
+            with_overrides(
+                Overrides {
+                    tile,
+                    ..Default::default()
+                },
+                || {
+                    blocks::proj_bias_residual_layer_norm(
+                        &fx.gpu,
+                        &a.t,
+                        &b.t,
+                        &mut c,
+                        &zero_bias.t,
+                        &r.t,
+                        &gamma.t,
+                        &beta.t,
+                    )
+                },
+            )
             .unwrap();
             let got = fx.get(&c);
             for row_i in 0..m {
@@ -948,6 +957,7 @@ fn row_norm_extremes() {
         Overrides {
             tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
             splits: None,
+            ..Default::default()
         },
         || {
             blocks::proj_bias_residual_layer_norm_f16(

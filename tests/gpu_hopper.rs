@@ -14,9 +14,11 @@
 
 use fused_gemm::device::copy::tma::swizzle_128b_offset;
 use fused_gemm::device::gemm::TileShape;
-use fused_gemm::device::gemm::sm90::TILES_SM90;
+use fused_gemm::device::gemm::sm90::{TILES_SM90, is_pingpong};
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::{Overrides, RopeArgs, last_entry, with_overrides};
+use fused_gemm::host::gemm::{
+    Overrides, RopeArgs, last_entry, last_stored_with_tma, with_overrides,
+};
 use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,
@@ -176,7 +178,10 @@ fn case(
         }
         None => fx.poisoned(m, width, output),
     };
-    let o = Overrides { tile, splits: None };
+    let o = Overrides {
+        tile,
+        ..Default::default()
+    };
     let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
         .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}: launch failed: {e}"));
     let entry = last_entry().unwrap_or("?");
@@ -874,6 +879,7 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                 Overrides {
                     tile: Some(tile),
                     splits: None,
+                    ..Default::default()
                 },
                 || {
                     hopper::h_bias_residual_layer_norm(
@@ -905,5 +911,131 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
             "norm cluster {}x{}: constant rows give β exactly, NaN stays in its row",
             tile.bm, tile.bn
         );
+    }
+}
+
+/// A launcher of [`t9_tma_store_epilogue_matches_direct_stores`]: runs one kernel into C.
+type Launch<'a> = Box<dyn Fn(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>> + 'a>;
+
+#[test]
+fn t9_tma_store_epilogue_matches_direct_stores() {
+    let Some(mut fx) = Fx::new("tma_store") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // C staged in shared memory and stored with TMA (the default on cooperative tiles where
+    // C's row stride is a multiple of 16 bytes and the epilogue has no row norm and no
+    // erf-GELU) against per-thread stores, on every tile: bitwise the same output, and both
+    // within the f64 reference's tolerance. Widths: one 8-column box, chunks partly past N
+    // (72, 1000, 3000), past M (1, 130, 4095), and a stride TMA cannot take (N = 33).
+    let bf = DType::Bf16;
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 8, 64),
+        (130, 72, 128),
+        (257, 1000, 64),
+        (4095, 3000, 72),
+        (64, 33, 64),
+    ];
+    for (ti, &tile) in TILES_SM90.iter().enumerate() {
+        for (si, &(m, n, k)) in shapes.iter().enumerate() {
+            // Every tile sees the small shapes; the large one runs on two tiles.
+            if m > 1000 && ti % 2 == 1 {
+                continue;
+            }
+            let a = fx.random(m, k, bf, 1.0);
+            let b = fx.random(n, k, bf, 1.0);
+            let (bias, gamma, beta) = (
+                fx.random(1, n, bf, 1.0),
+                fx.random(1, n, bf, 1.0),
+                fx.random(1, n, bf, 1.0),
+            );
+            let r = fx.random(m, n, bf, 2.0);
+            let acc = gemm64(m, n, k, &a.v, &b.v);
+            let ln = RefStage::LayerNorm {
+                gamma: gamma.v.clone(),
+                beta: beta.v.clone(),
+                eps: 1e-12,
+            };
+            let kernels: Vec<(&str, Vec<RefStage>, Launch)> = vec![
+                (
+                    "gemm",
+                    vec![],
+                    Box::new(|g, a, b, c| hopper::h_gemm_bf16(g, a, b, c)),
+                ),
+                (
+                    "bias+gelu_tanh",
+                    vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
+                    Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
+                ),
+                (
+                    "bias+gelu (erf)",
+                    vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+                    Box::new(|g, a, b, c| hopper::h_bias_gelu(g, a, b, c, &bias.t)),
+                ),
+                (
+                    "bias+residual+layer_norm",
+                    vec![
+                        RefStage::BiasCol(bias.v.clone()),
+                        RefStage::Residual(r.v.clone()),
+                        ln,
+                    ],
+                    Box::new(|g, a, b, c| {
+                        hopper::h_bias_residual_layer_norm(
+                            g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
+                        )
+                    }),
+                ),
+            ];
+            for (label, stages, launch) in kernels {
+                let heavy = label == "bias+gelu (erf)";
+                let what = format!(
+                    "{label} {m}x{n}x{k} on {}x{} w{}",
+                    tile.bm, tile.bn, tile.warps_m
+                );
+                let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+                let mut outs = Vec::new();
+                for direct in [false, true] {
+                    let mut c = fx.poisoned(m, n, bf);
+                    let o = Overrides {
+                        tile: Some(tile),
+                        direct_store: direct,
+                        ..Default::default()
+                    };
+                    let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
+                        .unwrap_or_else(|e| panic!("{what}: {e}"))
+                        .expect("Hopper path");
+                    let staged = last_stored_with_tma();
+                    // TMA stores need a 16-byte row stride; ping-pong tiles, row norms and
+                    // the register-heavy erf-GELU store directly.
+                    let expect = !direct
+                        && (2 * n) % 16 == 0
+                        && !is_pingpong(&tile)
+                        && matches!(plan.norm, NormPath::None)
+                        && !heavy;
+                    assert_eq!(
+                        staged, expect,
+                        "{what} (direct override {direct}): {plan:?}"
+                    );
+                    let got = fx.get(&c);
+                    let err = rel_frobenius_error(&got, &want);
+                    assert!(
+                        err < threshold(bf),
+                        "{what} (TMA store {staged}): relative error {err:e}; {}",
+                        describe_mismatch(&got, &want, m, n, 0.05)
+                    );
+                    outs.push(got);
+                }
+                let same = outs[0]
+                    .iter()
+                    .zip(&outs[1])
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{what}: TMA-stored C differs from directly stored C");
+                if si == 0 || m > 1000 {
+                    println!("{what}: TMA store and direct stores agree bitwise");
+                }
+            }
+        }
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
-use fused_gemm_device::gemm::sm90::is_sm90_tile;
+use fused_gemm_device::gemm::sm90::{EpilogueTraits, is_sm90_tile};
 use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::kernel::norm_finish::{self, NormFinishArgs};
 use fused_gemm_device::params::KernelParam;
@@ -249,6 +249,10 @@ pub struct GemmKernelSpec {
     pub accumulate: bool,
     /// Entry point of the row-norm finishing kernel, when the epilogue has a row norm.
     pub norm_finish: Option<&'static str>,
+    /// The epilogue's `Stage` constants (pair stage, row reduction, register-heavy stage),
+    /// which decide whether the Hopper mainloop stages C for TMA stores
+    /// ([`fused_gemm_device::gemm::sm90::stages_c`]).
+    pub epilogue: EpilogueTraits,
     /// Compiled variants.
     pub variants: &'static [KernelVariant],
 }
@@ -510,10 +514,22 @@ fn without_local(tiles: Vec<(TileShape, i32)>) -> Vec<TileShape> {
 
 thread_local! {
     static LAST_ENTRY: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+    static LAST_TMA_STORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 pub(crate) fn set_last_entry(entry: &'static str) {
+    set_last_launch(entry, false);
+}
+
+pub(crate) fn set_last_launch(entry: &'static str, tma_store: bool) {
     LAST_ENTRY.with(|c| c.set(Some(entry)));
+    LAST_TMA_STORE.with(|c| c.set(tma_store));
+}
+
+/// Whether the last GEMM this thread launched stored C with TMA through shared memory (the
+/// Hopper mainloop with a C tensor map, `Sm90Args::tmap_c`) rather than with per-thread stores.
+pub fn last_stored_with_tma() -> bool {
+    LAST_TMA_STORE.with(|c| c.get())
 }
 
 /// The entry point of the last GEMM this thread launched (tests and benchmarks use it to see
@@ -556,10 +572,13 @@ pub struct Overrides {
     pub tile: Option<TileShape>,
     /// Launch with this many K splits.
     pub splits: Option<u32>,
+    /// Store C with per-thread stores even where the Hopper mainloop could stage it for TMA
+    /// (to compare the two store paths).
+    pub direct_store: bool,
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

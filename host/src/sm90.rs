@@ -35,8 +35,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use fused_gemm_device::gemm::sm90::{
-    self, MAX_NORM_CLUSTER, Sm90Args, cluster_m, cta_rows, is_pingpong, is_sm90_tile,
-    row_norm_cluster_tile,
+    self, EpilogueTraits, MAX_NORM_CLUSTER, Sm90Args, cluster_m, cta_rows, is_pingpong,
+    is_sm90_tile, row_norm_cluster_tile,
 };
 use fused_gemm_device::gemm::{GemmArgs, TileShape};
 use fused_gemm_device::params::KernelParam;
@@ -234,8 +234,12 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
             stats_bytes: p.m as u64 * tiles_n_stats as u64 * NORM_STATS_BYTES,
         },
     };
+    // Room to stage C where the kernel stores it with TMA (the launch passes C's tensor map
+    // when C allows one).
     let smem_bytes = if matches!(norm, NormPath::Cluster { .. }) {
         sm90::smem_bytes_row_norm(tile)
+    } else if stages_c(tile, p) {
+        sm90::smem_bytes_staged(tile)
     } else {
         sm90::smem_bytes(tile)
     };
@@ -252,6 +256,17 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
         predicted_us,
         model,
     }
+}
+
+/// Whether kernels on `tile` stage C for TMA stores for `p` ([`sm90::stages_c`]: 16-bit C, no
+/// pair stage, no row norm, no register-heavy stage, a cooperative tile).
+pub fn stages_c(tile: &TileShape, p: &Problem) -> bool {
+    let e = EpilogueTraits {
+        pairs: p.pairs,
+        row_reduction: p.row_norm,
+        register_heavy: p.register_heavy,
+    };
+    sm90::stages_c(tile, p.out_dtype.size(), e)
 }
 
 /// The variant and plan the Hopper path would launch for `call`, or `None` to use the sm_80
@@ -281,7 +296,8 @@ pub fn choose(
             None => Ok(None),
         };
     }
-    let problem = Problem::from_call(call, checked, spec.accumulate);
+    let mut problem = Problem::from_call(call, checked, spec.accumulate);
+    problem.register_heavy = spec.epilogue.register_heavy;
     let sms = gpu.props().sm_count;
     let mut best: Option<(&'static KernelVariant, Plan)> = None;
     for v in spec
@@ -303,7 +319,12 @@ pub fn choose(
             Some(ctas) if ctas > 1 => Some(cluster_fit(gpu, spec, v, row_smem, ctas).unwrap_or(0)),
             _ => None,
         };
-        let p = plan_fit(sms, &v.tile, &problem, fit);
+        let mut p = plan_fit(sms, &v.tile, &problem, fit);
+        let optin = gpu.props().smem_per_block_optin;
+        if p.smem_bytes == sm90::smem_bytes_staged(&v.tile) && p.smem_bytes > optin {
+            // No room to stage C: threads store it directly.
+            p.smem_bytes = sm90::smem_bytes(&v.tile);
+        }
         if p.smem_bytes > gpu.props().smem_per_block_optin {
             continue;
         }
@@ -419,6 +440,11 @@ where
         gpu,
         MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
     )?;
+    let direct = crate::gemm::current_overrides().direct_store;
+    let tmap_c = match c_map_key(call, checked, &plan).filter(|_| !direct) {
+        Some(key) => ws.tensor_maps.get(gpu, key)?,
+        None => 0,
+    };
     let (stats, tiles_n) = match plan.norm {
         NormPath::Partials {
             tiles_n,
@@ -451,6 +477,7 @@ where
         tmap_b,
         group_m: GROUP_M,
         norm_cluster,
+        tmap_c,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
@@ -495,11 +522,37 @@ where
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
         unsafe { l.launch(cfg) }?;
     }
-    crate::gemm::set_last_entry(variant.entry);
+    crate::gemm::set_last_launch(variant.entry, tmap_c != 0);
     if stats != 0 {
         crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
     }
     Ok(Some(plan))
+}
+
+/// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
+/// direct stores: a plan with the staging buffers (which [`plan_fit`] gives only where
+/// [`stages_c`] holds), a 16-byte aligned address and row stride (TMA's requirement), and
+/// M, N > 0. Boxes of 64 × 64 ([`sm90::EPI_COLS`] columns,
+/// a consumer warpgroup's 64 rows).
+pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
+    let c = &call.c;
+    let stride = c.ld as u64 * call.out_dtype.size() as u64;
+    let ok = call.out_dtype.size() == 2
+        && c.ptr % 16 == 0
+        && (stride % 16 == 0 || checked.m <= 1)
+        && checked.m > 0
+        && checked.n > 0
+        && plan.smem_bytes == sm90::smem_bytes_staged(&plan.tile);
+    ok.then(|| {
+        MapKey::new(
+            c.ptr,
+            call.out_dtype,
+            checked.n as u64,
+            checked.m as u64,
+            c.ld as u64,
+            64,
+        )
+    })
 }
 
 /// What identifies a tensor map of a K-major operand: a `rows × k` matrix of `dtype` at `ptr`
@@ -681,6 +734,42 @@ mod tests {
         assert_eq!(p.model.waves, 1024u64.div_ceil(66));
         // One pair when M ≤ 256: still both CTAs (the second one's rows may all be past M).
         assert_eq!(plan(132, &t, &problem(100, 200, 64)).grid, (2, 1, 1));
+    }
+
+    #[test]
+    fn plans_stage_c_on_cooperative_tiles_without_pairs_or_norms() {
+        for t in TILES_SM90 {
+            let staged = sm90::smem_bytes_staged(t);
+            assert_eq!(sm90::staging_offset(t) % 1024, 0, "{t:?}");
+            assert!(sm90::staging_offset(t) >= sm90::smem_bytes(t));
+            assert!(staged <= 227 * 1024, "{t:?}: {staged} bytes");
+            let gemm = plan(132, t, &problem(4096, 4096, 1024));
+            let want = if is_pingpong(t) {
+                sm90::smem_bytes(t)
+            } else {
+                staged
+            };
+            assert_eq!(gemm.smem_bytes, want, "{t:?}");
+            // f32 C, a pair stage (N/2-wide output) and row norms store C directly.
+            let mut f32_out = problem(4096, 4096, 1024);
+            f32_out.out_dtype = DType::F32;
+            let mut pairs = problem(4096, 4096, 1024);
+            pairs.pairs = true;
+            let mut norm = problem(4096, 4096, 1024);
+            norm.row_norm = true;
+            for p in [f32_out, pairs, norm] {
+                assert!(!stages_c(t, &p), "{t:?} {p:?}");
+                assert_ne!(plan(132, t, &p).smem_bytes, staged, "{t:?} {p:?}");
+            }
+        }
+        let mut p = problem(4096, 1024, 1024);
+        p.row_norm = true;
+        let c = plan(132, &TILES_SM90[0], &p);
+        assert!(matches!(c.norm, NormPath::Cluster { .. }));
+        assert_eq!(c.smem_bytes, sm90::smem_bytes_row_norm(&TILES_SM90[0]));
+        let partials = plan(132, &TILES_SM90[1], &p);
+        assert!(matches!(partials.norm, NormPath::Partials { .. }));
+        assert_eq!(partials.smem_bytes, sm90::smem_bytes(&TILES_SM90[1]));
     }
 
     #[test]

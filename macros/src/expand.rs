@@ -701,6 +701,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             b_col: #b_col,
             accumulate: #accumulate,
             norm_finish: #finish_entry,
+            epilogue: #d::gemm::sm90::EpilogueTraits::of::<#chain_ty>(),
             variants: &[#(#variant_values),*],
         };
 

@@ -21,7 +21,8 @@
 //! GEMM and ours ÷ cuBLASLt's fused epilogue) and the sm_90a cubin the process loaded with the
 //! command that checks its SASS for `HGMMA`. `HOPPER_CHART_FROM=<csv>` only redraws the chart
 //! of an earlier run's CSV next to it (no GPU needed). `HOPPER_BENCH_STAGES=1` instead times one
-//! epilogue after another on the same operands (what each stage costs on this mainloop);
+//! epilogue after another on the same operands (what each stage costs on this mainloop), each
+//! with C stored by TMA and with per-thread stores;
 //! with `HOPPER_BENCH_ONCE=1` it launches each kernel once, untimed, for a profiler.
 
 use rand::{RngExt, SeedableRng};
@@ -32,7 +33,7 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
-use fused_gemm::host::gemm::{Overrides, last_entry, with_overrides};
+use fused_gemm::host::gemm::{Overrides, last_entry, last_stored_with_tma, with_overrides};
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
 use fused_gemm::host::{Error, Gpu, Result, Tensor};
@@ -493,6 +494,7 @@ fn run_case(gpu: &Gpu, case: &Case) -> Result<Row> {
         let o = Overrides {
             tile: Some(t),
             splits: None,
+            ..Default::default()
         };
         let ms = time_graph(gpu, est_ms, |g, i| {
             with_overrides(o, || ours(g, op, &mut sets[i % nsets])).map(|_| ())
@@ -687,19 +689,34 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             }
             continue;
         }
+        // Each epilogue twice: C stored with TMA where the launcher can (the default), and
+        // with per-thread stores (`Overrides::direct_store`).
         let mut graphs = Vec::new();
         let mut entries = Vec::new();
         for &which in STAGE_KERNELS {
-            graphs.push(capture(gpu, est_ms, |g, i| {
-                launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
-            })?);
-            entries.push(last_entry().unwrap_or("?"));
+            for direct_store in [false, true] {
+                let o = Overrides {
+                    direct_store,
+                    ..Default::default()
+                };
+                graphs.push(with_overrides(o, || {
+                    capture(gpu, est_ms, |g, i| {
+                        launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
+                    })
+                })?);
+                if !direct_store {
+                    entries.push((last_entry().unwrap_or("?"), last_stored_with_tma()));
+                }
+            }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
-        for ((which, ms), entry) in STAGE_KERNELS.iter().zip(ms).zip(entries) {
+        for ((which, ms), (entry, tma)) in STAGE_KERNELS.iter().zip(ms.chunks(2)).zip(entries) {
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {ms:.4} ms  {:.0} TF/s  {entry}",
-                2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12,
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{})  {entry}",
+                ms[0],
+                2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
+                ms[1],
+                if tma { "" } else { "; no TMA store here" },
             );
         }
     }

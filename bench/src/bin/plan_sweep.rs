@@ -35,6 +35,7 @@ fn launch(gpu: &Gpu, plan: &Plan, call: &GemmCall<'_>) -> Result<()> {
     let overrides = Overrides {
         tile: Some(plan.tile),
         splits: Some(plan.splits),
+        ..Default::default()
     };
     with_overrides(overrides, || match call.in_dtype {
         DType::F16 => gemm::gemm_f16(gpu, &call.a, &call.b, &mut call.c.clone()),

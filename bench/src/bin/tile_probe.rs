@@ -68,6 +68,7 @@ fn main() -> ExitCode {
                     let o = Overrides {
                         tile: Some(t),
                         splits: Some(1),
+                        ..Default::default()
                     };
                     let ms = with_overrides(o, || {
                         gpu.time_ms(3, 15, |g| launch(g, &a, &b, &mut c).map(|_| ()))

@@ -62,6 +62,77 @@ pub unsafe fn load_2d_multicast(dst: u32, tmap: u64, x: i32, y: i32, bar: u32, c
     }
 }
 
+/// `cp.async.bulk.tensor.2d.global.shared::cta.bulk_group` + `cp.async.bulk.commit_group`
+/// (PTX ISA §9.7.9.27, sm_90), by this thread only when `issue`: stores the box at `src` (laid
+/// out and swizzled as the map says) to the tensor `tmap` describes, first element at `(x, y)`
+/// (x the contiguous dimension, in elements; y the row), and closes this thread's bulk
+/// async-group. Elements outside the tensor are not written. Predicated inside one `asm` block,
+/// so the caller has no branch on `issue` (LLVM may duplicate a neighbouring barrier into both
+/// sides of a branch: it does not know a barrier must stay converged).
+///
+/// # Safety
+/// For an issuing thread: `tmap` is the generic address of a valid tensor map in global memory
+/// that it has fenced ([`fence_tensormap_acquire`]); `src` is a `.shared::cta` address aligned
+/// as the map's swizzle requires, holding the whole box, whose writes by other threads were
+/// made visible to the async proxy ([`fence_proxy_async_shared`] before a barrier), and which
+/// nobody writes until [`bulk_read_wait_barrier`] has seen this copy read it.
+#[inline(always)]
+pub unsafe fn store_2d_commit_if(issue: bool, tmap: u64, src: u32, x: i32, y: i32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "{{ .reg .pred p; setp.ne.u32 p, {i}, 0;",
+        "@p cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [{m}, {{{x}, {y}}}], [{s}];",
+        "@p cp.async.bulk.commit_group; }}",
+        i = in(reg32) issue as u32, m = in(reg64) tmap, x = in(reg32) x, y = in(reg32) y,
+        s = in(reg32) src,
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (issue, tmap, src, x, y);
+        crate::arch::host_unreachable("tma::store_2d_commit_if")
+    }
+}
+
+/// Named barrier `id` of `threads` threads (`bar.sync id, threads`, PTX ISA §9.7.13.1; 0 is
+/// `__syncthreads`'s), which this thread reaches, when `wait`, only after its bulk stores have
+/// finished reading shared memory (`cp.async.bulk.wait_group.read 0`): once it passes, every
+/// thread of the barrier may overwrite those sources. One `asm` block with the wait predicated,
+/// so no branch surrounds the barrier (LLVM duplicated a barrier placed after `if wait { … }`
+/// into both sides: two divergent `BAR.SYNC`s in the SASS, and a hang).
+///
+/// # Safety
+/// Exactly `threads` threads (a multiple of 32), in whole converged warps, reach each use of
+/// `id`, and no other barrier shares `id` meanwhile; otherwise the CTA hangs.
+#[inline(always)]
+pub unsafe fn bulk_read_wait_barrier(wait: bool, id: u32, threads: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "{{ .reg .pred p; setp.ne.u32 p, {w}, 0;",
+        "@p cp.async.bulk.wait_group.read 0;",
+        "bar.sync {i}, {n}; }}",
+        w = in(reg32) wait as u32, i = in(reg32) id, n = in(reg32) threads,
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (wait, id, threads);
+        crate::arch::host_unreachable("tma::bulk_read_wait_barrier")
+    }
+}
+
+/// `cp.async.bulk.wait_group N`: waits until at most `N` of this thread's bulk async-groups
+/// are incomplete (their global writes done).
+#[inline(always)]
+pub fn bulk_wait_group<const N: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::host_unreachable("tma::bulk_wait_group")
+}
+
 /// `fence.proxy.tensormap::generic.acquire.sys [tmap], 128`: makes the host's write of the
 /// tensor map at `tmap` visible to this thread's later TMA operations (PTX ISA §9.7.13.4,
 /// PTX 8.3).

@@ -29,6 +29,16 @@
 //!
 //! The ring is consumed in the order the producer fills it in every schedule.
 //!
+//! # Storing C
+//!
+//! With a tensor map of C ([`Sm90Args::tmap_c`]) where [`stages_c`] allows it (cooperative
+//! tiles), each consumer warpgroup writes its finished 64×64 chunks into one of two
+//! 128-byte-swizzled staging buffers in shared memory, and its thread 0 stores each chunk with
+//! one bulk tensor copy ([`finish_staged`], the TMA-store epilogue of CUTLASS 3): a few
+//! conflict-free `st.shared` per thread instead of 16 scattered 4-byte global stores, and the
+//! copy overlaps the next chunk's epilogue. Otherwise threads store C themselves (f32 C, a pair
+//! stage's N/2-wide output, row norms, erf-GELU, ping-pong tiles).
+//!
 //! # Row-norm clusters
 //!
 //! An epilogue with a row norm on a cooperative 128-row tile may run with
@@ -54,9 +64,9 @@
 //! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
 //! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
 //! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
-//! cluster). Edge tiles need no special
-//! case: TMA writes zeros for rows and K columns outside the tensor, and the epilogue's store
-//! is predicated on M and N.
+//! cluster; [`smem_bytes_staged`] with C's map). Edge tiles need no special case: TMA writes
+//! zeros for rows and K columns outside the tensor, a bulk store skips elements past M and N,
+//! and the direct store is predicated on M and N.
 
 use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, cluster_ctarank, cluster_sync, fence_init, init,
@@ -66,7 +76,10 @@ use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::{sync_threads, sync_warp};
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
-use crate::copy::tma::{fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap};
+use crate::copy::tma::{
+    bulk_read_wait_barrier, bulk_wait_group, fence_proxy_async_shared, fence_tensormap_acquire,
+    load_2d, load_2d_multicast, prefetch_tensormap, store_2d_commit_if, swizzle_128b_offset,
+};
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, NormPass, Stage};
@@ -139,6 +152,57 @@ pub const fn smem_bytes(t: &TileShape) -> u32 {
     t.stages * stage_bytes(t) + 16 * t.stages + 16
 }
 
+/// Bytes of one output staging buffer: a consumer warpgroup's 64 rows × [`EPI_COLS`] columns
+/// of 16-bit C, 128-byte rows in the 128-byte swizzle the C tensor map uses.
+pub const STAGING_BYTES: u32 = 64 * EPI_COLS * 2;
+
+/// Byte offset of the output staging buffers in dynamic shared memory: after the ring and the
+/// mbarriers, 1024-byte aligned (the 128-byte swizzle's atom).
+pub const fn staging_offset(t: &TileShape) -> u32 {
+    smem_bytes(t).next_multiple_of(1024)
+}
+
+/// Whether a kernel on tile `t` stores C through shared memory with TMA when it is given C's
+/// tensor map ([`Sm90Args::tmap_c`]): a 16-bit C (`out_bytes`), an epilogue with no pair stage
+/// (its output is N/2 wide), no row reduction (the norm paths store C themselves) and no
+/// register-heavy stage ([`Stage::REGISTER_HEAVY`]), on a cooperative tile. Ping-pong
+/// consumers already hide their epilogue behind the other warpgroup's mainloop. The exclusions
+/// are where the staging path made ptxas spill next to 128 accumulator registers per thread
+/// (ptxas keeps the consumer code within the launch's 168 registers although `setmaxnreg`
+/// gives it 240: `bench/results/hopper-registers-2026-12-02.md`).
+pub const fn stages_c(t: &TileShape, out_bytes: usize, e: EpilogueTraits) -> bool {
+    out_bytes == 2 && !e.pairs && !e.row_reduction && !e.register_heavy && !is_pingpong(t)
+}
+
+/// What [`stages_c`] needs to know of an epilogue: its [`Stage`] constants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpilogueTraits {
+    /// [`Stage::PAIRS`].
+    pub pairs: bool,
+    /// [`Stage::ROW_REDUCTION`].
+    pub row_reduction: bool,
+    /// [`Stage::REGISTER_HEAVY`].
+    pub register_heavy: bool,
+}
+
+impl EpilogueTraits {
+    /// The constants of the stage list `E`.
+    pub const fn of<E: Stage>() -> Self {
+        EpilogueTraits {
+            pairs: E::PAIRS,
+            row_reduction: E::ROW_REDUCTION,
+            register_heavy: E::REGISTER_HEAVY,
+        }
+    }
+}
+
+/// Dynamic shared memory of a CTA that stores C with TMA ([`Sm90Args::tmap_c`] ≠ 0), bytes:
+/// [`smem_bytes`] and, from [`staging_offset`], two [`STAGING_BYTES`] buffers per consumer
+/// warpgroup (a chunk's bulk store reads one while the next chunk is written to the other).
+pub const fn smem_bytes_staged(t: &TileShape) -> u32 {
+    staging_offset(t) + 4 * STAGING_BYTES
+}
+
 /// Most CTAs of a row-norm cluster ([`Sm90Args::norm_cluster`]): the portable cluster size.
 pub const MAX_NORM_CLUSTER: u32 = 8;
 
@@ -205,6 +269,12 @@ pub struct Sm90Args {
     /// (`c·BN ≥ N`): they exchange row statistics through distributed shared memory and finish
     /// the norm in the epilogue ([`smem_bytes_row_norm`] of shared memory).
     pub norm_cluster: u32,
+    /// Generic address of C's tensor map (16-bit C, dimensions (N, M), box 64 × 64, 128-byte
+    /// swizzle), or 0. When set and [`stages_c`] holds, each consumer warpgroup stages its
+    /// 64×64 chunks in shared memory and stores them with TMA (rows and columns past M and N
+    /// are clipped by the copy): launched with [`smem_bytes_staged`]. Otherwise, and with 0,
+    /// threads store C directly (`st.global`).
+    pub tmap_c: u64,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -432,6 +502,20 @@ pub unsafe fn run<
         let c = wg - 1;
         let lane = tid & 31;
         let w = (tid / 32) % 4;
+        // C through shared memory and TMA (see `stages_c`); thread 0 of each consumer
+        // warpgroup issues its bulk stores.
+        let staged = stages_c(
+            &tile,
+            core::mem::size_of::<Out>(),
+            EpilogueTraits::of::<E>(),
+        ) && sm90.tmap_c != 0;
+        let leader = tid % 128 == 0;
+        if staged && leader {
+            fence_tensormap_acquire(sm90.tmap_c);
+            prefetch_tensormap(sm90.tmap_c);
+        }
+        // Chunks this warpgroup has staged: they alternate between its two buffers.
+        let mut staged_chunks = 0u32;
         // First row of this warpgroup's first half within the tile.
         let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
         let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
@@ -547,7 +631,23 @@ pub unsafe fn run<
                             for f in 0..EPI_FRAGS {
                                 part.v[0][f] = acc.v[$h][$j * EPI_FRAGS + f];
                             }
-                            finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
+                            if staged {
+                                let buf = staging_offset(&tile)
+                                    + (2 * c + (staged_chunks & 1)) * STAGING_BYTES;
+                                let out = Staging {
+                                    tmap: sm90.tmap_c,
+                                    buf,
+                                    warp: w,
+                                    barrier: 1 + c,
+                                    leader,
+                                    x: col0,
+                                    y: m0 + half_row,
+                                };
+                                finish_staged::<Out, E>(args, epi, part, &ctx, smem, &out);
+                                staged_chunks += 1;
+                            } else {
+                                finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
+                            }
                         }
                     }
                 };
@@ -562,7 +662,67 @@ pub unsafe fn run<
             chunk!(1, 3);
             i += step;
         }
+        if staged && leader {
+            // The bulk stores read shared memory and write C after they are issued: both
+            // must be done before the CTA exits.
+            bulk_wait_group::<0>();
+        }
     }
+}
+
+/// Where [`finish_staged`] puts one consumer warpgroup's 64×64 chunk of C.
+#[derive(Clone, Copy)]
+struct Staging {
+    /// C's tensor map ([`Sm90Args::tmap_c`]).
+    tmap: u64,
+    /// Byte offset of the staging buffer in dynamic shared memory.
+    buf: u32,
+    /// This thread's warp within its warpgroup (rows `16·warp..` of the chunk).
+    warp: u32,
+    /// The warpgroup's named barrier (1 or 2; 0 is the CTA's).
+    barrier: u32,
+    /// Whether this thread issues the warpgroup's bulk stores (thread 0 of the warpgroup).
+    leader: bool,
+    /// The chunk's first column and row in C.
+    x: u32,
+    y: u32,
+}
+
+/// [`finish`] for one consumer warpgroup's 64×64 chunk, storing C with TMA: the epilogue,
+/// then each thread writes its values (16-bit pairs) to the staging buffer in the 128-byte
+/// swizzle (the 8 rows of a warp's store instruction fall in 8 different 16-byte chunks: no
+/// bank conflict), fences them to the async proxy, and after the warpgroup's barrier its
+/// leader issues one bulk tensor store of the box (CUTLASS's TMA-store epilogue). Before the
+/// barrier the leader waits until its earlier stores have read their buffers, so the buffer
+/// written next (the other one) is free once the barrier passes.
+///
+/// # Safety
+/// As [`finish`]; `E` has no pair stage ([`stages_c`]); all 128 threads of the warpgroup call
+/// it together; the CTA was launched with [`smem_bytes_staged`] and the leader fenced the
+/// tensor map.
+#[inline(always)]
+unsafe fn finish_staged<Out: Element, E: Stage>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    mut part: Acc<1, EPI_FRAGS>,
+    cta: &Cta,
+    smem: *mut u8,
+    out: &Staging,
+) {
+    let mut ctx = tile_ctx(args, cta, smem, 0);
+    E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+    for f in 0..EPI_FRAGS {
+        for h in 0..2 {
+            let row = 16 * out.warp + ctx.g + 8 * h as u32;
+            let off = out.buf + swizzle_128b_offset(row, 8 * f as u32 + 2 * ctx.t);
+            let v = &part.v[0][f];
+            *(smem.add(off as usize) as *mut u32) = Out::pack2(v[2 * h], v[2 * h + 1]);
+        }
+    }
+    fence_proxy_async_shared();
+    bulk_read_wait_barrier(out.leader, out.barrier, 128);
+    let src = shared_addr(smem) + out.buf;
+    store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
 }
 
 /// Where one consumer warp's accumulators sit, for [`row_norm_epilogue`].
