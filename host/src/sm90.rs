@@ -532,8 +532,7 @@ where
 /// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
 /// direct stores: a plan with the staging buffers (which [`plan_fit`] gives only where
 /// [`stages_c`] holds), a 16-byte aligned address and row stride (TMA's requirement), and
-/// M, N > 0. Boxes of 64 × 64 ([`sm90::EPI_COLS`] columns,
-/// a consumer warpgroup's 64 rows).
+/// M, N > 0. Boxes of 64 × 64 ([`sm90::EPI_COLS`] columns, a consumer warpgroup's 64 rows).
 pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
     let c = &call.c;
     let stride = c.ld as u64 * call.out_dtype.size() as u64;
