@@ -184,7 +184,6 @@ pub fn gate(
         b_layout: BLayout::NxK,
         pairs: false,
         row_norm: false,
-        register_heavy: false,
         epilogue_read_bytes_per_output: 0.0,
         vector: true,
     };

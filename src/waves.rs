@@ -487,7 +487,6 @@ pub fn lstm_cell(
         // state come to about as many bytes.
         pairs: true,
         row_norm: false,
-        register_heavy: false,
         epilogue_read_bytes_per_output: 2.0,
         vector: true,
     };

@@ -249,7 +249,7 @@ pub struct GemmKernelSpec {
     pub accumulate: bool,
     /// Entry point of the row-norm finishing kernel, when the epilogue has a row norm.
     pub norm_finish: Option<&'static str>,
-    /// The epilogue's `Stage` constants (pair stage, row reduction, register-heavy stage),
+    /// The epilogue's `Stage` constants (pair stage, row reduction),
     /// which decide whether the Hopper mainloop stages C for TMA stores
     /// ([`fused_gemm_device::gemm::sm90::stages_c`]).
     pub epilogue: EpilogueTraits,

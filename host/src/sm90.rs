@@ -238,7 +238,7 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
     // when C allows one).
     let smem_bytes = if matches!(norm, NormPath::Cluster { .. }) {
         sm90::smem_bytes_row_norm(tile)
-    } else if stages_c(tile, p) {
+    } else if stages_c(p) {
         sm90::smem_bytes_staged(tile)
     } else {
         sm90::smem_bytes(tile)
@@ -258,15 +258,14 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
     }
 }
 
-/// Whether kernels on `tile` stage C for TMA stores for `p` ([`sm90::stages_c`]: 16-bit C, no
-/// pair stage, no row norm, no register-heavy stage, a cooperative tile).
-pub fn stages_c(tile: &TileShape, p: &Problem) -> bool {
+/// Whether the kernel stages C for TMA stores for `p` ([`sm90::stages_c`]: 16-bit C, no pair
+/// stage, no row norm).
+pub fn stages_c(p: &Problem) -> bool {
     let e = EpilogueTraits {
         pairs: p.pairs,
         row_reduction: p.row_norm,
-        register_heavy: p.register_heavy,
     };
-    sm90::stages_c(tile, p.out_dtype.size(), e)
+    sm90::stages_c(p.out_dtype.size(), e)
 }
 
 /// The variant and plan the Hopper path would launch for `call`, or `None` to use the sm_80
@@ -296,8 +295,7 @@ pub fn choose(
             None => Ok(None),
         };
     }
-    let mut problem = Problem::from_call(call, checked, spec.accumulate);
-    problem.register_heavy = spec.epilogue.register_heavy;
+    let problem = Problem::from_call(call, checked, spec.accumulate);
     let sms = gpu.props().sm_count;
     let mut best: Option<(&'static KernelVariant, Plan)> = None;
     for v in spec
@@ -736,19 +734,14 @@ mod tests {
     }
 
     #[test]
-    fn plans_stage_c_on_cooperative_tiles_without_pairs_or_norms() {
+    fn plans_stage_c_without_pairs_or_norms() {
         for t in TILES_SM90 {
             let staged = sm90::smem_bytes_staged(t);
             assert_eq!(sm90::staging_offset(t) % 1024, 0, "{t:?}");
             assert!(sm90::staging_offset(t) >= sm90::smem_bytes(t));
             assert!(staged <= 227 * 1024, "{t:?}: {staged} bytes");
             let gemm = plan(132, t, &problem(4096, 4096, 1024));
-            let want = if is_pingpong(t) {
-                sm90::smem_bytes(t)
-            } else {
-                staged
-            };
-            assert_eq!(gemm.smem_bytes, want, "{t:?}");
+            assert_eq!(gemm.smem_bytes, staged, "{t:?}");
             // f32 C, a pair stage (N/2-wide output) and row norms store C directly.
             let mut f32_out = problem(4096, 4096, 1024);
             f32_out.out_dtype = DType::F32;
@@ -757,7 +750,7 @@ mod tests {
             let mut norm = problem(4096, 4096, 1024);
             norm.row_norm = true;
             for p in [f32_out, pairs, norm] {
-                assert!(!stages_c(t, &p), "{t:?} {p:?}");
+                assert!(!stages_c(&p), "{t:?} {p:?}");
                 assert_ne!(plan(132, t, &p).smem_bytes, staged, "{t:?} {p:?}");
             }
         }

@@ -258,10 +258,6 @@ pub trait Stage {
     /// Whether the stage reduces over whole rows (and so needs the row in one CTA, or the
     /// partial-statistics path).
     const ROW_REDUCTION: bool = false;
-    /// Whether the stage needs many registers per value (erf-GELU's rational approximation).
-    /// On the Hopper mainloop such epilogues store C directly: staging C for TMA next to 128
-    /// accumulator registers made ptxas spill (`gemm::sm90::stages_c`).
-    const REGISTER_HEAVY: bool = false;
 
     /// Transforms the tile in registers. `Out` is the kernel's output element type.
     fn apply<Out: Element, const MI: usize, const NI: usize>(
@@ -305,7 +301,6 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     type Params = Cons<H::Params, T::Params>;
     const PAIRS: bool = H::PAIRS || T::PAIRS;
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
-    const REGISTER_HEAVY: bool = H::REGISTER_HEAVY || T::REGISTER_HEAVY;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &Self::Params,

@@ -27,15 +27,11 @@ pub type NoParams = super::Nil;
 
 macro_rules! elementwise {
     ($(#[$m:meta])* $name:ident, $f:expr) => {
-        elementwise!($(#[$m])* $name, $f, false);
-    };
-    ($(#[$m:meta])* $name:ident, $f:expr, $heavy:literal) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $name;
         impl Stage for $name {
             type Params = NoParams;
-            const REGISTER_HEAVY: bool = $heavy;
             #[inline(always)]
             fn apply<Out: Element, const MI: usize, const NI: usize>(_: &NoParams, acc: &mut Acc<MI, NI>, _: &mut TileCtx) {
                 acc.map($f);
@@ -52,8 +48,7 @@ elementwise!(
 elementwise!(
     /// `gelu`: x·Φ(x) with the exact (erf) normal CDF, as BERT's `"gelu"`.
     Gelu,
-    math::gelu_erf,
-    true
+    math::gelu_erf
 );
 elementwise!(
     /// `gelu_tanh`: the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU).

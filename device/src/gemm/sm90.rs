@@ -31,13 +31,13 @@
 //!
 //! # Storing C
 //!
-//! With a tensor map of C ([`Sm90Args::tmap_c`]) where [`stages_c`] allows it (cooperative
-//! tiles), each consumer warpgroup writes its finished 64×64 chunks into one of two
-//! 128-byte-swizzled staging buffers in shared memory, and its thread 0 stores each chunk with
-//! one bulk tensor copy ([`finish_staged`], the TMA-store epilogue of CUTLASS 3): a few
-//! conflict-free `st.shared` per thread instead of 16 scattered 4-byte global stores, and the
-//! copy overlaps the next chunk's epilogue. Otherwise threads store C themselves (f32 C, a pair
-//! stage's N/2-wide output, row norms, erf-GELU, ping-pong tiles).
+//! With a tensor map of C ([`Sm90Args::tmap_c`]) where [`stages_c`] allows it, each consumer
+//! warpgroup writes its finished 64×64 chunks into one of two 128-byte-swizzled staging buffers
+//! in shared memory, and its thread 0 stores each chunk with one bulk tensor copy
+//! ([`finish_staged`], the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
+//! per thread instead of 16 scattered 4-byte global stores, and the copy overlaps the next
+//! chunk's epilogue. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide
+//! output, row norms).
 //!
 //! # Row-norm clusters
 //!
@@ -162,16 +162,11 @@ pub const fn staging_offset(t: &TileShape) -> u32 {
     smem_bytes(t).next_multiple_of(1024)
 }
 
-/// Whether a kernel on tile `t` stores C through shared memory with TMA when it is given C's
-/// tensor map ([`Sm90Args::tmap_c`]): a 16-bit C (`out_bytes`), an epilogue with no pair stage
-/// (its output is N/2 wide), no row reduction (the norm paths store C themselves) and no
-/// register-heavy stage ([`Stage::REGISTER_HEAVY`]), on a cooperative tile. Ping-pong
-/// consumers already hide their epilogue behind the other warpgroup's mainloop. The exclusions
-/// are where the staging path made ptxas spill next to 128 accumulator registers per thread
-/// (ptxas keeps the consumer code within the launch's 168 registers although `setmaxnreg`
-/// gives it 240: `bench/results/hopper-registers-2026-12-02.md`).
-pub const fn stages_c(t: &TileShape, out_bytes: usize, e: EpilogueTraits) -> bool {
-    out_bytes == 2 && !e.pairs && !e.row_reduction && !e.register_heavy && !is_pingpong(t)
+/// Whether a kernel stores C through shared memory with TMA when it is given C's tensor map
+/// ([`Sm90Args::tmap_c`]): a 16-bit C (`out_bytes`) and an epilogue with no pair stage (its
+/// output is N/2 wide) and no row reduction (the norm paths store C themselves), on any tile.
+pub const fn stages_c(out_bytes: usize, e: EpilogueTraits) -> bool {
+    out_bytes == 2 && !e.pairs && !e.row_reduction
 }
 
 /// What [`stages_c`] needs to know of an epilogue: its [`Stage`] constants.
@@ -181,8 +176,6 @@ pub struct EpilogueTraits {
     pub pairs: bool,
     /// [`Stage::ROW_REDUCTION`].
     pub row_reduction: bool,
-    /// [`Stage::REGISTER_HEAVY`].
-    pub register_heavy: bool,
 }
 
 impl EpilogueTraits {
@@ -191,7 +184,6 @@ impl EpilogueTraits {
         EpilogueTraits {
             pairs: E::PAIRS,
             row_reduction: E::ROW_REDUCTION,
-            register_heavy: E::REGISTER_HEAVY,
         }
     }
 }
@@ -504,11 +496,8 @@ pub unsafe fn run<
         let w = (tid / 32) % 4;
         // C through shared memory and TMA (see `stages_c`); thread 0 of each consumer
         // warpgroup issues its bulk stores.
-        let staged = stages_c(
-            &tile,
-            core::mem::size_of::<Out>(),
-            EpilogueTraits::of::<E>(),
-        ) && sm90.tmap_c != 0;
+        let staged =
+            stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
         let leader = tid % 128 == 0;
         if staged && leader {
             fence_tensormap_acquire(sm90.tmap_c);
@@ -661,11 +650,13 @@ pub unsafe fn run<
             chunk!(1, 2);
             chunk!(1, 3);
             i += step;
-        }
-        if staged && leader {
-            // The bulk stores read shared memory and write C after they are issued: both
-            // must be done before the CTA exits.
-            bulk_wait_group::<0>();
+            if staged && leader && i >= my_tiles {
+                // The bulk stores read shared memory and write C after they are issued: both
+                // must be done before the CTA exits. Waiting here, not after the loop: any
+                // instruction after the loop makes ptxas keep the consumer code within the
+                // launch's 168 registers (bench/results/hopper-registers-2026-12-02.md).
+                bulk_wait_group::<0>();
+            }
         }
     }
 }

@@ -67,10 +67,6 @@ pub struct Problem {
     pub pairs: bool,
     /// The epilogue has a row-norm stage.
     pub row_norm: bool,
-    /// The epilogue has a register-heavy stage (`Stage::REGISTER_HEAVY`, erf-GELU): the Hopper
-    /// mainloop then stores C directly. [`Problem::from_call`] leaves it `false`; the Hopper
-    /// launcher sets it from [`crate::gemm::GemmKernelSpec::epilogue`].
-    pub register_heavy: bool,
     /// Bytes the epilogue reads per output element besides the accumulator (`residual`,
     /// `accumulate`: one output element each).
     pub epilogue_read_bytes_per_output: f64,
@@ -90,7 +86,6 @@ impl Problem {
             b_layout: BLayout::NxK,
             pairs: false,
             row_norm: false,
-            register_heavy: false,
             epilogue_read_bytes_per_output: 0.0,
             vector: true,
         }
@@ -115,7 +110,6 @@ impl Problem {
             b_layout: call.b_layout,
             pairs: call.pair_stage.is_some(),
             row_norm: call.row_norm_stage.is_some(),
-            register_heavy: false,
             epilogue_read_bytes_per_output: out * (residuals + accumulate as u8 as f64),
             vector: checked.vector.mainloop(),
         }

@@ -1302,7 +1302,6 @@ mod tests {
                 b_layout: BLayout::NxK,
                 pairs: false,
                 row_norm: false,
-                register_heavy: false,
                 epilogue_read_bytes_per_output: 0.0,
                 vector: true,
             },
