@@ -700,7 +700,8 @@ fn t6_row_norms_in_the_epilogue_and_through_partials() {
     }
     // N ≤ 64 finishes in the epilogue on any tile; cooperative 128-row tiles finish rows up to
     // eight tiles wide in a row-norm cluster (t8); the other tiles send wider rows (BERT-large
-    // 1024, MiniLM 384, an odd 1000) through per-64-column partial statistics and the
+    // 1024, MiniLM 384, an odd 1000) through partial statistics (one per tile and row, merged
+    // over the tile's 64-column chunks, the last chunk partly past N at 1000) and the
     // finishing kernel.
     for (i, &(m, n, k)) in [
         (200, 64, 128),
@@ -835,8 +836,8 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                 NormPath::Cluster { ctas }
             } else {
                 NormPath::Partials {
-                    tiles_n: n.div_ceil(64) as u32,
-                    stats_bytes: (m * n.div_ceil(64) * 16) as u64,
+                    tiles_n: ctas,
+                    stats_bytes: (m * ctas as usize * 16) as u64,
                 }
             };
             let plan =

@@ -211,7 +211,8 @@ fn in_one_tile(p: &Problem) -> bool {
 /// per tile; CTAs in pairs for a cluster tile), 384 threads, no split-K. Row norms finish in
 /// the epilogue on cooperative 128-row tiles with ⌈N/BN⌉ ≤ [`MAX_NORM_CLUSTER`] (a row-norm
 /// cluster, [`NormPath::Cluster`]) and on any tile when N ≤ [`sm90::EPI_COLS`]; otherwise
-/// through per-64-column partial statistics and the finishing kernel.
+/// through partial statistics, one per tile and row (the epilogue merges its 64-column
+/// chunks'), and the finishing kernel.
 pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
     plan_fit(sms, tile, p, None)
 }
@@ -220,7 +221,7 @@ pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
 /// most `fit` clusters; `Some(0)` (none can run) plans the partial-statistics path instead.
 pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Plan {
     let (predicted_us, model) = predict_fit(sms, tile, p, fit);
-    let tiles_n_stats = p.n.div_ceil(sm90::EPI_COLS);
+    let tiles_n_stats = p.n.div_ceil(tile.bn);
     let norm = match (
         p.row_norm,
         usable_norm_cluster(tile, p, fit),
@@ -790,14 +791,14 @@ mod tests {
             plan(132, &TILES_SM90[2], &p).norm,
             NormPath::Cluster { ctas: 8 }
         );
-        // Ping-pong tiles write per-64-column partials.
+        // Ping-pong tiles (BN = 128) write one partial per tile and row.
         match plan(132, &TILES_SM90[1], &p).norm {
             NormPath::Partials {
                 tiles_n,
                 stats_bytes,
             } => {
-                assert_eq!(tiles_n, 16);
-                assert_eq!(stats_bytes, 4096 * 16 * 16);
+                assert_eq!(tiles_n, 8);
+                assert_eq!(stats_bytes, 4096 * 8 * 16);
             }
             other => panic!("{other:?}"),
         }

@@ -220,6 +220,15 @@ pub enum NormPass {
     /// collecting pass applied them), the norm normalizes with the complete `row_stats`, and the
     /// later stages run.
     Apply,
+    /// One chunk of a tile whose rows continue in other tiles (mainloops that run the epilogue
+    /// per chunk, `gemm::sm90`): as [`NormPass::Collect`], and the caller stores the pre-norm
+    /// values for the finishing kernel. On the tile's `last` chunk the merged `row_stats` are
+    /// written as the tile's partial statistics (slot `tile_n` of `tiles_n` per row): one
+    /// partial per tile, not one per chunk, so the finishing kernel merges fewer.
+    Partial {
+        /// Whether this is the tile's last chunk of these rows.
+        last: bool,
+    },
 }
 
 impl TileCtx {

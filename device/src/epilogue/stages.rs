@@ -626,7 +626,8 @@ impl RowNorm for RmsNorm {
 /// `stats` and defers itself and every later stage to the finishing kernel
 /// (`kernel::norm_finish`). With [`NormPass::Collect`] / [`NormPass::Apply`] (a row-complete
 /// mainloop that calls the epilogue twice per chunk, `gemm::sm90`): merges the chunk's row
-/// statistics into `ctx.row_stats`, respectively normalizes with them.
+/// statistics into `ctx.row_stats`, respectively normalizes with them. With
+/// [`NormPass::Partial`]: merges like `Collect` and writes one partial per tile.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Norm<K>(core::marker::PhantomData<K>);
 
@@ -664,6 +665,21 @@ impl<K: RowNorm> Stage for Norm<K> {
                 ctx.norm_pass = NormPass::Local;
                 return;
             }
+            NormPass::Partial { last } => {
+                if MI != 1 {
+                    crate::arch::trap();
+                }
+                let rows = unsafe { cta_row_moments::<K, MI, NI>(acc, ctx) };
+                for h in 0..2 {
+                    ctx.row_stats[h] = ctx.row_stats[h].merge(rows[h]);
+                }
+                if last {
+                    let merged = ctx.row_stats;
+                    store_partials::<K>(p, ctx, &merged);
+                }
+                ctx.deferred = true;
+                return;
+            }
             NormPass::Local => {}
         }
         let rows = unsafe { cta_row_moments::<K, MI, NI>(acc, ctx) };
@@ -672,30 +688,31 @@ impl<K: RowNorm> Stage for Norm<K> {
                 K::row_factors(p, &rows[2 * mi + h])
             });
         } else {
-            let stats = K::stats(p);
-            if stats == 0 {
-                // The launcher must provide the workspace when N > BN; never continue wrongly.
-                crate::arch::trap();
-            }
-            if ctx.warp_n == 0 && ctx.t == 0 {
-                let mut k = 0;
-                for mi in 0..MI {
-                    for h in 0..2 {
-                        let r = ctx.row_of(mi, h);
-                        let st = rows[k];
-                        k += 1;
-                        if r < ctx.m {
-                            let slot = (stats as *mut [f32; 4]).wrapping_add(
-                                r as usize * ctx.tiles_n as usize + ctx.tile_n as usize,
-                            );
-                            unsafe {
-                                crate::arch::global::st_f32x4(slot, [st.n, st.mean, st.m2, 0.0])
-                            };
-                        }
-                    }
-                }
-            }
+            store_partials::<K>(p, ctx, &rows[..2 * MI]);
             ctx.deferred = true;
+        }
+    }
+}
+
+/// Writes the statistics of this thread's rows (`rows[2·mi + h]` for fragment row `mi`, half
+/// `h`) as partial `ctx.tile_n` of `ctx.tiles_n` per row in the norm's workspace: one lane per
+/// row (warp column 0, `t = 0`), rows ≥ M skipped.
+#[inline(always)]
+fn store_partials<K: RowNorm>(p: &K::Params, ctx: &TileCtx, rows: &[Moments]) {
+    let stats = K::stats(p);
+    if stats == 0 {
+        // The launcher must provide the workspace when N > BN; never continue wrongly.
+        crate::arch::trap();
+    }
+    if ctx.warp_n != 0 || ctx.t != 0 {
+        return;
+    }
+    for (k, st) in rows.iter().enumerate() {
+        let r = ctx.row_of(k / 2, k % 2);
+        if r < ctx.m {
+            let slot = (stats as *mut [f32; 4])
+                .wrapping_add(r as usize * ctx.tiles_n as usize + ctx.tile_n as usize);
+            unsafe { crate::arch::global::st_f32x4(slot, [st.n, st.mean, st.m2, 0.0]) };
         }
     }
 }

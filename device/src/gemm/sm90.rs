@@ -589,6 +589,14 @@ pub unsafe fn run<
                 i += step;
                 continue;
             }
+            // A row norm over rows wider than one chunk (and no cluster): the chunks of each
+            // 64-row half merge their row statistics and the last writes one partial per tile
+            // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
+            let partials = E::ROW_REDUCTION && args.n > EPI_COLS;
+            let chunks = (args.n - n0)
+                .div_ceil(EPI_COLS)
+                .min((NI / EPI_FRAGS) as u32);
+            let mut tile_stats = [[Moments::default(); 2]; 2];
             // The epilogue runs on 64-column chunks: fewer values live at once, so the stages
             // do not spill next to the 128 accumulator registers. Written out (not a loop) so
             // every accumulator index is a constant and the array stays in registers.
@@ -634,6 +642,15 @@ pub unsafe fn run<
                                 };
                                 finish_staged::<Out, E>(args, epi, part, &ctx, smem, &out);
                                 staged_chunks += 1;
+                            } else if partials {
+                                let ctx = Cta {
+                                    tile_n: tn,
+                                    tiles_n: args.n.div_ceil(bn),
+                                    ..ctx
+                                };
+                                let last = $j + 1 == chunks;
+                                let stats = &mut tile_stats[$h];
+                                finish_partial::<Out, E>(args, epi, part, &ctx, smem, last, stats);
                             } else {
                                 finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
                             }
@@ -714,6 +731,32 @@ unsafe fn finish_staged<Out: Element, E: Stage>(
     bulk_read_wait_barrier(out.leader, out.barrier, 128);
     let src = shared_addr(smem) + out.buf;
     store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
+}
+
+/// [`finish`] for one 64-column chunk of a row norm whose rows continue in other tiles
+/// ([`NormPass::Partial`]): the stages before the norm run, the chunk's row statistics merge
+/// into `stats` (this thread's two rows), the `last` chunk of the tile writes them as partial
+/// `cta.tile_n` of `cta.tiles_n` per row, and the pre-norm values are stored for the
+/// finishing kernel (`kernel::norm_finish`).
+///
+/// # Safety
+/// As [`finish`]; the norm's statistics workspace holds `M × cta.tiles_n` entries.
+#[inline(always)]
+unsafe fn finish_partial<Out: Element, E: Stage>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    mut part: Acc<1, EPI_FRAGS>,
+    cta: &Cta,
+    smem: *mut u8,
+    last: bool,
+    stats: &mut [Moments; 2],
+) {
+    let mut ctx = tile_ctx(args, cta, smem, 0);
+    ctx.norm_pass = NormPass::Partial { last };
+    ctx.row_stats = *stats;
+    E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+    *stats = ctx.row_stats;
+    store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
 }
 
 /// Where one consumer warp's accumulators sit, for [`row_norm_epilogue`].
