@@ -927,9 +927,10 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
         return;
     }
     // C staged in shared memory and stored with TMA (the default where C's row stride is a
-    // multiple of 16 bytes and the epilogue has no row norm) against per-thread stores, on every tile: bitwise the same output, and both
-    // within the f64 reference's tolerance. Widths: one 8-column box, chunks partly past N
-    // (72, 1000, 3000), past M (1, 130, 4095), and a stride TMA cannot take (N = 33).
+    // multiple of 16 bytes and the epilogue has no row norm) against per-thread stores, on
+    // every tile: bitwise the same output, and both within the f64 reference's tolerance.
+    // Widths: one 8-column box, chunks partly past N (72, 1000, 3000), past M (1, 130, 4095),
+    // and a stride TMA cannot take (N = 33).
     let bf = DType::Bf16;
     let shapes: &[(usize, usize, usize)] = &[
         (1, 8, 64),
