@@ -122,12 +122,13 @@ pub fn predict_fit(
     let pingpong = is_pingpong(tile);
     // Relative mainloop efficiency, measured (bench/results/hopper-h200.md, 8192³ bf16 with
     // each tile forced: 128×256 cooperative 1.63 ms, 128×128 ping-pong 1.67, 128×128
-    // cooperative 1.83, 256×256 cluster 2.12).
+    // cooperative 1.83, 256×256 cluster 2.12). Cooperative CTAs of 32K outputs (128×256,
+    // 256×128) share the best figure.
     let eff = if cluster_m(tile) > 1 {
         0.77
     } else if pingpong {
         0.97
-    } else if tile.bn >= 256 {
+    } else if cta_rows(tile) * tile.bn >= 128 * 256 {
         1.0
     } else {
         0.89

@@ -541,7 +541,11 @@ fn tile_name(t: &TileShape) -> String {
         "{}x{} {}",
         t.bm,
         t.bn,
-        if t.warps_m == 4 { "pingpong" } else { "coop" }
+        match t.warps_m {
+            4 => "pingpong",
+            16 => "cluster",
+            _ => "coop",
+        }
     )
 }
 

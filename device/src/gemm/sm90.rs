@@ -113,11 +113,17 @@ const EPI_FRAGS: usize = (EPI_COLS / 8) as usize;
 /// cooperative CTAs along M, each BM/2 rows, that multicast the shared B block to each other),
 /// `warps_n` = 1, `stages` = ring depth. `mi()` is the number of 64-row halves each consumer
 /// warpgroup owns, `ni()` = BN/8.
+///
+/// 256×128 is the cooperative tile with two 64-row halves per warpgroup (each warpgroup
+/// 128×128, the same 128 accumulator registers as 128×256): cuBLAS's choice at the BERT-large
+/// and LLaMA-3-8B projection shapes on the H200 (bench/results/cublas-kernels-2026-12-02.md).
+/// Per k-tile its warpgroups read 256 rows of shared memory each, against 320 on 128×256.
 pub const TILES_SM90: &[TileShape] = &[
     TileShape::new(128, 256, 64, 8, 1, 4),
     TileShape::new(128, 128, 64, 4, 1, 6),
     TileShape::new(128, 128, 64, 8, 1, 6),
     TileShape::new(256, 256, 64, 16, 1, 4),
+    TileShape::new(256, 128, 64, 8, 1, 4),
 ];
 
 /// CTAs per cluster (along M) of tile shape `t`: 2 for `warps_m` = 16, else 1.
@@ -928,6 +934,14 @@ mod tests {
             (2, 128, 1)
         );
         assert_eq!(stage_bytes(&cluster), stage_bytes(&TILES_SM90[0]));
+        let tall = TILES_SM90[4];
+        assert_eq!((tall.mi(), tall.ni(), cta_rows(&tall)), (2, 16, 256));
+        assert_eq!(tall.acc_registers(), TILES_SM90[0].acc_registers());
+        assert!(!row_norm_cluster_tile(&tall));
+        assert!(
+            smem_bytes_staged(&tall) <= 232_448,
+            "C staging fits next to the ring"
+        );
     }
 
     #[test]
