@@ -261,7 +261,8 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
 }
 
 /// Whether the kernel stages C for TMA stores for `p` ([`sm90::stages_c`]: 16-bit C, no pair
-/// stage, no row norm).
+/// stage). A row norm's plan stages C on the partial-statistics and in-chunk paths only:
+/// [`plan_fit`] gives a row-norm cluster its exchange instead of the staging buffers.
 pub fn stages_c(p: &Problem) -> bool {
     let e = EpilogueTraits {
         pairs: p.pairs,
@@ -736,7 +737,7 @@ mod tests {
     }
 
     #[test]
-    fn plans_stage_c_without_pairs_or_norms() {
+    fn plans_stage_c_without_pairs_or_norm_clusters() {
         for t in TILES_SM90 {
             let staged = sm90::smem_bytes_staged(t);
             assert_eq!(sm90::staging_offset(t) % 1024, 0, "{t:?}");
@@ -744,16 +745,30 @@ mod tests {
             assert!(staged <= 227 * 1024, "{t:?}: {staged} bytes");
             let gemm = plan(132, t, &problem(4096, 4096, 1024));
             assert_eq!(gemm.smem_bytes, staged, "{t:?}");
-            // f32 C, a pair stage (N/2-wide output) and row norms store C directly.
+            // f32 C and a pair stage (N/2-wide output) store C directly.
             let mut f32_out = problem(4096, 4096, 1024);
             f32_out.out_dtype = DType::F32;
             let mut pairs = problem(4096, 4096, 1024);
             pairs.pairs = true;
-            let mut norm = problem(4096, 4096, 1024);
-            norm.row_norm = true;
-            for p in [f32_out, pairs, norm] {
+            for p in [f32_out, pairs] {
                 assert!(!stages_c(&p), "{t:?} {p:?}");
                 assert_ne!(plan(132, t, &p).smem_bytes, staged, "{t:?} {p:?}");
+            }
+            // A row norm wider than any row-norm cluster (16+ tiles along N) stages its
+            // pre-norm C next to the partial statistics; one within a chunk stages it too,
+            // except where a cluster of one CTA finishes it (cooperative 128-row tiles).
+            let mut norm = problem(4096, 4096, 1024);
+            norm.row_norm = true;
+            let np = plan(132, t, &norm);
+            assert!(matches!(np.norm, NormPath::Partials { .. }), "{t:?}");
+            assert_eq!(np.smem_bytes, staged, "{t:?}");
+            let mut narrow = problem(4096, 64, 1024);
+            narrow.row_norm = true;
+            let np = plan(132, t, &narrow);
+            match np.norm {
+                NormPath::InCta => assert_eq!(np.smem_bytes, staged, "{t:?}"),
+                NormPath::Cluster { ctas: 1 } => assert!(row_norm_cluster_tile(t), "{t:?}"),
+                other => panic!("{t:?}: {other:?}"),
             }
         }
         let mut p = problem(4096, 1024, 1024);
@@ -763,7 +778,7 @@ mod tests {
         assert_eq!(c.smem_bytes, sm90::smem_bytes_row_norm(&TILES_SM90[0]));
         let partials = plan(132, &TILES_SM90[1], &p);
         assert!(matches!(partials.norm, NormPath::Partials { .. }));
-        assert_eq!(partials.smem_bytes, sm90::smem_bytes(&TILES_SM90[1]));
+        assert_eq!(partials.smem_bytes, sm90::smem_bytes_staged(&TILES_SM90[1]));
     }
 
     #[test]

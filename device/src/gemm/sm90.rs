@@ -36,8 +36,9 @@
 //! in shared memory, and its thread 0 stores each chunk with one bulk tensor copy
 //! ([`finish_staged`], the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
 //! per thread instead of 16 scattered 4-byte global stores, and the copy overlaps the next
-//! chunk's epilogue. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide
-//! output, row norms).
+//! chunk's epilogue. A row norm that writes partial statistics stages its pre-norm C the same
+//! way. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide output, row-norm
+//! clusters).
 //!
 //! # Row-norm clusters
 //!
@@ -82,7 +83,7 @@ use crate::copy::tma::{
 };
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
-use crate::epilogue::{Acc, NormPass, Stage};
+use crate::epilogue::{Acc, NormPass, Stage, TileCtx};
 use crate::gemm::finish::{Cta, finish, tile_ctx};
 use crate::gemm::{GemmArgs, TileShape};
 use crate::mma::sm90::{
@@ -170,12 +171,14 @@ pub const fn staging_offset(t: &TileShape) -> u32 {
 
 /// Whether a kernel stores C through shared memory with TMA when it is given C's tensor map
 /// ([`Sm90Args::tmap_c`]): a 16-bit C (`out_bytes`) and an epilogue with no pair stage (its
-/// output is N/2 wide) and no row reduction (the norm paths store C themselves), on any tile.
+/// output is N/2 wide), on any tile. A row norm stages C when it finishes in one chunk or
+/// writes partial statistics (the pre-norm C goes out the same way); a row-norm cluster
+/// ([`Sm90Args::norm_cluster`] > 0) stores C itself and is launched without C's map.
 pub const fn stages_c(out_bytes: usize, e: EpilogueTraits) -> bool {
-    out_bytes == 2 && !e.pairs && !e.row_reduction
+    out_bytes == 2 && !e.pairs
 }
 
-/// What [`stages_c`] needs to know of an epilogue: its [`Stage`] constants.
+/// The [`Stage`] constants of an epilogue that its launcher needs ([`stages_c`] reads `pairs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EpilogueTraits {
     /// [`Stage::PAIRS`].
@@ -634,21 +637,17 @@ pub unsafe fn run<
                             for f in 0..EPI_FRAGS {
                                 part.v[0][f] = acc.v[$h][$j * EPI_FRAGS + f];
                             }
-                            if staged {
-                                let buf = staging_offset(&tile)
-                                    + (2 * c + (staged_chunks & 1)) * STAGING_BYTES;
-                                let out = Staging {
-                                    tmap: sm90.tmap_c,
-                                    buf,
-                                    warp: w,
-                                    barrier: 1 + c,
-                                    leader,
-                                    x: col0,
-                                    y: m0 + half_row,
-                                };
-                                finish_staged::<Out, E>(args, epi, part, &ctx, smem, &out);
-                                staged_chunks += 1;
-                            } else if partials {
+                            let out = Staging {
+                                tmap: sm90.tmap_c,
+                                buf: staging_offset(&tile)
+                                    + (2 * c + (staged_chunks & 1)) * STAGING_BYTES,
+                                warp: w,
+                                barrier: 1 + c,
+                                leader,
+                                x: col0,
+                                y: m0 + half_row,
+                            };
+                            if partials {
                                 let ctx = Cta {
                                     tile_n: tn,
                                     tiles_n: args.n.div_ceil(bn),
@@ -656,7 +655,14 @@ pub unsafe fn run<
                                 };
                                 let last = $j + 1 == chunks;
                                 let stats = &mut tile_stats[$h];
-                                finish_partial::<Out, E>(args, epi, part, &ctx, smem, last, stats);
+                                let out = if staged { Some(&out) } else { None };
+                                finish_partial::<Out, E>(
+                                    args, epi, part, &ctx, smem, last, stats, out,
+                                );
+                                staged_chunks += staged as u32;
+                            } else if staged {
+                                finish_staged::<Out, E>(args, epi, part, &ctx, smem, &out);
+                                staged_chunks += 1;
                             } else {
                                 finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
                             }
@@ -725,6 +731,21 @@ unsafe fn finish_staged<Out: Element, E: Stage>(
 ) {
     let mut ctx = tile_ctx(args, cta, smem, 0);
     E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+    store_staged::<Out>(&part, &ctx, smem, out);
+}
+
+/// The store half of [`finish_staged`]: `part` (already through the epilogue) into the
+/// staging buffer, then the warpgroup's bulk tensor store of it.
+///
+/// # Safety
+/// As [`finish_staged`].
+#[inline(always)]
+unsafe fn store_staged<Out: Element>(
+    part: &Acc<1, EPI_FRAGS>,
+    ctx: &TileCtx,
+    smem: *mut u8,
+    out: &Staging,
+) {
     for f in 0..EPI_FRAGS {
         for h in 0..2 {
             let row = 16 * out.warp + ctx.g + 8 * h as u32;
@@ -743,10 +764,13 @@ unsafe fn finish_staged<Out: Element, E: Stage>(
 /// ([`NormPass::Partial`]): the stages before the norm run, the chunk's row statistics merge
 /// into `stats` (this thread's two rows), the `last` chunk of the tile writes them as partial
 /// `cta.tile_n` of `cta.tiles_n` per row, and the pre-norm values are stored for the
-/// finishing kernel (`kernel::norm_finish`).
+/// finishing kernel (`kernel::norm_finish`): through `staged`'s buffer with TMA when given
+/// (as [`finish_staged`]), else by each thread.
 ///
 /// # Safety
-/// As [`finish`]; the norm's statistics workspace holds `M × cta.tiles_n` entries.
+/// As [`finish`]; the norm's statistics workspace holds `M × cta.tiles_n` entries; with
+/// `staged`, as [`finish_staged`].
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn finish_partial<Out: Element, E: Stage>(
     args: &GemmArgs,
@@ -756,13 +780,17 @@ unsafe fn finish_partial<Out: Element, E: Stage>(
     smem: *mut u8,
     last: bool,
     stats: &mut [Moments; 2],
+    staged: Option<&Staging>,
 ) {
     let mut ctx = tile_ctx(args, cta, smem, 0);
     ctx.norm_pass = NormPass::Partial { last };
     ctx.row_stats = *stats;
     E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
     *stats = ctx.row_stats;
-    store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+    match staged {
+        Some(out) => store_staged::<Out>(&part, &ctx, smem, out),
+        None => store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx),
+    }
 }
 
 /// Where one consumer warp's accumulators sit, for [`row_norm_epilogue`].
