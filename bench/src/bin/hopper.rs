@@ -8,10 +8,11 @@
 //!
 //! Timing: every implementation's launches are captured into a CUDA graph (`reps` launches
 //! cycling through rotating buffer sets that together exceed the L2 twice, so inputs come from
-//! DRAM as in a model); ours, cuBLAS's GEMM and cuBLASLt's fused epilogue are then replayed in
-//! turn, one graph between CUDA events at a time, for two warm-up and nine timed rounds, and
-//! each one's median per-launch time is reported (interleaved, so that clock changes and other
-//! work on the machine fall on all of them alike). Graphs remove host overhead from both sides (cuBLASLt's
+//! DRAM as in a model); ours, cuBLAS's GEMM, cuBLASLt's fused epilogue and ours with each Hopper
+//! tile forced are then replayed in turn, one graph between CUDA events at a time, for two
+//! warm-up and nine timed rounds, and each one's median per-launch time is reported
+//! (interleaved, so that clock changes and other work on the machine fall on all of them
+//! alike). Graphs remove host overhead from both sides (cuBLASLt's
 //! algorithm is chosen once per shape, as a framework caches it). cuBLASLt is column-major, so
 //! row-major `C = A·Bᵀ` (B stored N×K) runs as `Cᵀ = B·Aᵀ` with `transa = T`.
 //!
@@ -388,16 +389,6 @@ fn time_interleaved(gpu: &Gpu, graphs: &[&Timed]) -> Result<Vec<f64>> {
         .collect())
 }
 
-/// Median time per launch of `launch` alone, ms ([`capture`], then [`time_interleaved`]).
-fn time_graph(
-    gpu: &Gpu,
-    est_ms: f64,
-    launch: impl FnMut(&Gpu, usize) -> Result<()>,
-) -> Result<f64> {
-    let t = capture(gpu, est_ms, launch)?;
-    Ok(time_interleaved(gpu, &[&t])?[0])
-}
-
 /// Relative Frobenius difference of `x` from `y`.
 fn rel_diff(x: &[f32], y: &[f32]) -> f64 {
     let (mut num, mut den) = (0f64, 0f64);
@@ -483,24 +474,38 @@ fn run_case(gpu: &Gpu, case: &Case) -> Result<Row> {
         Some(f) => Some(capture(gpu, est_ms, |g, i| f.run(g, &sets[i % nsets]))?),
         None => None,
     };
-    let mut graphs = vec![&ours_graph, &plain_graph];
-    graphs.extend(fused_graph.as_ref());
-    let ms = time_interleaved(gpu, &graphs)?;
-    let (ours_ms, cublas_gemm_ms, cublaslt_fused_ms) = (ms[0], ms[1], ms.get(2).copied());
-    drop(graphs);
-    // Ours, each Hopper tile forced (which one the launcher should pick).
-    let mut tiles_ms = Vec::new();
+    // Ours with each Hopper tile forced (which one the launcher should pick), in the same
+    // interleaved rounds: timed one after another, long rows drift by up to 10 % with the
+    // clocks, more than the tiles differ. A tile that cannot run gets NaN.
+    let mut tile_graphs = Vec::new();
     for &t in TILES_SM90 {
         let o = Overrides {
             tile: Some(t),
             splits: None,
             ..Default::default()
         };
-        let ms = time_graph(gpu, est_ms, |g, i| {
-            with_overrides(o, || ours(g, op, &mut sets[i % nsets])).map(|_| ())
+        let g = with_overrides(o, || {
+            capture(gpu, est_ms, |g, i| {
+                ours(g, op, &mut sets[i % nsets]).map(|_| ())
+            })
         });
-        tiles_ms.push((tile_name(&t), ms.unwrap_or(f64::NAN)));
+        tile_graphs.push((tile_name(&t), g.ok()));
     }
+    let mut graphs = vec![&ours_graph, &plain_graph];
+    graphs.extend(fused_graph.as_ref());
+    let fixed = graphs.len();
+    graphs.extend(tile_graphs.iter().filter_map(|(_, g)| g.as_ref()));
+    let ms = time_interleaved(gpu, &graphs)?;
+    let (ours_ms, cublas_gemm_ms, cublaslt_fused_ms) = (ms[0], ms[1], ms.get(2).copied());
+    let mut tile_ms = ms[fixed..].iter();
+    let tiles_ms = tile_graphs
+        .iter()
+        .map(|(name, g)| {
+            let ms = g.as_ref().and_then(|_| tile_ms.next().copied());
+            (name.clone(), ms.unwrap_or(f64::NAN))
+        })
+        .collect();
+    drop(graphs);
     let check = match (&fused, op) {
         (Some(f), _) => Some(compare(gpu, op, &mut sets[0], |g, s| f.run(g, s))?),
         (None, Op::Gemm) => Some(compare(gpu, op, &mut sets[0], |g, s| plain.run(g, s))?),
@@ -836,7 +841,7 @@ fn run() -> Result<()> {
     let mut md = format!(
         "# Hopper mainloop vs cuBLASLt ({}, bf16)\n\n`cargo run --release -p fused-gemm-bench --bin hopper`{}\n\n\
          Median per-launch time of CUDA-graph replays over rotating buffers (> 2× L2). \
-         \"ours\" is the launcher's choice; the tile columns force each Hopper tile. \
+         \"ours\" is the launcher's choice; the tile columns force each Hopper tile (all timed in the same interleaved rounds). \
          Targets (issue 9): GEMM ≥ 0.95× cuBLAS; GEMM+bias+GELU ≥ cuBLASLt's fused epilogue; \
          +residual+LayerNorm and +SwiGLU within 10% of the plain cuBLAS GEMM.\n\n\
          | layer | op | M×N×K | ours ms | TF/s | cuBLAS GEMM ms | cuBLASLt fused ms | target | {} | check |\n\
