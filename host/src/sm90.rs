@@ -120,9 +120,10 @@ pub fn predict_fit(
     let rounds = units.div_ceil(concurrent);
     let k_pad = k.div_ceil(sm90::BK as u64) * sm90::BK as u64;
     let pingpong = is_pingpong(tile);
-    // Relative mainloop efficiency, measured (bench/results/hopper-h200.md, 8192³ bf16 with
-    // each tile forced, all in the same interleaved rounds: 128×128 ping-pong 1.58 ms, 128×256
-    // and 256×128 cooperative 1.61 and 1.62, 128×128 cooperative 1.62, 256×256 cluster 2.22).
+    // Relative mainloop efficiency, measured (bench/results/hopper-256x128-2026-12-02.md, run
+    // 2: 8192³ bf16 with each tile forced, all in the same interleaved rounds: 128×128
+    // ping-pong 1.58 ms, 128×256 and 256×128 cooperative 1.61 and 1.62, 128×128 cooperative
+    // 1.62, 256×256 cluster 2.22; ping-pong and 128×256 are within 1 % in other runs).
     // Ping-pong's hidden epilogue (below) already makes it win at equal efficiency; its
     // 0.97 came from tiles timed one after another, whose clocks drifted by up to 10 %.
     // Cooperative CTAs of 32K outputs (128×256, 256×128) share the best figure.
