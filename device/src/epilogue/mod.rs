@@ -60,6 +60,27 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         ctx.warp_row + 16 * MI as u32 <= ctx.m && ctx.warp_col + 8 * NI as u32 <= ctx.n
     }
 
+    /// Fragments `F·q..F·q + F` of these accumulators in (mi, ni) order, as one fragment row
+    /// (`NI` a multiple of `F`: fragment row `q / (NI/F)`, columns `F·(q % (NI/F))..`). `q` may
+    /// be a run-time value: each value is picked with selects over the constant indices, so a
+    /// loop over chunks keeps the accumulators in registers (and one copy of its body).
+    #[inline(always)]
+    pub fn chunk<const F: usize>(&self, q: usize) -> Acc<1, F> {
+        const { assert!(F > 0 && NI % F == 0, "NI is a multiple of the chunk width") };
+        let mut out = Acc::<1, F>::zero();
+        for (f, o) in out.v[0].iter_mut().enumerate() {
+            let mut x = self.v[0][f];
+            for k in 1..MI * NI / F {
+                let i = F * k + f;
+                if k == q {
+                    x = self.v[i / NI][i % NI];
+                }
+            }
+            *o = x;
+        }
+        out
+    }
+
     /// Calls `f(row, col, &mut v0, &mut v1)` for every in-bounds pair this thread holds
     /// (`row < M`, `col < N`; `v1` belongs to `col + 1`, which may be ≥ N: check `ctx.n`).
     /// Before a pair-reducing stage only.
@@ -322,5 +343,31 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
         if !ctx.deferred {
             T::apply::<Out, MI, NI>(&p.tail, acc, ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Acc;
+
+    #[test]
+    fn chunk_picks_the_fragments_of_chunk_q_in_row_major_order() {
+        let mut acc = Acc::<2, 16>::zero();
+        for mi in 0..2 {
+            for ni in 0..16 {
+                for e in 0..4 {
+                    acc.v[mi][ni][e] = (1000 * mi + 10 * ni + e) as f32;
+                }
+            }
+        }
+        for q in 0..4 {
+            let part = acc.chunk::<8>(q);
+            let (mi, ni0) = (q / 2, 8 * (q % 2));
+            for f in 0..8 {
+                assert_eq!(part.v[0][f], acc.v[mi][ni0 + f], "chunk {q}, fragment {f}");
+            }
+        }
+        let one = Acc::<1, 8>::zero();
+        assert_eq!(one.chunk::<8>(0).v, one.v);
     }
 }

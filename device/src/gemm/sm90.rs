@@ -34,7 +34,7 @@
 //! With a tensor map of C ([`Sm90Args::tmap_c`]) where [`stages_c`] allows it, each consumer
 //! warpgroup writes its finished 64×64 chunks into one of two 128-byte-swizzled staging buffers
 //! in shared memory, and its thread 0 stores each chunk with one bulk tensor copy
-//! ([`finish_staged`], the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
+//! ([`finish_chunk`], the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
 //! per thread instead of 16 scattered 4-byte global stores, and the copy overlaps the next
 //! chunk's epilogue. A row norm that writes partial statistics stages its pre-norm C the same
 //! way. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide output, row-norm
@@ -84,7 +84,7 @@ use crate::copy::tma::{
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, NormPass, Stage, TileCtx};
-use crate::gemm::finish::{Cta, finish, tile_ctx};
+use crate::gemm::finish::{Cta, tile_ctx};
 use crate::gemm::{GemmArgs, TileShape};
 use crate::mma::sm90::{
     WgmmaInput, commit_group, fence, fence_operands, smem_desc_sw128, wait_group,
@@ -602,82 +602,107 @@ pub unsafe fn run<
             // 64-row half merge their row statistics and the last writes one partial per tile
             // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
             let partials = E::ROW_REDUCTION && args.n > EPI_COLS;
-            let chunks = (args.n - n0)
-                .div_ceil(EPI_COLS)
-                .min((NI / EPI_FRAGS) as u32);
-            let mut tile_stats = [[Moments::default(); 2]; 2];
-            // The epilogue runs on 64-column chunks: fewer values live at once, so the stages
-            // do not spill next to the 128 accumulator registers. Written out (not a loop) so
-            // every accumulator index is a constant and the array stays in registers.
-            macro_rules! chunk {
-                ($h:literal, $j:literal) => {
-                    if $h < MI && $j < NI / EPI_FRAGS {
-                        let col0 = n0 + $j * EPI_COLS;
-                        if col0 < args.n {
-                            let half_row = wg_row0 + 64 * $h;
-                            let ctx = Cta {
-                                tid: tid - 128,
-                                threads: 256,
-                                lane,
-                                warp_m: half_row / 16 + w,
-                                warp_n: 0,
-                                warps_n: 1,
-                                tile_m: tm,
-                                tile_n: tn * (bn / EPI_COLS) + $j,
-                                split: 0,
-                                tiles_n: args.n.div_ceil(EPI_COLS),
-                                m0,
-                                n0: col0,
-                                bm,
-                                bn: EPI_COLS,
-                                warp_row: m0 + half_row + 16 * w,
-                                warp_col: col0,
-                            };
+            let per_half = (NI / EPI_FRAGS) as u32;
+            let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
+            // Row statistics of the current 64-row half: its chunks run one after another.
+            let mut stats = [Moments::default(); 2];
+            // Chunk `j` of half `h` (columns `64j..` of rows `64h..`): the epilogue and the
+            // store of C. The epilogue runs on 64-column chunks: fewer values live at once, so
+            // the stages do not spill next to the 128 accumulator registers.
+            macro_rules! chunk_body {
+                ($h:expr, $j:expr, $part:expr) => {{
+                    let (h, j): (u32, u32) = ($h, $j);
+                    let col0 = n0 + j * EPI_COLS;
+                    let half_row = wg_row0 + 64 * h;
+                    let ctx = Cta {
+                        tid: tid - 128,
+                        threads: 256,
+                        lane,
+                        warp_m: half_row / 16 + w,
+                        warp_n: 0,
+                        warps_n: 1,
+                        tile_m: tm,
+                        tile_n: tn * (bn / EPI_COLS) + j,
+                        split: 0,
+                        tiles_n: args.n.div_ceil(EPI_COLS),
+                        m0,
+                        n0: col0,
+                        bm,
+                        bn: EPI_COLS,
+                        warp_row: m0 + half_row + 16 * w,
+                        warp_col: col0,
+                    };
+                    let out = Staging {
+                        tmap: sm90.tmap_c,
+                        buf: staging_offset(&tile) + (2 * c + (staged_chunks & 1)) * STAGING_BYTES,
+                        warp: w,
+                        barrier: 1 + c,
+                        leader,
+                        x: col0,
+                        y: m0 + half_row,
+                    };
+                    if j == 0 {
+                        stats = [Moments::default(); 2];
+                    }
+                    let (ctx, pass) = if partials {
+                        let ctx = Cta {
+                            tile_n: tn,
+                            tiles_n: args.n.div_ceil(bn),
+                            ..ctx
+                        };
+                        (
+                            ctx,
+                            NormPass::Partial {
+                                last: j + 1 == chunks,
+                            },
+                        )
+                    } else {
+                        (ctx, NormPass::Local)
+                    };
+                    let out = if staged { Some(&out) } else { None };
+                    finish_chunk::<Out, E>(args, epi, $part, &ctx, smem, pass, &mut stats, out);
+                    staged_chunks += staged as u32;
+                }};
+            }
+            if E::ROW_REDUCTION && NI <= 16 {
+                // A row norm's chain is long (its statistics, the partials, both norm
+                // passes): written out per chunk, the kernel outgrew the instruction cache
+                // (bench/results/hopper-ln-profile-2026-12-02.md). A loop keeps one copy; the
+                // chunk's accumulators are picked by selects, so none is indexed at run time.
+                // BN = 256 tiles keep the written-out chunks: with the loop ptxas spills them
+                // (28-36 bytes, ptxas -v of sm_90a).
+                // The trip count is a run-time value: the builder's high unroll threshold
+                // would otherwise write the loop out again.
+                let mut q = 0;
+                while q < MI as u32 * chunks {
+                    let (h, j) = (q / chunks, q % chunks);
+                    let part = acc.chunk::<EPI_FRAGS>((h * per_half + j) as usize);
+                    chunk_body!(h, j, part);
+                    q += 1;
+                }
+            } else {
+                // Written out (not a loop) so every accumulator index is a constant and the
+                // array stays in registers without selects.
+                macro_rules! chunk {
+                    ($h:literal, $j:literal) => {
+                        if $h < MI && $j < NI / EPI_FRAGS && $j < chunks {
                             let mut part = Acc::<1, EPI_FRAGS>::zero();
                             for f in 0..EPI_FRAGS {
                                 part.v[0][f] = acc.v[$h][$j * EPI_FRAGS + f];
                             }
-                            let out = Staging {
-                                tmap: sm90.tmap_c,
-                                buf: staging_offset(&tile)
-                                    + (2 * c + (staged_chunks & 1)) * STAGING_BYTES,
-                                warp: w,
-                                barrier: 1 + c,
-                                leader,
-                                x: col0,
-                                y: m0 + half_row,
-                            };
-                            if partials {
-                                let ctx = Cta {
-                                    tile_n: tn,
-                                    tiles_n: args.n.div_ceil(bn),
-                                    ..ctx
-                                };
-                                let last = $j + 1 == chunks;
-                                let stats = &mut tile_stats[$h];
-                                let out = if staged { Some(&out) } else { None };
-                                finish_partial::<Out, E>(
-                                    args, epi, part, &ctx, smem, last, stats, out,
-                                );
-                                staged_chunks += staged as u32;
-                            } else if staged {
-                                finish_staged::<Out, E>(args, epi, part, &ctx, smem, &out);
-                                staged_chunks += 1;
-                            } else {
-                                finish::<Out, 1, EPI_FRAGS, E>(args, epi, part, &ctx, smem, 0);
-                            }
+                            chunk_body!($h, $j, part);
                         }
-                    }
-                };
+                    };
+                }
+                chunk!(0, 0);
+                chunk!(0, 1);
+                chunk!(0, 2);
+                chunk!(0, 3);
+                chunk!(1, 0);
+                chunk!(1, 1);
+                chunk!(1, 2);
+                chunk!(1, 3);
             }
-            chunk!(0, 0);
-            chunk!(0, 1);
-            chunk!(0, 2);
-            chunk!(0, 3);
-            chunk!(1, 0);
-            chunk!(1, 1);
-            chunk!(1, 2);
-            chunk!(1, 3);
             i += step;
             if staged && leader && i >= my_tiles {
                 // The bulk stores read shared memory and write C after they are issued: both
@@ -690,7 +715,7 @@ pub unsafe fn run<
     }
 }
 
-/// Where [`finish_staged`] puts one consumer warpgroup's 64×64 chunk of C.
+/// Where [`finish_chunk`] puts one consumer warpgroup's 64×64 chunk of C.
 #[derive(Clone, Copy)]
 struct Staging {
     /// C's tensor map ([`Sm90Args::tmap_c`]).
@@ -708,37 +733,11 @@ struct Staging {
     y: u32,
 }
 
-/// [`finish`] for one consumer warpgroup's 64×64 chunk, storing C with TMA: the epilogue,
-/// then each thread writes its values (16-bit pairs) to the staging buffer in the 128-byte
-/// swizzle (the 8 rows of a warp's store instruction fall in 8 different 16-byte chunks: no
-/// bank conflict), fences them to the async proxy, and after the warpgroup's barrier its
-/// leader issues one bulk tensor store of the box (CUTLASS's TMA-store epilogue). Before the
-/// barrier the leader waits until its earlier stores have read their buffers, so the buffer
-/// written next (the other one) is free once the barrier passes.
+/// The store half of [`finish_chunk`] with a staging buffer: `part` (already through the
+/// epilogue) into the buffer, then the warpgroup's bulk tensor store of it.
 ///
 /// # Safety
-/// As [`finish`]; `E` has no pair stage ([`stages_c`]); all 128 threads of the warpgroup call
-/// it together; the CTA was launched with [`smem_bytes_staged`] and the leader fenced the
-/// tensor map.
-#[inline(always)]
-unsafe fn finish_staged<Out: Element, E: Stage>(
-    args: &GemmArgs,
-    epi: &E::Params,
-    mut part: Acc<1, EPI_FRAGS>,
-    cta: &Cta,
-    smem: *mut u8,
-    out: &Staging,
-) {
-    let mut ctx = tile_ctx(args, cta, smem, 0);
-    E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-    store_staged::<Out>(&part, &ctx, smem, out);
-}
-
-/// The store half of [`finish_staged`]: `part` (already through the epilogue) into the
-/// staging buffer, then the warpgroup's bulk tensor store of it.
-///
-/// # Safety
-/// As [`finish_staged`].
+/// As [`finish_chunk`] with `staged`.
 #[inline(always)]
 unsafe fn store_staged<Out: Element>(
     part: &Acc<1, EPI_FRAGS>,
@@ -760,30 +759,39 @@ unsafe fn store_staged<Out: Element>(
     store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
 }
 
-/// [`finish`] for one 64-column chunk of a row norm whose rows continue in other tiles
-/// ([`NormPass::Partial`]): the stages before the norm run, the chunk's row statistics merge
-/// into `stats` (this thread's two rows), the `last` chunk of the tile writes them as partial
-/// `cta.tile_n` of `cta.tiles_n` per row, and the pre-norm values are stored for the
-/// finishing kernel (`kernel::norm_finish`): through `staged`'s buffer with TMA when given
-/// (as [`finish_staged`]), else by each thread.
+/// [`super::finish::finish`] for one consumer warpgroup's 64-column chunk `part` (`split == 1`), with the
+/// norm pass `pass`: [`NormPass::Local`], or [`NormPass::Partial`] for a row norm whose rows
+/// continue in other tiles (the chunk's row statistics merge into `stats`, this thread's two
+/// rows, and the tile's last chunk writes them as partial `cta.tile_n` of `cta.tiles_n` per
+/// row; the pre-norm values are stored for the finishing kernel, `kernel::norm_finish`).
+///
+/// C is stored through `staged`'s buffer with TMA when given, else by each thread. Staged:
+/// each thread writes its values (16-bit pairs) to the staging buffer in the 128-byte swizzle
+/// (the 8 rows of a warp's store instruction fall in 8 different 16-byte chunks: no bank
+/// conflict), fences them to the async proxy, and after the warpgroup's barrier its leader
+/// issues one bulk tensor store of the box (CUTLASS's TMA-store epilogue). Before the barrier
+/// the leader waits until its earlier stores have read their buffers, so the buffer written
+/// next (the other one) is free once the barrier passes.
 ///
 /// # Safety
-/// As [`finish`]; the norm's statistics workspace holds `M × cta.tiles_n` entries; with
-/// `staged`, as [`finish_staged`].
+/// As [`super::finish::finish`]; with [`NormPass::Partial`], the norm's statistics workspace holds
+/// `M × cta.tiles_n` entries; with `staged`: `E` has no pair stage ([`stages_c`]), all 128
+/// threads of the warpgroup call it together, the CTA was launched with [`smem_bytes_staged`]
+/// and the leader fenced the tensor map.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn finish_partial<Out: Element, E: Stage>(
+unsafe fn finish_chunk<Out: Element, E: Stage>(
     args: &GemmArgs,
     epi: &E::Params,
     mut part: Acc<1, EPI_FRAGS>,
     cta: &Cta,
     smem: *mut u8,
-    last: bool,
+    pass: NormPass,
     stats: &mut [Moments; 2],
     staged: Option<&Staging>,
 ) {
     let mut ctx = tile_ctx(args, cta, smem, 0);
-    ctx.norm_pass = NormPass::Partial { last };
+    ctx.norm_pass = pass;
     ctx.row_stats = *stats;
     E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
     *stats = ctx.row_stats;

@@ -100,7 +100,10 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     let mut rows = [RowFactors::default(); 2];
     for (h, f) in rows.iter_mut().enumerate() {
         let mut s = st[h];
-        for mask in [1, 2] {
+        // A range, not `[1, 2]`: LLVM left the array's iterator rolled and the array in local
+        // memory.
+        for i in 0..2 {
+            let mask = 1 << i;
             let o = s.shfl_xor(mask);
             s = if t & mask == 0 {
                 s.merge(o)
