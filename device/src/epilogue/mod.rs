@@ -279,6 +279,113 @@ impl TileCtx {
     }
 }
 
+/// Bytes per cache line, the unit of [`Prefetch`].
+const LINE: u64 = 128;
+
+/// The part of C whose epilogue a thread will run soon, for [`Stage::prefetch`]: rows
+/// `row0..row0 + rows` and columns `col0..col0 + cols` of the M×N output (GEMM coordinates;
+/// the helpers clip to M and N), shared by `threads` threads of which this one is `thread`
+/// (each issues every `threads`-th prefetch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefetch {
+    /// Rows of C (M).
+    pub m: u32,
+    /// Columns of C (N).
+    pub n: u32,
+    /// First row of the region.
+    pub row0: u32,
+    /// First column of the region.
+    pub col0: u32,
+    /// Rows of the region.
+    pub rows: u32,
+    /// Columns of the region.
+    pub cols: u32,
+    /// This thread's index among `threads`.
+    pub thread: u32,
+    /// Threads that share the region's prefetches.
+    pub threads: u32,
+}
+
+impl Prefetch {
+    /// Into L1: the region's columns of a vector of `esize`-byte elements indexed by column
+    /// (`bias`, `scale(col)`), `ptr` its first element.
+    #[inline(always)]
+    pub fn columns(&self, ptr: u64, esize: u32) {
+        self.vector_lines(ptr, esize, self.col0, self.cols, self.n, |a| unsafe {
+            crate::arch::global::prefetch_l1(a)
+        });
+    }
+
+    /// Into L1: the region's rows of a vector indexed by row (`bias(row)`, `scale(row)`).
+    #[inline(always)]
+    pub fn rows(&self, ptr: u64, esize: u32) {
+        self.vector_lines(ptr, esize, self.row0, self.rows, self.m, |a| unsafe {
+            crate::arch::global::prefetch_l1(a)
+        });
+    }
+
+    /// Into L2: the region of a row-major M×N matrix of `esize`-byte elements with leading
+    /// dimension `ld` elements (`residual`).
+    #[inline(always)]
+    pub fn matrix(&self, ptr: u64, ld: u32, esize: u32) {
+        self.matrix_lines(ptr, ld, esize, |a| unsafe {
+            crate::arch::global::prefetch_l2(a)
+        });
+    }
+
+    /// Calls `f` with one address in every line that elements `first..first + count` (clipped
+    /// to `len`) of the vector occupy, this thread's share of them; every address is one of
+    /// those elements'.
+    #[inline(always)]
+    fn vector_lines(
+        &self,
+        ptr: u64,
+        esize: u32,
+        first: u32,
+        count: u32,
+        len: u32,
+        f: impl Fn(u64),
+    ) {
+        let end = first.saturating_add(count).min(len);
+        if first >= end {
+            return;
+        }
+        let lo = ptr + first as u64 * esize as u64;
+        let hi = ptr + (end - 1) as u64 * esize as u64;
+        let lines = (hi / LINE - lo / LINE + 1) as u32;
+        let mut i = self.thread;
+        while i < lines {
+            f(((lo / LINE + i as u64) * LINE).max(lo));
+            i += self.threads;
+        }
+    }
+
+    /// Calls `f` with one address in every line the region's rows of the matrix occupy (clipped
+    /// to M×N), this thread's share of them; every address is one of the region's elements'.
+    #[inline(always)]
+    fn matrix_lines(&self, ptr: u64, ld: u32, esize: u32, f: impl Fn(u64)) {
+        let (r_end, c_end) = (
+            self.row0.saturating_add(self.rows).min(self.m),
+            self.col0.saturating_add(self.cols).min(self.n),
+        );
+        if self.row0 >= r_end || self.col0 >= c_end {
+            return;
+        }
+        // A row's span may start mid-line: one line more than its bytes fill.
+        let per_row = ((c_end - self.col0) as u64 * esize as u64).div_ceil(LINE) as u32 + 1;
+        let total = (r_end - self.row0) * per_row;
+        let mut i = self.thread;
+        while i < total {
+            let r = self.row0 + i / per_row;
+            let row = ptr + r as u64 * ld as u64 * esize as u64;
+            let lo = row + self.col0 as u64 * esize as u64;
+            let hi = row + (c_end - 1) as u64 * esize as u64;
+            f((lo + (i % per_row) as u64 * LINE).min(hi));
+            i += self.threads;
+        }
+    }
+}
+
 /// One epilogue stage. See the [module docs](self) for what `apply` may assume.
 pub trait Stage {
     /// Launch-time parameters, passed by value inside the kernel's parameter struct.
@@ -295,6 +402,15 @@ pub trait Stage {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     );
+
+    /// Starts moving what [`Self::apply`] will read for `region` toward the SM (prefetches: no
+    /// effect on any value), so that the epilogue's loads hit a cache instead of waiting on
+    /// DRAM or L2 once per chunk. Mainloops call it before a tile's k-loop, for stage lists
+    /// without a pair stage (whose later stages see halved columns). Default: nothing.
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &Self::Params, region: &Prefetch) {
+        let _ = (p, region);
+    }
 }
 
 /// The empty stage list.
@@ -344,11 +460,17 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
             T::apply::<Out, MI, NI>(&p.tail, acc, ctx);
         }
     }
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &Self::Params, region: &Prefetch) {
+        H::prefetch::<Out>(&p.head, region);
+        T::prefetch::<Out>(&p.tail, region);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Acc;
+    use super::{Acc, LINE, Prefetch};
+    use std::vec::Vec;
 
     #[test]
     fn chunk_picks_the_fragments_of_chunk_q_in_row_major_order() {
@@ -369,5 +491,103 @@ mod tests {
         }
         let one = Acc::<1, 8>::zero();
         assert_eq!(one.chunk::<8>(0).v, one.v);
+    }
+
+    /// Every address `each` gives over all `threads` threads, sorted.
+    fn addresses(p: Prefetch, each: impl Fn(&Prefetch, &dyn Fn(u64))) -> Vec<u64> {
+        let got = core::cell::RefCell::new(Vec::new());
+        for thread in 0..p.threads {
+            each(&Prefetch { thread, ..p }, &|a| got.borrow_mut().push(a));
+        }
+        let mut v = got.into_inner();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn matrix_prefetch_touches_every_line_of_the_clipped_region_and_nothing_outside() {
+        // Awkward sizes: a region past M and N, an unaligned base and leading dimension.
+        for (m, n, row0, col0, rows, cols, ld, base, threads) in [
+            (
+                4095u32,
+                4097u32,
+                3968u32,
+                3968u32,
+                128u32,
+                256u32,
+                4097u32,
+                0x1000_0002u64,
+                128u32,
+            ),
+            (17, 1, 0, 0, 64, 64, 1, 0x2000, 128),
+            (300, 200, 256, 128, 128, 128, 200, 0x3006, 96),
+        ] {
+            let p = Prefetch {
+                m,
+                n,
+                row0,
+                col0,
+                rows,
+                cols,
+                thread: 0,
+                threads,
+            };
+            let esize = 2u64;
+            let got = addresses(p, |q, f| q.matrix_lines(base, ld, 2, |a| f(a)));
+            let mut want = std::collections::BTreeSet::new();
+            for r in row0..(row0 + rows).min(m) {
+                for c in col0..(col0 + cols).min(n) {
+                    want.insert((base + (r as u64 * ld as u64 + c as u64) * esize) / LINE);
+                }
+            }
+            let lines: std::collections::BTreeSet<u64> = got.iter().map(|a| a / LINE).collect();
+            assert_eq!(lines, want, "lines of {m}x{n} region at ({row0}, {col0})");
+            for a in &got {
+                let e = (a - base) / esize;
+                let (r, c) = ((e / ld as u64) as u32, (e % ld as u64) as u32);
+                assert!(
+                    r >= row0 && r < m && c >= col0 && c < n,
+                    "address {a:#x} outside"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn vector_prefetch_touches_every_line_once_inside_the_vector() {
+        for (len, first, count, base, esize, threads) in [
+            (4097u32, 3968u32, 256u32, 0x1000_0002u64, 2u32, 128u32),
+            (1, 0, 64, 0x40, 4, 128),
+            (1000, 1000, 64, 0x40, 2, 128),
+            (17, 3, 100, 0x7e, 2, 3),
+        ] {
+            let p = Prefetch {
+                m: 0,
+                n: 0,
+                row0: 0,
+                col0: 0,
+                rows: 0,
+                cols: 0,
+                thread: 0,
+                threads,
+            };
+            let got = addresses(p, |q, f| {
+                q.vector_lines(base, esize, first, count, len, |a| f(a))
+            });
+            let end = (first + count).min(len);
+            let want: std::collections::BTreeSet<u64> = (first..end)
+                .map(|c| (base + c as u64 * esize as u64) / LINE)
+                .collect();
+            let lines: Vec<u64> = got.iter().map(|a| a / LINE).collect();
+            assert_eq!(
+                lines,
+                want.iter().copied().collect::<Vec<_>>(),
+                "len {len} first {first}"
+            );
+            for a in &got {
+                assert!(*a >= base + first as u64 * esize as u64);
+                assert!(end > first && *a < base + end as u64 * esize as u64);
+            }
+        }
     }
 }

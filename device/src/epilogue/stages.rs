@@ -5,7 +5,7 @@
 //! value entering the stage at output element `(r, c)`.
 
 use super::ops::{load, load_pair, load_pair_aligned};
-use super::{Acc, NormPass, Stage, TileCtx};
+use super::{Acc, NormPass, Prefetch, Stage, TileCtx};
 use crate::arch::sync::sync_threads;
 use crate::arch::warp::shfl_xor_f32;
 use crate::math;
@@ -107,6 +107,10 @@ impl Stage for ScaleRow {
     ) {
         acc.for_each(ctx, |r, _, v| *v *= unsafe { load::<f32>(p.ptr, r) });
     }
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
+        region.rows(p.ptr, 4);
+    }
 }
 
 /// `scale(col)`: x·s[c] with `s` an f32 vector of length N (output columns).
@@ -121,6 +125,10 @@ impl Stage for ScaleCol {
         ctx: &mut TileCtx,
     ) {
         acc.for_each(ctx, |_, c, v| *v *= unsafe { load::<f32>(p.ptr, c) });
+    }
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
+        region.columns(p.ptr, 4);
     }
 }
 
@@ -152,6 +160,10 @@ impl Stage for BiasCol {
             acc.for_each(ctx, |_, c, v| *v += unsafe { load::<Out>(p.ptr, c) });
         }
     }
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
+        region.columns(p.ptr, core::mem::size_of::<Out>() as u32);
+    }
 }
 
 /// `bias(row)`: x + b[r], `b` of length M (one value per row, broadcast along it).
@@ -166,6 +178,10 @@ impl Stage for BiasRow {
         ctx: &mut TileCtx,
     ) {
         acc.for_each(ctx, |r, _, v| *v += unsafe { load::<Out>(p.ptr, r) });
+    }
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
+        region.rows(p.ptr, core::mem::size_of::<Out>() as u32);
     }
 }
 
@@ -186,6 +202,10 @@ impl Stage for Residual {
         ctx: &mut TileCtx,
     ) {
         add_matrix::<Out, MI, NI>(p.ptr, p.ld, acc, ctx);
+    }
+    #[inline(always)]
+    fn prefetch<Out: Element>(p: &MatrixParams, region: &Prefetch) {
+        region.matrix(p.ptr, p.ld, core::mem::size_of::<Out>() as u32);
     }
 }
 

@@ -83,7 +83,7 @@ use crate::copy::tma::{
 };
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
-use crate::epilogue::{Acc, NormPass, Stage, TileCtx};
+use crate::epilogue::{Acc, NormPass, Prefetch, Stage, TileCtx};
 use crate::gemm::finish::{Cta, tile_ctx};
 use crate::gemm::{GemmArgs, TileShape};
 use crate::mma::sm90::{
@@ -520,6 +520,23 @@ pub unsafe fn run<
         let mut i = first;
         while i < my_tiles {
             let (tm, tn) = coords(i);
+            if !E::PAIRS {
+                // The epilogue's vectors and residual tile travel during the mainloop: its
+                // loads then hit L1/L2 instead of exposing a round trip per chunk.
+                E::prefetch::<Out>(
+                    epi,
+                    &Prefetch {
+                        m: args.m,
+                        n: args.n,
+                        row0: tm * bm + wg_row0,
+                        col0: tn * bn,
+                        rows: 64 * MI as u32,
+                        cols: bn,
+                        thread: tid % 128,
+                        threads: 128,
+                    },
+                );
+            }
             if pingpong && i > 0 {
                 // The other warpgroup's mainloop of tile i - 1 is done: this is the
                 // ((i - 1) / 2)-th hand-over to warpgroup c.

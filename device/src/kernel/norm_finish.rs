@@ -118,6 +118,7 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     let col_end = args.n.min((block_idx_y() + 1) * args.cols_per_cta);
     let mut col0 = block_idx_y() * args.cols_per_cta;
     let aligned = args.c % (2 * core::mem::size_of::<Out>() as u64) == 0 && args.ldc % 2 == 0;
+    let affine_pairs = aligned && K::pair_aligned::<Out>(norm);
     while col0 < col_end {
         let mut ctx = TileCtx {
             m: args.m,
@@ -145,14 +146,17 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             scratch_bytes: 0,
         };
         let mut acc = Acc::<1, 8>::zero();
-        if aligned && acc.interior(&ctx) {
-            // No check per value: the loads of the whole step can be in flight at once.
+        if affine_pairs && acc.interior(&ctx) {
+            // No check per value: the loads of the whole step can be in flight at once. γ and
+            // β come as pairs, once per column pair for both rows (a quarter of the loads).
             for ni in 0..8 {
+                let c = ctx.col_of(ni);
+                let (gm, bt) = K::affine_pair::<Out>(norm, c);
                 for h in 0..2 {
-                    let (r, c) = (ctx.row_of(0, h), ctx.col_of(ni));
-                    let (a, b) = load_pair_aligned::<Out>(args.c, args.ldc, r, c);
-                    acc.v[0][ni][2 * h] = K::normalize::<Out>(norm, &rows[h], c, a);
-                    acc.v[0][ni][2 * h + 1] = K::normalize::<Out>(norm, &rows[h], c + 1, b);
+                    let (a, b) = load_pair_aligned::<Out>(args.c, args.ldc, ctx.row_of(0, h), c);
+                    let f = &rows[h];
+                    acc.v[0][ni][2 * h] = (a - f.shift) * f.scale * gm[0] + bt[0];
+                    acc.v[0][ni][2 * h + 1] = (b - f.shift) * f.scale * gm[1] + bt[1];
                 }
             }
         } else {
