@@ -81,6 +81,18 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         out
     }
 
+    /// Moves every fragment `F` places toward the front in (mi, ni) order (the [`Self::chunk`]
+    /// numbering: chunk q + 1 becomes chunk q); the last chunk keeps its values. All indices are
+    /// constants: a loop that takes chunk 0 and shifts needs neither selects nor a copy.
+    #[inline(always)]
+    pub fn shift_chunks<const F: usize>(&mut self) {
+        const { assert!(F > 0 && NI % F == 0, "NI is a multiple of the chunk width") };
+        for i in 0..MI * NI - F {
+            let j = i + F;
+            self.v[i / NI][i % NI] = self.v[j / NI][j % NI];
+        }
+    }
+
     /// Calls `f(row, col, &mut v0, &mut v1)` for every in-bounds pair this thread holds
     /// (`row < M`, `col < N`; `v1` belongs to `col + 1`, which may be ≥ N: check `ctx.n`).
     /// Before a pair-reducing stage only.
@@ -491,6 +503,16 @@ mod tests {
         }
         let one = Acc::<1, 8>::zero();
         assert_eq!(one.chunk::<8>(0).v, one.v);
+        // Taking chunk 0 and shifting visits the chunks in the same order.
+        let mut rest = acc;
+        for q in 0..4 {
+            assert_eq!(
+                rest.chunk::<8>(0).v,
+                acc.chunk::<8>(q).v,
+                "shifted chunk {q}"
+            );
+            rest.shift_chunks::<8>();
+        }
     }
 
     /// Every address `each` gives over all `threads` threads, sorted.

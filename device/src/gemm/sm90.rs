@@ -681,20 +681,26 @@ pub unsafe fn run<
                     staged_chunks += staged as u32;
                 }};
             }
-            if E::ROW_REDUCTION && NI <= 16 {
+            if E::ROW_REDUCTION {
                 // A row norm's chain is long (its statistics, the partials, both norm
                 // passes): written out per chunk, the kernel outgrew the instruction cache
-                // (bench/results/hopper-ln-profile-2026-12-02.md). A loop keeps one copy; the
-                // chunk's accumulators are picked by selects, so none is indexed at run time.
-                // BN = 256 tiles keep the written-out chunks: with the loop ptxas spills them
-                // (28-36 bytes, ptxas -v of sm_90a).
-                // The trip count is a run-time value: the builder's high unroll threshold
-                // would otherwise write the loop out again.
+                // (bench/results/hopper-ln-profile-2026-12-02.md). A loop keeps one copy. Each
+                // turn takes the first chunk and shifts the others down (moves between
+                // constant indices, so the accumulators stay in registers, and the chunk in
+                // hand is not a copy: picking chunk q by selects kept 32 more values live and
+                // spilled the ping-pong kernels, ptxas -v of sm_90a).
+                // The trip count is a run-time value (chunks past N are skipped, the last
+                // half's not visited): the builder's high unroll threshold would otherwise
+                // write the loop out again.
+                let mut rest = acc;
                 let mut q = 0;
-                while q < MI as u32 * chunks {
-                    let (h, j) = (q / chunks, q % chunks);
-                    let part = acc.chunk::<EPI_FRAGS>((h * per_half + j) as usize);
-                    chunk_body!(h, j, part);
+                while q < (MI as u32 - 1) * per_half + chunks {
+                    let (h, j) = (q / per_half, q % per_half);
+                    let part = rest.chunk::<EPI_FRAGS>(0);
+                    rest.shift_chunks::<EPI_FRAGS>();
+                    if j < chunks {
+                        chunk_body!(h, j, part);
+                    }
                     q += 1;
                 }
             } else {
