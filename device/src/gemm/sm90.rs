@@ -40,6 +40,16 @@
 //! way. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide output, row-norm
 //! clusters).
 //!
+//! # Epilogue
+//!
+//! Each consumer warpgroup hands its accumulators to the stages in 64-column chunks
+//! ([`EPI_COLS`]), one [`finish_chunk`] call per chunk: fewer values live at once next to the
+//! 128 accumulator registers. Chunks are written out one after another, except for stage lists
+//! with a row norm: their chain is long, and eight copies of it outgrew the instruction cache,
+//! so they run the chunks in a loop (one copy of the chain). Before a tile's k-loop the
+//! warpgroup prefetches what its stages will read for the tile ([`Stage::prefetch`]: vectors
+//! into L1, the residual tile into L2), so the epilogue's loads need not wait on DRAM.
+//!
 //! # Row-norm clusters
 //!
 //! An epilogue with a row norm on a cooperative 128-row tile may run with
