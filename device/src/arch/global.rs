@@ -152,33 +152,17 @@ pub unsafe fn st_f32x4(p: *mut [f32; 4], v: [f32; 4]) {
     }
 }
 
-macro_rules! prefetch {
-    ($(#[$m:meta])* $name:ident, $ptx:literal) => {
-        $(#[$m])*
-        ///
-        /// A hint (PTX ISA §9.7.9.15 `prefetch`): it changes no value and no load waits for it.
-        ///
-        /// # Safety
-        /// `p` must lie in a global allocation (callers clip it to the data they will read).
-        #[inline(always)]
-        pub unsafe fn $name(p: u64) {
-            #[cfg(target_arch = "nvptx64")]
-            asm!($ptx, p = in(reg64) p, options(nostack, preserves_flags));
-            #[cfg(not(target_arch = "nvptx64"))]
-            let _ = p;
-        }
-    };
+/// Brings the 128-byte line holding global address `p` into L2 (tiles the epilogue reads once,
+/// too large for the L1 left beside a Hopper kernel's shared memory).
+///
+/// A hint (PTX ISA, data-movement instructions, `prefetch`): it changes no value.
+///
+/// # Safety
+/// `p` must lie in a global allocation (callers clip it to the data they will read).
+#[inline(always)]
+pub unsafe fn prefetch_l2(p: u64) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(nostack, preserves_flags));
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = p;
 }
-
-prefetch!(
-    /// Brings the 128-byte line holding global address `p` into L1 (small vectors the epilogue
-    /// reads once per column or row).
-    prefetch_l1,
-    "prefetch.global.L1 [{p}];"
-);
-prefetch!(
-    /// Brings the 128-byte line holding global address `p` into L2 (tiles read once, too large
-    /// for the L1 left beside a Hopper kernel's shared memory).
-    prefetch_l2,
-    "prefetch.global.L2 [{p}];"
-);

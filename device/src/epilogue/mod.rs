@@ -319,23 +319,6 @@ pub struct Prefetch {
 }
 
 impl Prefetch {
-    /// Into L1: the region's columns of a vector of `esize`-byte elements indexed by column
-    /// (`bias`, `scale(col)`), `ptr` its first element.
-    #[inline(always)]
-    pub fn columns(&self, ptr: u64, esize: u32) {
-        self.vector_lines(ptr, esize, self.col0, self.cols, self.n, |a| unsafe {
-            crate::arch::global::prefetch_l1(a)
-        });
-    }
-
-    /// Into L1: the region's rows of a vector indexed by row (`bias(row)`, `scale(row)`).
-    #[inline(always)]
-    pub fn rows(&self, ptr: u64, esize: u32) {
-        self.vector_lines(ptr, esize, self.row0, self.rows, self.m, |a| unsafe {
-            crate::arch::global::prefetch_l1(a)
-        });
-    }
-
     /// Into L2: the region of a row-major M×N matrix of `esize`-byte elements with leading
     /// dimension `ld` elements (`residual`).
     #[inline(always)]
@@ -343,33 +326,6 @@ impl Prefetch {
         self.matrix_lines(ptr, ld, esize, |a| unsafe {
             crate::arch::global::prefetch_l2(a)
         });
-    }
-
-    /// Calls `f` with one address in every line that elements `first..first + count` (clipped
-    /// to `len`) of the vector occupy, this thread's share of them; every address is one of
-    /// those elements'.
-    #[inline(always)]
-    fn vector_lines(
-        &self,
-        ptr: u64,
-        esize: u32,
-        first: u32,
-        count: u32,
-        len: u32,
-        f: impl Fn(u64),
-    ) {
-        let end = first.saturating_add(count).min(len);
-        if first >= end {
-            return;
-        }
-        let lo = ptr + first as u64 * esize as u64;
-        let hi = ptr + (end - 1) as u64 * esize as u64;
-        let lines = (hi / LINE - lo / LINE + 1) as u32;
-        let mut i = self.thread;
-        while i < lines {
-            f(((lo / LINE + i as u64) * LINE).max(lo));
-            i += self.threads;
-        }
     }
 
     /// Calls `f` with one address in every line the region's rows of the matrix occupy (clipped
@@ -415,10 +371,13 @@ pub trait Stage {
         ctx: &mut TileCtx,
     );
 
-    /// Starts moving what [`Self::apply`] will read for `region` toward the SM (prefetches: no
-    /// effect on any value), so that the epilogue's loads hit a cache instead of waiting on
-    /// DRAM or L2 once per chunk. Mainloops call it before a tile's k-loop, for stage lists
-    /// without a pair stage (whose later stages see halved columns). Default: nothing.
+    /// Starts moving the tiles [`Self::apply`] will read for `region` into L2 (prefetches: no
+    /// effect on any value), so that the epilogue's loads do not wait on DRAM once per chunk.
+    /// Mainloops call it before a tile's k-loop, for stage lists without a pair stage (whose
+    /// later stages see halved columns). Default: nothing; `residual` prefetches its tile.
+    /// Vectors (bias, scales) are left alone: they stay in L2 anyway, and an L1 prefetch of
+    /// the bias made the bias epilogues about 3 % slower on the H200
+    /// (bench/results/hopper-prefetch-2026-12-02.md).
     #[inline(always)]
     fn prefetch<Out: Element>(p: &Self::Params, region: &Prefetch) {
         let _ = (p, region);
@@ -571,44 +530,6 @@ mod tests {
                     r >= row0 && r < m && c >= col0 && c < n,
                     "address {a:#x} outside"
                 );
-            }
-        }
-    }
-
-    #[test]
-    fn vector_prefetch_touches_every_line_once_inside_the_vector() {
-        for (len, first, count, base, esize, threads) in [
-            (4097u32, 3968u32, 256u32, 0x1000_0002u64, 2u32, 128u32),
-            (1, 0, 64, 0x40, 4, 128),
-            (1000, 1000, 64, 0x40, 2, 128),
-            (17, 3, 100, 0x7e, 2, 3),
-        ] {
-            let p = Prefetch {
-                m: 0,
-                n: 0,
-                row0: 0,
-                col0: 0,
-                rows: 0,
-                cols: 0,
-                thread: 0,
-                threads,
-            };
-            let got = addresses(p, |q, f| {
-                q.vector_lines(base, esize, first, count, len, |a| f(a))
-            });
-            let end = (first + count).min(len);
-            let want: std::collections::BTreeSet<u64> = (first..end)
-                .map(|c| (base + c as u64 * esize as u64) / LINE)
-                .collect();
-            let lines: Vec<u64> = got.iter().map(|a| a / LINE).collect();
-            assert_eq!(
-                lines,
-                want.iter().copied().collect::<Vec<_>>(),
-                "len {len} first {first}"
-            );
-            for a in &got {
-                assert!(*a >= base + first as u64 * esize as u64);
-                assert!(end > first && *a < base + end as u64 * esize as u64);
             }
         }
     }

@@ -107,10 +107,6 @@ impl Stage for ScaleRow {
     ) {
         acc.for_each(ctx, |r, _, v| *v *= unsafe { load::<f32>(p.ptr, r) });
     }
-    #[inline(always)]
-    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
-        region.rows(p.ptr, 4);
-    }
 }
 
 /// `scale(col)`: x·s[c] with `s` an f32 vector of length N (output columns).
@@ -125,10 +121,6 @@ impl Stage for ScaleCol {
         ctx: &mut TileCtx,
     ) {
         acc.for_each(ctx, |_, c, v| *v *= unsafe { load::<f32>(p.ptr, c) });
-    }
-    #[inline(always)]
-    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
-        region.columns(p.ptr, 4);
     }
 }
 
@@ -160,10 +152,6 @@ impl Stage for BiasCol {
             acc.for_each(ctx, |_, c, v| *v += unsafe { load::<Out>(p.ptr, c) });
         }
     }
-    #[inline(always)]
-    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
-        region.columns(p.ptr, core::mem::size_of::<Out>() as u32);
-    }
 }
 
 /// `bias(row)`: x + b[r], `b` of length M (one value per row, broadcast along it).
@@ -178,10 +166,6 @@ impl Stage for BiasRow {
         ctx: &mut TileCtx,
     ) {
         acc.for_each(ctx, |r, _, v| *v += unsafe { load::<Out>(p.ptr, r) });
-    }
-    #[inline(always)]
-    fn prefetch<Out: Element>(p: &VectorParams, region: &Prefetch) {
-        region.rows(p.ptr, core::mem::size_of::<Out>() as u32);
     }
 }
 

@@ -47,8 +47,8 @@
 //! 128 accumulator registers. Chunks are written out one after another, except for stage lists
 //! with a row norm: their chain is long, and eight copies of it outgrew the instruction cache,
 //! so they run the chunks in a loop (one copy of the chain). Before a tile's k-loop the
-//! warpgroup prefetches what its stages will read for the tile ([`Stage::prefetch`]: vectors
-//! into L1, the residual tile into L2), so the epilogue's loads need not wait on DRAM.
+//! warpgroup prefetches the tiles its stages will read into L2 ([`Stage::prefetch`]: the
+//! residual), so the epilogue's loads need not wait on DRAM.
 //!
 //! # Row-norm clusters
 //!
@@ -531,8 +531,8 @@ pub unsafe fn run<
         while i < my_tiles {
             let (tm, tn) = coords(i);
             if !E::PAIRS {
-                // The epilogue's vectors and residual tile travel during the mainloop: its
-                // loads then hit L1/L2 instead of exposing a round trip per chunk.
+                // The epilogue's residual tile travels to L2 during the mainloop: its loads
+                // then do not expose a DRAM round trip per chunk.
                 E::prefetch::<Out>(
                     epi,
                     &Prefetch {
