@@ -61,9 +61,10 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
     }
 
     /// Fragments `F·q..F·q + F` of these accumulators in (mi, ni) order, as one fragment row
-    /// (`NI` a multiple of `F`: fragment row `q / (NI/F)`, columns `F·(q % (NI/F))..`). `q` may
-    /// be a run-time value: each value is picked with selects over the constant indices, so a
-    /// loop over chunks keeps the accumulators in registers (and one copy of its body).
+    /// (`NI` a multiple of `F`: fragment row `q / (NI/F)`, columns `F·(q % (NI/F))..`). With a
+    /// run-time `q` each value is picked with selects over the constant indices (the
+    /// accumulators stay in registers, but the chunk is a copy: 32 more live values for
+    /// `F = 8`); a loop over chunks takes chunk 0 and calls [`Self::shift_chunks`] instead.
     #[inline(always)]
     pub fn chunk<const F: usize>(&self, q: usize) -> Acc<1, F> {
         const { assert!(F > 0 && NI % F == 0, "NI is a multiple of the chunk width") };
@@ -375,9 +376,8 @@ pub trait Stage {
     /// effect on any value), so that the epilogue's loads do not wait on DRAM once per chunk.
     /// Mainloops call it before a tile's k-loop, for stage lists without a pair stage (whose
     /// later stages see halved columns). Default: nothing; `residual` prefetches its tile.
-    /// Vectors (bias, scales) are left alone: they stay in L2 anyway, and an L1 prefetch of
-    /// the bias made the bias epilogues about 3 % slower on the H200
-    /// (bench/results/hopper-prefetch-2026-12-02.md).
+    /// Vectors (bias, scales) are left alone: they are small and stay in L2, and an L1
+    /// prefetch of them showed no gain on the H200 (bench/results/hopper-prefetch-2026-12-02.md).
     #[inline(always)]
     fn prefetch<Out: Element>(p: &Self::Params, region: &Prefetch) {
         let _ = (p, region);
