@@ -315,7 +315,7 @@ pub struct Prefetch {
     pub cols: u32,
     /// This thread's index among `threads`.
     pub thread: u32,
-    /// Threads that share the region's prefetches.
+    /// Threads that share the region's prefetches (at least 1).
     pub threads: u32,
 }
 
