@@ -60,31 +60,22 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         ctx.warp_row + 16 * MI as u32 <= ctx.m && ctx.warp_col + 8 * NI as u32 <= ctx.n
     }
 
-    /// Fragments `F·q..F·q + F` of these accumulators in (mi, ni) order, as one fragment row
-    /// (`NI` a multiple of `F`: fragment row `q / (NI/F)`, columns `F·(q % (NI/F))..`). With a
-    /// run-time `q` each value is picked with selects over the constant indices (the
-    /// accumulators stay in registers, but the chunk is a copy: 32 more live values for
-    /// `F = 8`); a loop over chunks takes chunk 0 and calls [`Self::shift_chunks`] instead.
+    /// The first `F` fragments of fragment row 0, as one fragment row: chunk 0 in (mi, ni)
+    /// order. A loop over chunks takes it and then calls [`Self::shift_chunks`]: every index is
+    /// a constant, so the accumulators stay in registers and the chunk is not a copy (picking
+    /// chunk q by run-time selects kept 32 more values live and spilled).
     #[inline(always)]
-    pub fn chunk<const F: usize>(&self, q: usize) -> Acc<1, F> {
+    pub fn first_chunk<const F: usize>(&self) -> Acc<1, F> {
         const { assert!(F > 0 && NI % F == 0, "NI is a multiple of the chunk width") };
         let mut out = Acc::<1, F>::zero();
-        for (f, o) in out.v[0].iter_mut().enumerate() {
-            let mut x = self.v[0][f];
-            for k in 1..MI * NI / F {
-                let i = F * k + f;
-                if k == q {
-                    x = self.v[i / NI][i % NI];
-                }
-            }
-            *o = x;
+        for f in 0..F {
+            out.v[0][f] = self.v[0][f];
         }
         out
     }
 
-    /// Moves every fragment `F` places toward the front in (mi, ni) order (the [`Self::chunk`]
-    /// numbering: chunk q + 1 becomes chunk q); the last chunk keeps its values. All indices are
-    /// constants: a loop that takes chunk 0 and shifts needs neither selects nor a copy.
+    /// Moves every fragment `F` places toward the front in (mi, ni) order (chunk q + 1 of `F`
+    /// fragments becomes chunk q); the last chunk keeps its values. All indices are constants.
     #[inline(always)]
     pub fn shift_chunks<const F: usize>(&mut self) {
         const { assert!(F > 0 && NI % F == 0, "NI is a multiple of the chunk width") };
@@ -444,7 +435,7 @@ mod tests {
     use std::vec::Vec;
 
     #[test]
-    fn chunk_picks_the_fragments_of_chunk_q_in_row_major_order() {
+    fn shifting_visits_the_chunks_in_row_major_order() {
         let mut acc = Acc::<2, 16>::zero();
         for mi in 0..2 {
             for ni in 0..16 {
@@ -453,25 +444,17 @@ mod tests {
                 }
             }
         }
+        let mut rest = acc;
         for q in 0..4 {
-            let part = acc.chunk::<8>(q);
+            let part = rest.first_chunk::<8>();
             let (mi, ni0) = (q / 2, 8 * (q % 2));
             for f in 0..8 {
                 assert_eq!(part.v[0][f], acc.v[mi][ni0 + f], "chunk {q}, fragment {f}");
             }
-        }
-        let one = Acc::<1, 8>::zero();
-        assert_eq!(one.chunk::<8>(0).v, one.v);
-        // Taking chunk 0 and shifting visits the chunks in the same order.
-        let mut rest = acc;
-        for q in 0..4 {
-            assert_eq!(
-                rest.chunk::<8>(0).v,
-                acc.chunk::<8>(q).v,
-                "shifted chunk {q}"
-            );
             rest.shift_chunks::<8>();
         }
+        let one = Acc::<1, 8>::zero();
+        assert_eq!(one.first_chunk::<8>().v, one.v);
     }
 
     /// Every address `each` gives over all `threads` threads, sorted.

@@ -706,7 +706,7 @@ pub unsafe fn run<
                 let mut q = 0;
                 while q < (MI as u32 - 1) * per_half + chunks {
                     let (h, j) = (q / per_half, q % per_half);
-                    let part = rest.chunk::<EPI_FRAGS>(0);
+                    let part = rest.first_chunk::<EPI_FRAGS>();
                     rest.shift_chunks::<EPI_FRAGS>();
                     if j < chunks {
                         chunk_body!(h, j, part);
@@ -792,9 +792,9 @@ unsafe fn store_staged<Out: Element>(
     store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
 }
 
-/// [`super::finish::finish`] for one consumer warpgroup's 64-column chunk `part` (`split == 1`), with the
-/// norm pass `pass`: [`NormPass::Local`], or [`NormPass::Partial`] for a row norm whose rows
-/// continue in other tiles (the chunk's row statistics merge into `stats`, this thread's two
+/// [`super::finish::finish`] for one consumer warpgroup's 64-column chunk `part`
+/// (`split == 1`), with the norm pass `pass`: [`NormPass::Local`], or [`NormPass::Partial`] for
+/// a row norm whose rows continue in other tiles (the chunk's row statistics merge into `stats`, this thread's two
 /// rows, and the tile's last chunk writes them as partial `cta.tile_n` of `cta.tiles_n` per
 /// row; the pre-norm values are stored for the finishing kernel, `kernel::norm_finish`).
 ///
@@ -807,8 +807,8 @@ unsafe fn store_staged<Out: Element>(
 /// next (the other one) is free once the barrier passes.
 ///
 /// # Safety
-/// As [`super::finish::finish`]; with [`NormPass::Partial`], the norm's statistics workspace holds
-/// `M × cta.tiles_n` entries; with `staged`: `E` has no pair stage ([`stages_c`]), all 128
+/// As [`super::finish::finish`]; with [`NormPass::Partial`], the norm's statistics workspace
+/// holds `M × cta.tiles_n` entries; with `staged`: `E` has no pair stage ([`stages_c`]), all 128
 /// threads of the warpgroup call it together, the CTA was launched with [`smem_bytes_staged`]
 /// and the leader fenced the tensor map.
 #[allow(clippy::too_many_arguments)]
