@@ -35,8 +35,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use fused_gemm_device::gemm::sm90::{
-    self, EpilogueTraits, Sm90Args, b_box_rows, cluster_m, cta_rows, is_pingpong, is_sm90_tile,
-    is_split_n, max_norm_cluster, row_norm_cluster_tile, stages_c_fit,
+    self, EpilogueTraits, MAX_NORM_CLUSTER, Sm90Args, cluster_m, cta_rows, is_pingpong,
+    is_sm90_tile, row_norm_cluster_tile,
 };
 use fused_gemm_device::gemm::{GemmArgs, TileShape};
 use fused_gemm_device::params::KernelParam;
@@ -127,12 +127,8 @@ pub fn predict_fit(
     // Ping-pong's hidden epilogue (below) already makes it win at equal efficiency; its
     // 0.97 came from tiles timed one after another, whose clocks drifted by up to 10 %.
     // Cooperative CTAs of 32K outputs (128×256, 256×128) share the best figure.
-    // Split-N's 64×512 CTAs read 72 KB of A and B per k-tile for 64·512 outputs, 1.5× the
-    // bytes per output of 128×256: a guess until measured (bench/results).
     let eff = if cluster_m(tile) > 1 {
         0.77
-    } else if is_split_n(tile) {
-        0.9
     } else if pingpong {
         1.0
     } else if cta_rows(tile) * tile.bn >= 128 * 256 {
@@ -149,12 +145,10 @@ pub fn predict_fit(
     // A row-norm cluster's epilogue makes two passes over the tile and waits for the other
     // CTAs' statistics: about 3× the store time and 3 µs per tile (fit to the H200 at
     // 4096×1024×{1024, 4096}, bench/results/hopper-h200.md).
-    // A split-N cluster of two waits on one peer and keeps its chain in a loop: its second
-    // pass reads registers, so the guess is one store time and 2 µs.
-    let cluster_epi_us = match cluster_norm {
-        Some(_) if is_split_n(tile) => epi_us + 2.0,
-        Some(_) => 2.0 * epi_us + 3.0,
-        None => 0.0,
+    let cluster_epi_us = if cluster_norm.is_some() {
+        2.0 * epi_us + 3.0
+    } else {
+        0.0
     };
     let sm_us = if pingpong {
         rounds as f64 * tile_us.max(epi_us) + epi_us
@@ -197,11 +191,11 @@ pub fn predict_fit(
 }
 
 /// CTAs of the row-norm cluster that finishes `p`'s row norm on `tile` in the epilogue, or
-/// `None`: cooperative 128-row and split-N tiles ([`row_norm_cluster_tile`]) when ⌈N/BN⌉ ≤
-/// [`max_norm_cluster`] (N ≤ 2048 on 128×256 tiles, ≤ 1024 on 128×128 and on 64×512 split-N).
+/// `None`: cooperative 128-row tiles ([`row_norm_cluster_tile`]) when ⌈N/BN⌉ ≤
+/// [`MAX_NORM_CLUSTER`] (N ≤ 2048 on 128×256 tiles, ≤ 1024 on 128×128).
 pub fn norm_cluster(tile: &TileShape, p: &Problem) -> Option<u32> {
     let ctas = p.n.div_ceil(tile.bn);
-    (p.row_norm && row_norm_cluster_tile(tile) && (1..=max_norm_cluster(tile)).contains(&ctas))
+    (p.row_norm && row_norm_cluster_tile(tile) && (1..=MAX_NORM_CLUSTER).contains(&ctas))
         .then_some(ctas)
 }
 
@@ -219,10 +213,10 @@ fn in_one_tile(p: &Problem) -> bool {
 
 /// The Hopper plan of `tile` for `p` on a device with `sms` SMs: one CTA per SM (at most one
 /// per tile; CTAs in pairs for a cluster tile), 384 threads, no split-K. Row norms finish in
-/// the epilogue on cooperative 128-row and split-N tiles with ⌈N/BN⌉ ≤ [`max_norm_cluster`]
-/// (a row-norm cluster, [`NormPath::Cluster`]) and on any tile when N ≤ [`sm90::EPI_COLS`];
-/// otherwise through partial statistics, one per row and tile (per warpgroup on split-N; the
-/// epilogue merges its 64-column chunks'), and the finishing kernel.
+/// the epilogue on cooperative 128-row tiles with ⌈N/BN⌉ ≤ [`MAX_NORM_CLUSTER`] (a row-norm
+/// cluster, [`NormPath::Cluster`]) and on any tile when N ≤ [`sm90::EPI_COLS`]; otherwise
+/// through partial statistics, one per tile and row (the epilogue merges its 64-column
+/// chunks'), and the finishing kernel.
 pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
     plan_fit(sms, tile, p, None)
 }
@@ -231,8 +225,7 @@ pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
 /// most `fit` clusters; `Some(0)` (none can run) plans the partial-statistics path instead.
 pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Plan {
     let (predicted_us, model) = predict_fit(sms, tile, p, fit);
-    // One partial per row and warpgroup's columns (split-N tiles write two per tile).
-    let tiles_n_stats = p.n.div_ceil(tile.bn / tile.warps_n);
+    let tiles_n_stats = p.n.div_ceil(tile.bn);
     let norm = match (
         p.row_norm,
         usable_norm_cluster(tile, p, fit),
@@ -250,7 +243,7 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
     // when C allows one).
     let smem_bytes = if matches!(norm, NormPath::Cluster { .. }) {
         sm90::smem_bytes_row_norm(tile)
-    } else if stages_c(p) && stages_c_fit(tile) {
+    } else if stages_c(p) {
         sm90::smem_bytes_staged(tile)
     } else {
         sm90::smem_bytes(tile)
@@ -446,11 +439,10 @@ where
         gpu,
         MapKey::new(call.a.ptr, dtype, k, m, call.a.ld as u64, cta_rows(&t)),
     )?;
-    // With a cluster each CTA loads (and multicasts) half of the B block; split-N loads it
-    // as two boxes.
+    // With a cluster each CTA loads (and multicasts) half of the B block.
     let tmap_b = ws.tensor_maps.get(
         gpu,
-        MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, b_box_rows(&t)),
+        MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
     )?;
     let direct = crate::gemm::current_overrides().direct_store;
     let tmap_c = match c_map_key(call, checked, &plan).filter(|_| !direct) {
@@ -750,15 +742,9 @@ mod tests {
     #[test]
     fn plans_stage_c_without_pairs_or_norm_clusters() {
         for t in TILES_SM90 {
+            let staged = sm90::smem_bytes_staged(t);
             assert_eq!(sm90::staging_offset(t) % 1024, 0, "{t:?}");
             assert!(sm90::staging_offset(t) >= sm90::smem_bytes(t));
-            // Split-N's three 72 KB stages leave no room for staging: threads store C.
-            let staged = if stages_c_fit(t) {
-                sm90::smem_bytes_staged(t)
-            } else {
-                assert!(is_split_n(t), "{t:?}");
-                sm90::smem_bytes(t)
-            };
             assert!(staged <= 227 * 1024, "{t:?}: {staged} bytes");
             let gemm = plan(132, t, &problem(4096, 4096, 1024));
             assert_eq!(gemm.smem_bytes, staged, "{t:?}");
@@ -769,11 +755,7 @@ mod tests {
             pairs.pairs = true;
             for p in [f32_out, pairs] {
                 assert!(!stages_c(&p), "{t:?} {p:?}");
-                assert_eq!(
-                    plan(132, t, &p).smem_bytes,
-                    sm90::smem_bytes(t),
-                    "{t:?} {p:?}"
-                );
+                assert_ne!(plan(132, t, &p).smem_bytes, staged, "{t:?} {p:?}");
             }
             // A row norm wider than any row-norm cluster (16+ tiles along N) stages its
             // pre-norm C next to the partial statistics; one within a chunk stages it too,
@@ -854,33 +836,6 @@ mod tests {
         let mut narrow = problem(100, 64, 64);
         narrow.row_norm = true;
         assert_eq!(plan(132, &TILES_SM90[1], &narrow).norm, NormPath::InCta);
-        // 64×512 split-N: clusters of two span N = 1024; 64 row blocks make one wave of 128
-        // CTAs. Wider rows take partials, one per row and warpgroup's 256 columns.
-        let split = TILES_SM90[5];
-        let c = plan(132, &split, &p);
-        assert_eq!(c.norm, NormPath::Cluster { ctas: 2 });
-        assert_eq!((c.grid, c.model.waves), ((128, 1, 1), 1));
-        assert_eq!(c.smem_bytes, sm90::smem_bytes_row_norm(&split));
-        let mut wide = problem(4096, 1025, 1024);
-        wide.row_norm = true;
-        match plan(132, &split, &wide).norm {
-            NormPath::Partials { tiles_n, .. } => assert_eq!(tiles_n, 5),
-            other => panic!("{other:?}"),
-        }
-        // At BERT-large's attention output the one-wave split-N cluster beats two rounds of
-        // ping-pong tiles plus the finishing kernel, and 30 clusters of four 128×256 tiles.
-        let mut attn = problem(4096, 1024, 1024);
-        attn.row_norm = true;
-        let t_split = predict_fit(132, &split, &attn, Some(64)).0;
-        let t_pp = predict_fit(132, &TILES_SM90[1], &attn, None).0;
-        let t_coop = predict_fit(132, &TILES_SM90[0], &attn, Some(30)).0;
-        assert!(
-            t_split < t_pp && t_split < t_coop,
-            "{t_split} {t_pp} {t_coop}"
-        );
-        // Plain GEMMs keep their tiles.
-        let g = problem(4096, 1024, 1024);
-        assert!(predict(132, &split, &g).0 > predict(132, &TILES_SM90[1], &g).0);
         assert_eq!(norm_cluster(&TILES_SM90[0], &problem(100, 64, 64)), None);
     }
 

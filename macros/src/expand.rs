@@ -554,7 +554,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         let (mi, ni) = (t.mi() as usize, t.ni() as usize);
         let (wm, wn, bk, stages, vec) = (t.warps_m, t.warps_n, t.bk, t.stages, v.vec);
         let mainloop = if v.tma {
-            quote!(#d::gemm::sm90::run::<#in_t, #out_t, #mi, #ni, #wm, #wn, #stages, #chain_ty>(&args, &epi, &tma))
+            quote!(#d::gemm::sm90::run::<#in_t, #out_t, #mi, #ni, #wm, #stages, #chain_ty>(&args, &epi, &tma))
         } else if attr.dtype == Dtype::F32 {
             quote!(#d::gemm::simt::run::<#out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
         } else {

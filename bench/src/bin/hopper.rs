@@ -547,10 +547,9 @@ fn tile_name(t: &TileShape) -> String {
         "{}x{} {}",
         t.bm,
         t.bn,
-        match (t.warps_m, t.warps_n) {
-            (4, 2) => "split",
-            (4, _) => "pingpong",
-            (16, _) => "cluster",
+        match t.warps_m {
+            4 => "pingpong",
+            16 => "cluster",
             _ => "coop",
         }
     )

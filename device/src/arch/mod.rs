@@ -30,21 +30,6 @@ pub fn trap() -> ! {
     host_unreachable("trap")
 }
 
-/// Returns `x` unchanged, but hidden from LLVM behind an empty `asm` block: a loop bounded by it
-/// keeps its run-time trip count, so the builder's high unroll threshold does not write a long
-/// loop body out once per turn (an epilogue chain per chunk outgrew the instruction cache).
-#[inline(always)]
-pub fn opaque_u32(x: u32) -> u32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let mut y = x;
-        unsafe { core::arch::asm!("// opaque {0}", inout(reg32) y, options(pure, nomem, nostack)) };
-        y
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    x
-}
-
 /// Returns `x` unchanged through an empty, ordered `asm` block: everything computing `x` must
 /// finish before the next such fence. Epilogue loops fence each finished value so LLVM does not
 /// sink the tails of 64 independent element computations to the store and keep all their

@@ -15,7 +15,7 @@
 //!   flight and release the previous stage (one `empty` arrival per warp), then run the
 //!   epilogue ([`super::finish`]) from registers.
 //!
-//! Four schedules, chosen by the tile's warps along M and N (see [`TILES_SM90`]):
+//! Three schedules, chosen by the tile's warps along M (see [`TILES_SM90`]):
 //! - **cooperative** (`WM = 8`): both warpgroups work on every tile, warpgroup `c` on rows
 //!   `c·BM/2..`; their epilogues run at the same time;
 //! - **ping-pong** (`WM = 4`): warpgroup `c` owns the CTA's tiles `c, c+2, …` whole; a pair
@@ -25,11 +25,7 @@
 //!   (along M) of a 256-row tile; each loads its own A block and half of the shared B block,
 //!   multicast into both CTAs' rings, so B crosses L2 once per pair. A stage is free again once
 //!   the consumers of both CTAs released it (remote `mbarrier` arrivals), and a producer waits
-//!   for that after its last copy so that no CTA exits while its peer may still signal it;
-//! - **split-N** (`WM = 4`, `WN = 2`): both warpgroups work on every 64×512 tile, warpgroup `c`
-//!   on columns `256c..`; the producer loads the 512-row B block as two 256-row boxes (a TMA
-//!   box has at most 256 rows). A 2-CTA row-norm cluster of these spans N = 1024, and an H200
-//!   runs 64 clusters of two at once where it runs only 30 of four (see Row-norm clusters).
+//!   for that after its last copy so that no CTA exits while its peer may still signal it.
 //!
 //! The ring is consumed in the order the producer fills it in every schedule.
 //!
@@ -56,10 +52,10 @@
 //!
 //! # Row-norm clusters
 //!
-//! An epilogue with a row norm on a cooperative 128-row tile or a 64-row split-N tile
-//! ([`row_norm_cluster_tile`]) may run with [`Sm90Args::norm_cluster`] = `cn` ≥ 1: clusters
-//! of `cn` CTAs along N, rank `r` computing tile column `cn·u + r` of the same row block, so a
-//! cluster spans whole rows when `cn·BN ≥ N`. The epilogue ([`row_norm_epilogue`]) runs the stages before the norm on every
+//! An epilogue with a row norm on a cooperative 128-row tile may run with
+//! [`Sm90Args::norm_cluster`] = `cn` ≥ 1: clusters of `cn` CTAs along N, rank `r` computing
+//! tile column `cn·u + r` of the same row block, so a cluster spans whole rows when
+//! `cn·BN ≥ N`. The epilogue ([`row_norm_epilogue`]) runs the stages before the norm on every
 //! chunk, swaps each row's (count, mean, M2) with the other CTAs through distributed shared
 //! memory, and normalizes and stores in the same kernel: no partial-statistics workspace and no
 //! second pass over C (CODA's partial statistics, exchanged on chip instead of through DRAM).
@@ -126,25 +122,19 @@ const EPI_FRAGS: usize = (EPI_COLS / 8) as usize;
 /// `bk` = [`BK`], `warps_m` = the consumer warps that share one tile (4: ping-pong, one
 /// warpgroup per tile; 8: cooperative, two warpgroups of one CTA; 16: a cluster of two
 /// cooperative CTAs along M, each BM/2 rows, that multicast the shared B block to each other),
-/// `warps_n` = 1 (2 for split-N: the two warpgroups of a `warps_m` = 4 tile split its columns),
-/// `stages` = ring depth. `mi()` is the number of 64-row halves each consumer warpgroup owns,
-/// `ni()` = BN/8 per warpgroup.
+/// `warps_n` = 1, `stages` = ring depth. `mi()` is the number of 64-row halves each consumer
+/// warpgroup owns, `ni()` = BN/8.
 ///
 /// 256×128 is the cooperative tile with two 64-row halves per warpgroup (each warpgroup
 /// 128×128, the same 128 accumulator registers as 128×256): cuBLAS's choice at the BERT-large
 /// and LLaMA-3-8B projection shapes on the H200 (bench/results/cublas-kernels-2026-12-02.md).
 /// Per k-tile its warpgroups read 256 rows of shared memory each, against 320 on 128×256.
-///
-/// 64×512 split-N is the row-norm tile for N ≤ 1024: at 4096×1024 its 2-CTA clusters are 128
-/// CTAs in one wave, where 128×256 tiles need clusters of four, of which an H200 runs 30 at
-/// once (two rounds for 32 row blocks). A stage is 72 KB, so the ring has three.
 pub const TILES_SM90: &[TileShape] = &[
     TileShape::new(128, 256, 64, 8, 1, 4),
     TileShape::new(128, 128, 64, 4, 1, 6),
     TileShape::new(128, 128, 64, 8, 1, 6),
     TileShape::new(256, 256, 64, 16, 1, 4),
     TileShape::new(256, 128, 64, 8, 1, 4),
-    TileShape::new(64, 512, 64, 4, 2, 3),
 ];
 
 /// CTAs per cluster (along M) of tile shape `t`: 2 for `warps_m` = 16, else 1.
@@ -164,18 +154,7 @@ pub fn is_sm90_tile(t: &TileShape) -> bool {
 
 /// Whether tiles of shape `t` are computed by one consumer warpgroup each (ping-pong).
 pub const fn is_pingpong(t: &TileShape) -> bool {
-    t.warps_m == 4 && t.warps_n == 1
-}
-
-/// Whether the two consumer warpgroups of `t` split its columns (split-N, `warps_n` = 2).
-pub const fn is_split_n(t: &TileShape) -> bool {
-    t.warps_n == 2
-}
-
-/// Rows of one TMA box of B: BN, halved when a 2×1 cluster multicasts halves, or a split-N
-/// warpgroup's BN/2 (the producer issues one box per warpgroup).
-pub const fn b_box_rows(t: &TileShape) -> u32 {
-    t.bn / cluster_m(t) / t.warps_n
+    t.warps_m == 4
 }
 
 /// Bytes of one ring stage: the CTA's A block ([`cta_rows`]) and the B block (BN rows), 128
@@ -235,45 +214,23 @@ pub const fn smem_bytes_staged(t: &TileShape) -> u32 {
     staging_offset(t) + 4 * STAGING_BYTES
 }
 
-/// Dynamic shared memory one CTA may use on sm_90, bytes (227 KB).
-pub const SMEM_LIMIT: u32 = 227 * 1024;
-
-/// Whether the C staging buffers fit next to `t`'s ring ([`smem_bytes_staged`] ≤
-/// [`SMEM_LIMIT`]); where not (split-N's 72 KB stages), threads store C themselves.
-pub const fn stages_c_fit(t: &TileShape) -> bool {
-    smem_bytes_staged(t) <= SMEM_LIMIT
-}
-
 /// Most CTAs of a row-norm cluster ([`Sm90Args::norm_cluster`]): the portable cluster size.
 pub const MAX_NORM_CLUSTER: u32 = 8;
 
-/// Most CTAs of a row-norm cluster of tile `t`: [`MAX_NORM_CLUSTER`], or 2 on split-N tiles,
-/// whose three 72 KB stages leave room for the exchange of two CTAs only.
-pub const fn max_norm_cluster(t: &TileShape) -> u32 {
-    if is_split_n(t) { 2 } else { MAX_NORM_CLUSTER }
-}
-
-/// Entries per CTA in the row-statistics exchange: one per row of a 128-row cooperative tile,
-/// or one per (warpgroup, row) of a 64-row split-N tile.
-pub const NORM_XCHG_ENTRIES: u32 = 128;
-
-/// Bytes of the row-statistics exchange of a row-norm cluster of tile `t`: two buffers (tiles
-/// alternate) of [`max_norm_cluster`] CTAs × [`NORM_XCHG_ENTRIES`] × (count, mean, M2, pad) f32.
-pub const fn norm_xchg_bytes(t: &TileShape) -> u32 {
-    2 * max_norm_cluster(t) * NORM_XCHG_ENTRIES * 16
-}
+/// Bytes of the row-statistics exchange of a row-norm cluster: two buffers (tiles alternate)
+/// of [`MAX_NORM_CLUSTER`] × 128 rows × (count, mean, M2, pad) f32.
+pub const NORM_XCHG_BYTES: u32 = 2 * MAX_NORM_CLUSTER * 128 * 16;
 
 /// Whether tiles of shape `t` can finish row norms in a cluster along N: cooperative tiles of
-/// 128 rows (each consumer warp holds one m16 fragment row) and split-N tiles of 64 rows (each
-/// warpgroup holds the rows of its columns).
+/// 128 rows (each consumer warp holds one m16 fragment row).
 pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
-    (t.warps_m == 8 && t.bm == 128) || (is_split_n(t) && t.bm == 64)
+    t.warps_m == 8 && t.bm == 128
 }
 
 /// Dynamic shared memory of a CTA of a row-norm cluster, bytes: [`smem_bytes`], two exchange
-/// mbarriers, then the [`norm_xchg_bytes`] exchange (16-byte aligned).
+/// mbarriers, then the [`NORM_XCHG_BYTES`] exchange (16-byte aligned).
 pub const fn smem_bytes_row_norm(t: &TileShape) -> u32 {
-    t.stages * stage_bytes(t) + 16 * t.stages + 32 + norm_xchg_bytes(t)
+    t.stages * stage_bytes(t) + 16 * t.stages + 32 + NORM_XCHG_BYTES
 }
 
 /// Why `t` cannot be instantiated on this mainloop, or `None`.
@@ -281,16 +238,13 @@ pub const fn check(t: &TileShape) -> Option<&'static str> {
     if t.bk != BK {
         return Some("BK must be 64 (one 128-byte swizzle row of 16-bit elements)");
     }
-    let split = t.warps_n == 2 && t.warps_m == 4;
-    if !split && (t.warps_n != 1 || (t.warps_m != 4 && t.warps_m != 8 && t.warps_m != 16)) {
+    if t.warps_n != 1 || (t.warps_m != 4 && t.warps_m != 8 && t.warps_m != 16) {
         return Some(
-            "warps_m must be 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster) with \
-             warps_n = 1, or 4 with warps_n = 2 (split-N)",
+            "warps_m must be 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster) with warps_n = 1",
         );
     }
-    let wg_bn = t.bn / t.warps_n;
-    if wg_bn * t.warps_n != t.bn || (wg_bn != 64 && wg_bn != 128 && wg_bn != 256) {
-        return Some("BN per warpgroup must be 64, 128 or 256 (wgmma m64nNk16)");
+    if t.bn != 64 && t.bn != 128 && t.bn != 256 {
+        return Some("BN must be 64, 128 or 256 (wgmma m64nNk16)");
     }
     if t.bm % (16 * t.warps_m) != 0 || t.mi() == 0 || t.mi() > 2 {
         return Some("each consumer warpgroup owns one or two 64-row halves");
@@ -301,7 +255,7 @@ pub const fn check(t: &TileShape) -> Option<&'static str> {
     if t.acc_registers() > 128 {
         return Some("more than 128 accumulator registers per thread");
     }
-    if t.stages < 2 || smem_bytes(t) > SMEM_LIMIT {
+    if t.stages < 2 || smem_bytes(t) > 227 * 1024 {
         return Some("the ring needs two to as many stages as 227 KB of shared memory hold");
     }
     None
@@ -321,7 +275,7 @@ pub struct Sm90Args {
     /// next tile column, so CTAs running together share A and B panels in L2. At least 1.
     pub group_m: u32,
     /// Row norms on cooperative tiles: 0 when the norm (if any) finishes per tile or through
-    /// partial statistics; `c` in 1..=[`max_norm_cluster`] when the kernel runs in clusters of
+    /// partial statistics; `c` in 1..=[`MAX_NORM_CLUSTER`] when the kernel runs in clusters of
     /// `c` CTAs along N (grid a multiple of `c`) whose tiles together span every row
     /// (`c·BN ≥ N`): they exchange row statistics through distributed shared memory and finish
     /// the norm in the epilogue ([`smem_bytes_row_norm`] of shared memory).
@@ -397,10 +351,9 @@ impl<const STAGES: u32> Ring<STAGES> {
 /// layouts.
 ///
 /// Type and const parameters: `In` the 16-bit input type; `Out` the element type of C; `MI`
-/// the 64-row halves each consumer warpgroup owns; `NI` = BN/8 per warpgroup; `WM` 4
-/// (ping-pong, or split-N with `WN = 2`), 8 (cooperative) or 16 (2-CTA cluster); `WN` the
-/// warpgroups along N (1, or 2 for split-N); `STAGES` the ring depth; `E` the epilogue. A CTA's
-/// tile has `min(WM, 8)·16·MI` rows and `8·NI·WN` columns.
+/// the 64-row halves each consumer warpgroup owns; `NI` = BN/8; `WM` 4 (ping-pong), 8
+/// (cooperative) or 16 (2-CTA cluster); `STAGES` the ring depth; `E` the epilogue. A CTA's
+/// tile has `min(WM, 8)·16·MI` rows.
 ///
 /// # Safety
 /// The launcher validated every operand (host `validate`), built the tensor maps from the same
@@ -414,7 +367,6 @@ pub unsafe fn run<
     const MI: usize,
     const NI: usize,
     const WM: u32,
-    const WN: u32,
     const STAGES: u32,
     E: Stage,
 >(
@@ -422,22 +374,16 @@ pub unsafe fn run<
     epi: &E::Params,
     sm90: &Sm90Args,
 ) {
-    // Split-N (WN = 2): both warpgroups on every tile, warpgroup c on columns c·BN/2.. .
-    let split = WN == 2;
-    let pingpong = WM == 4 && !split;
+    let pingpong = WM == 4;
     // Cluster of two CTAs along M (WM = 16): each CTA is a cooperative 8-warp consumer pair.
     let cluster = if WM == 16 { 2 } else { 1 };
     let bm = (WM / cluster) * 16 * MI as u32;
-    let bn = NI as u32 * 8 * WN;
-    let tile = TileShape::new(bm * cluster, bn, BK, WM, WN, STAGES);
+    let bn = NI as u32 * 8;
+    let tile = TileShape::new(bm * cluster, bn, BK, WM, 1, STAGES);
     const {
         assert!(
             WM == 4 || WM == 8 || WM == 16,
             "WM is 4 (ping-pong), 8 (cooperative) or 16 (2-CTA cluster)"
-        );
-        assert!(
-            WN == 1 || (WN == 2 && WM == 4),
-            "WN is 1, or 2 with WM = 4 (split-N)"
         );
         assert!(MI == 1 || MI == 2, "one or two 64-row halves per warpgroup");
         assert!(NI == 8 || NI == 16 || NI == 32, "BN is 64, 128 or 256");
@@ -463,15 +409,13 @@ pub unsafe fn run<
     // One arrival per consumer warp that reads a stage, in every CTA whose producer fills it
     // (with a cluster, each CTA's B half lands in both).
     let releases = if pingpong { 4 } else { 8 } * cluster;
-    // Row norms on cooperative 128-row or split-N tiles with `norm_cluster = cn`: the
-    // cluster's CTAs compute `cn` adjacent tiles of one row block and swap row statistics (see
-    // `row_norm_epilogue`).
-    let row_norm = E::ROW_REDUCTION && (WM == 8 || split) && MI == 1 && sm90.norm_cluster > 0;
+    // Row norms on cooperative 128-row tiles with `norm_cluster = cn`: the cluster's CTAs
+    // compute `cn` adjacent tiles of one row block and swap row statistics (see `row_norm_epilogue`).
+    let row_norm = E::ROW_REDUCTION && WM == 8 && MI == 1 && sm90.norm_cluster > 0;
     let cn = if row_norm { sm90.norm_cluster } else { 1 };
-    let max_cn = max_norm_cluster(&tile);
     // A row wider than the cluster would be normalized over part of its columns: a broken
     // launch contract, stopped here rather than answered wrongly.
-    if cn > max_cn || (row_norm && args.n.div_ceil(bn) > cn) {
+    if cn > MAX_NORM_CLUSTER || (row_norm && args.n.div_ceil(bn) > cn) {
         crate::arch::trap();
     }
     // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
@@ -521,9 +465,8 @@ pub unsafe fn run<
         let (um, un) = tile_coords(unit + i * n_units, units_m, units_n, group);
         (um * cluster + rank_m, un * cn + rank_n)
     };
-    // With a cluster, this CTA loads its half of the B block for both CTAs; split-N loads the
-    // block as one box per warpgroup.
-    let b_rows = b_box_rows(&tile);
+    // With a cluster, this CTA loads its half of the B block for both CTAs.
+    let b_rows = bn / cluster;
 
     if wg == 0 {
         release_registers();
@@ -551,10 +494,7 @@ pub unsafe fn run<
                         wait_parity(empty(s), ring.phase ^ 1);
                         arrive_expect_tx(full(s), stage_bytes);
                         load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
-                        for j in 0..WN {
-                            let dst = s_b(s) + j * b_rows * 128;
-                            load_2d(dst, sm90.tmap_b, k0, row_b + (j * b_rows) as i32, full(s));
-                        }
+                        load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
                     }
                     ring.advance();
                 }
@@ -575,9 +515,8 @@ pub unsafe fn run<
         let w = (tid / 32) % 4;
         // C through shared memory and TMA (see `stages_c`); thread 0 of each consumer
         // warpgroup issues its bulk stores.
-        let staged = stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>())
-            && stages_c_fit(&tile)
-            && sm90.tmap_c != 0;
+        let staged =
+            stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
         let leader = tid % 128 == 0;
         if staged && leader {
             fence_tensormap_acquire(sm90.tmap_c);
@@ -585,14 +524,8 @@ pub unsafe fn run<
         }
         // Chunks this warpgroup has staged: they alternate between its two buffers.
         let mut staged_chunks = 0u32;
-        // First row of this warpgroup's first half within the tile, and its first column.
-        let wg_row0 = if pingpong || split {
-            0
-        } else {
-            c * 64 * MI as u32
-        };
-        let wg_bn = bn / WN;
-        let wg_col0 = if split { c * wg_bn } else { 0 };
+        // First row of this warpgroup's first half within the tile.
+        let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
         let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
         let mut i = first;
         while i < my_tiles {
@@ -606,9 +539,9 @@ pub unsafe fn run<
                         m: args.m,
                         n: args.n,
                         row0: tm * bm + wg_row0,
-                        col0: tn * bn + wg_col0,
+                        col0: tn * bn,
                         rows: 64 * MI as u32,
-                        cols: wg_bn,
+                        cols: bn,
                         thread: tid % 128,
                         threads: 128,
                     },
@@ -627,7 +560,7 @@ pub unsafe fn run<
                 wait_parity(full(s), ring.phase);
                 fence();
                 for kk in 0..BK / 16 {
-                    let b = smem_desc_sw128(s_b(s) + wg_col0 * 128 + kk * 32);
+                    let b = smem_desc_sw128(s_b(s) + kk * 32);
                     for h in 0..MI {
                         let row = wg_row0 + 64 * h as u32;
                         let a = smem_desc_sw128(s_a(s) + row * 128 + kk * 32);
@@ -665,27 +598,24 @@ pub unsafe fn run<
                 }
             }
 
-            // This warpgroup's part of the tile starts at column n0 (split-N: past N for the
-            // second warpgroup of a narrow last tile, which then has no chunks).
-            let (m0, n0) = (tm * bm, tn * bn + wg_col0);
+            let (m0, n0) = (tm * bm, tn * bn);
             if row_norm {
                 row_norm_epilogue::<Out, NI, E>(
                     args,
                     epi,
-                    acc.v[0],
+                    &mut acc.v[0],
                     &RowNormCta {
                         tid: tid - 128,
                         lane,
                         row: wg_row0 + 16 * w,
                         tile_m: tm,
+                        tile_n: tn,
                         m0,
                         n0,
                         bm,
-                        part: if split { c } else { 0 },
-                        parts: WN,
+                        bn,
                         rank: rank_n,
                         cn,
-                        max_cn,
                         iter: i,
                     },
                     smem,
@@ -697,10 +627,10 @@ pub unsafe fn run<
             }
             // A row norm over rows wider than one chunk (and no cluster): the chunks of each
             // 64-row half merge their row statistics and the last writes one partial per tile
-            // and warpgroup (slot `n0 / (BN/WN)` of ⌈N/(BN/WN)⌉) for the finishing kernel.
+            // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
             let partials = E::ROW_REDUCTION && args.n > EPI_COLS;
             let per_half = (NI / EPI_FRAGS) as u32;
-            let chunks = args.n.saturating_sub(n0).div_ceil(EPI_COLS).min(per_half);
+            let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
             // Row statistics of the current 64-row half: its chunks run one after another.
             let mut stats = [Moments::default(); 2];
             // Chunk `j` of half `h` (columns `64j..` of rows `64h..`): the epilogue and the
@@ -719,7 +649,7 @@ pub unsafe fn run<
                         warp_n: 0,
                         warps_n: 1,
                         tile_m: tm,
-                        tile_n: col0 / EPI_COLS,
+                        tile_n: tn * (bn / EPI_COLS) + j,
                         split: 0,
                         tiles_n: args.n.div_ceil(EPI_COLS),
                         m0,
@@ -743,9 +673,8 @@ pub unsafe fn run<
                     }
                     let (ctx, pass) = if partials {
                         let ctx = Cta {
-                            // One partial per warpgroup's columns (split-N: two per tile).
-                            tile_n: n0 / wg_bn,
-                            tiles_n: args.n.div_ceil(wg_bn),
+                            tile_n: tn,
+                            tiles_n: args.n.div_ceil(bn),
                             ..ctx
                         };
                         (
@@ -914,45 +843,33 @@ struct RowNormCta {
     /// First of the warp's 16 rows within the tile.
     row: u32,
     tile_m: u32,
-    /// First row of the tile, and first column of this warpgroup's part of it.
+    tile_n: u32,
     m0: u32,
     n0: u32,
     bm: u32,
-    /// Split-N: this warpgroup's part of the tile's columns (0 or 1) and the parts (2);
-    /// otherwise 0 and 1.
-    part: u32,
-    parts: u32,
-    /// This CTA's rank in the row-norm cluster, the cluster's size, and the most CTAs the
-    /// exchange has room for ([`max_norm_cluster`]).
+    bn: u32,
+    /// This CTA's rank in the row-norm cluster and the cluster's size.
     rank: u32,
     cn: u32,
-    max_cn: u32,
     /// The tile's index in this CTA's sequence (the same in every CTA of the cluster).
     iter: u32,
 }
 
 /// The epilogue of a row-norm cluster ([`Sm90Args::norm_cluster`]) for one tile and one
-/// consumer warp's 16 rows (`frags`, NI m16n8 fragments from column `w.n0`):
+/// consumer warp's 16 rows (`frags`, BN/8 m16n8 fragments):
 ///
 /// 1. every 64-column chunk runs the stages before the norm ([`NormPass::Collect`]), keeps the
 ///    values, and merges its row statistics;
 /// 2. the lanes holding column pair 0 of a row (`lane % 4 == 0`) store its (count, mean, M2) in
 ///    slot `rank` of exchange buffer `iter % 2` of every CTA of the cluster (distributed shared
-///    memory), at the entry of (part, row) (`64·part + row`: a split-N tile's two warpgroups
-///    hold different columns of the same 64 rows), and arrive on that CTA's exchange barrier
-///    `xbar` (`64·cn` arrivals per phase: 8 writer lanes in each of 8 consumer warps);
-/// 3. once this CTA's barrier completes the phase, every thread merges its rows' `cn·parts`
-///    entries in (rank, part) order: the same order in every CTA and warpgroup, so all of a
-///    row's holders normalize it with bitwise-identical statistics;
+///    memory) and arrive on that CTA's exchange barrier `xbar` (`64·cn` arrivals per phase);
+/// 3. once this CTA's barrier completes the phase, every thread merges its rows' `cn` slots in
+///    rank order: the same order in every CTA, so all of a row's CTAs normalize it with
+///    bitwise-identical statistics;
 /// 4. every chunk runs the norm and the later stages ([`NormPass::Apply`]) and is stored.
 ///
 /// Two buffers suffice: a CTA writes buffer `b` again (tile `iter + 2`) only after every CTA
 /// arrived for tile `iter + 1`, which each does after reading buffer `b` for tile `iter`.
-///
-/// The apply pass is a loop with one copy of its chain (written out per chunk, chains outgrew
-/// the instruction cache, bench/results/hopper-ln-profile-2026-12-02.md): it takes the first
-/// chunk and shifts. The collect pass is written out: a loop would have to rotate every chunk
-/// back, and that spilled the RMSNorm kernels under the launch's 168 registers.
 ///
 /// # Safety
 /// The kernel's launch contract with `norm_cluster = cn`; `xbuf` is the byte offset of the
@@ -962,7 +879,7 @@ struct RowNormCta {
 unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     args: &GemmArgs,
     epi: &E::Params,
-    frags: [[f32; 4]; NI],
+    frags: &mut [[f32; 4]; NI],
     w: &RowNormCta,
     smem: *mut u8,
     xbuf: u32,
@@ -978,7 +895,7 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
             warp_n: 0,
             warps_n: 1,
             tile_m: w.tile_m,
-            tile_n: col0 / EPI_COLS,
+            tile_n: w.tile_n * (w.bn / EPI_COLS) + j,
             split: 0,
             tiles_n: args.n.div_ceil(EPI_COLS),
             m0: w.m0,
@@ -989,29 +906,22 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
             warp_col: col0,
         }
     };
-    // Chunks of this warpgroup's columns inside N (none for a part wholly past N).
-    let chunks = args
-        .n
-        .saturating_sub(w.n0)
-        .div_ceil(EPI_COLS)
-        .min((NI / EPI_FRAGS) as u32);
-    let mut acc = Acc::<1, NI> { v: [frags] };
     let mut stats = [Moments::default(); 2];
-    // Written out per chunk so every accumulator index is a constant (see above).
+    // Written out per chunk (not a loop) so every accumulator index is a constant.
     macro_rules! collect {
         ($j:literal) => {
-            if $j < NI / EPI_FRAGS && $j < chunks {
+            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
                 let mut ctx = tile_ctx(args, &cta($j), smem, 0);
                 ctx.norm_pass = NormPass::Collect;
                 ctx.row_stats = stats;
                 let mut part = Acc::<1, EPI_FRAGS>::zero();
                 for f in 0..EPI_FRAGS {
-                    part.v[0][f] = acc.v[0][$j * EPI_FRAGS + f];
+                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
                 }
                 E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
                 stats = ctx.row_stats;
                 for f in 0..EPI_FRAGS {
-                    acc.v[0][$j * EPI_FRAGS + f] = part.v[0][f];
+                    frags[$j * EPI_FRAGS + f] = part.v[0][f];
                 }
             }
         };
@@ -1022,9 +932,8 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     collect!(3);
 
     let buf = w.iter & 1;
-    let slot = |rank: u32, part: u32, h: u32| {
-        let entry = 64 * part + w.row + (w.lane >> 2) + 8 * h;
-        xbuf + ((buf * w.max_cn + rank) * NORM_XCHG_ENTRIES + entry) * 16
+    let slot = |rank: u32, h: u32| {
+        xbuf + ((buf * MAX_NORM_CLUSTER + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) * 16
     };
     // Lanes 1-3 of each quad read the slots of the previous tile in this buffer too: the warp
     // barrier orders their reads before lane 0's release arrival that lets peers overwrite them.
@@ -1034,8 +943,7 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         for r in 0..w.cn {
             for h in 0..2 {
                 let st = stats[h as usize];
-                let dst = base + slot(w.rank, w.part, h);
-                st_cluster_f32x4(dst, r, [st.n, st.mean, st.m2, 0.0]);
+                st_cluster_f32x4(base + slot(w.rank, h), r, [st.n, st.mean, st.m2, 0.0]);
             }
             arrive_remote(xbar, r);
         }
@@ -1043,31 +951,35 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     wait_parity_cluster(xbar, (w.iter >> 1) & 1);
     let mut row = [Moments::default(); 2];
     for r in 0..w.cn {
-        for p in 0..w.parts {
-            for h in 0..2 {
-                let v = *(smem.add(slot(r, p, h) as usize) as *const [f32; 4]);
-                row[h as usize] = row[h as usize].merge(Moments {
-                    n: v[0],
-                    mean: v[1],
-                    m2: v[2],
-                });
-            }
+        for h in 0..2 {
+            let v = *(smem.add(slot(r, h) as usize) as *const [f32; 4]);
+            row[h as usize] = row[h as usize].merge(Moments {
+                n: v[0],
+                mean: v[1],
+                m2: v[2],
+            });
         }
     }
 
-    // A bound LLVM cannot see (`chunks` is at most 4, so it would write the loop out again).
-    let turns = crate::arch::opaque_u32(chunks);
-    let mut q = 0;
-    while q < turns {
-        let mut part = acc.first_chunk::<EPI_FRAGS>();
-        acc.shift_chunks::<EPI_FRAGS>();
-        let mut ctx = tile_ctx(args, &cta(q), smem, 0);
-        ctx.norm_pass = NormPass::Apply;
-        ctx.row_stats = row;
-        E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-        store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
-        q += 1;
+    macro_rules! apply {
+        ($j:literal) => {
+            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
+                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
+                ctx.norm_pass = NormPass::Apply;
+                ctx.row_stats = row;
+                let mut part = Acc::<1, EPI_FRAGS>::zero();
+                for f in 0..EPI_FRAGS {
+                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
+                }
+                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+                store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+            }
+        };
     }
+    apply!(0);
+    apply!(1);
+    apply!(2);
+    apply!(3);
 }
 
 #[cfg(test)]
@@ -1099,25 +1011,6 @@ mod tests {
             smem_bytes_staged(&tall) <= 232_448,
             "C staging fits next to the ring"
         );
-        let split = TILES_SM90[5];
-        assert!(is_split_n(&split) && !is_pingpong(&split));
-        assert_eq!((split.mi(), split.ni(), cta_rows(&split)), (1, 32, 64));
-        assert_eq!(b_box_rows(&split), 256, "a TMA box has at most 256 rows");
-        assert_eq!(b_box_rows(&cluster), 128);
-        assert_eq!(b_box_rows(&TILES_SM90[0]), 256);
-        assert!(row_norm_cluster_tile(&split) && row_norm_cluster_tile(&TILES_SM90[0]));
-        assert!(
-            !stages_c_fit(&split),
-            "three 72 KB stages leave no room to stage C"
-        );
-        for t in TILES_SM90 {
-            assert_eq!(stages_c_fit(t), !is_split_n(t), "{t:?}");
-            if row_norm_cluster_tile(t) {
-                assert!(smem_bytes_row_norm(t) <= SMEM_LIMIT, "{t:?}");
-            }
-        }
-        assert_eq!(max_norm_cluster(&split), 2);
-        assert_eq!(max_norm_cluster(&TILES_SM90[0]), MAX_NORM_CLUSTER);
     }
 
     #[test]
@@ -1136,16 +1029,6 @@ mod tests {
             check(&TileShape::new(128, 256, 64, 4, 1, 3))
                 .unwrap()
                 .contains("accumulator")
-        );
-        assert!(
-            check(&TileShape::new(64, 1024, 64, 4, 2, 2))
-                .unwrap()
-                .contains("BN per warpgroup")
-        );
-        assert!(
-            check(&TileShape::new(128, 512, 64, 8, 2, 3))
-                .unwrap()
-                .contains("split-N")
         );
     }
 
