@@ -355,6 +355,9 @@ pub trait Stage {
     /// Whether the stage reduces over whole rows (and so needs the row in one CTA, or the
     /// partial-statistics path).
     const ROW_REDUCTION: bool = false;
+    /// Whether this is the empty stage list ([`Nil`]): a kernel may then skip the fragment
+    /// layout the stages see (the norm finishing kernel's wide loads and stores).
+    const IS_EMPTY: bool = false;
 
     /// Transforms the tile in registers. `Out` is the kernel's output element type.
     fn apply<Out: Element, const MI: usize, const NI: usize>(
@@ -365,8 +368,10 @@ pub trait Stage {
 
     /// Starts moving the tiles [`Self::apply`] will read for `region` into L2 (prefetches: no
     /// effect on any value), so that the epilogue's loads do not wait on DRAM once per chunk.
-    /// Mainloops call it before a tile's k-loop, for stage lists without a pair stage (whose
-    /// later stages see halved columns). Default: nothing; `residual` prefetches its tile.
+    /// Mainloops call it a few k-tiles before the end of a tile's k-loop (early enough to hide
+    /// DRAM latency, late enough that the mainloop's own traffic does not evict the lines), for
+    /// stage lists without a pair stage (whose later stages see halved columns). Default:
+    /// nothing; `residual` prefetches its tile.
     /// Vectors (bias, scales) are left alone: they are small and stay in L2, and an L1
     /// prefetch of them showed no gain on the H200 (bench/results/hopper-prefetch-2026-12-02.md).
     #[inline(always)]
@@ -396,6 +401,7 @@ unsafe impl<H: KernelParam, T: KernelParam> KernelParam for Cons<H, T> {}
 
 impl Stage for Nil {
     type Params = Nil;
+    const IS_EMPTY: bool = true;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         _: &Nil,

@@ -511,6 +511,9 @@ pub trait RowNorm {
     /// # Safety
     /// [`Self::pair_aligned`], and the vectors hold column `c + 1`.
     unsafe fn affine_pair<Out: Element>(p: &Self::Params, c: u32) -> ([f32; 2], [f32; 2]);
+    /// Global addresses of γ and β (0 without β), for wide loads; each holds N values of the
+    /// output dtype.
+    fn affine_ptrs(p: &Self::Params) -> (u64, u64);
 }
 
 /// A row's normalization: `(x − shift)·scale`.
@@ -590,6 +593,10 @@ impl RowNorm for LayerNorm {
         let (b0, b1) = load_pair_aligned::<Out>(p.beta, 0, 0, c);
         ([g0, g1], [b0, b1])
     }
+    #[inline(always)]
+    fn affine_ptrs(p: &LayerNormParams) -> (u64, u64) {
+        (p.gamma, p.beta)
+    }
 }
 
 /// `rms_norm(eps)`: x/√(mean(x²) + ε)·γ[c] over each row's N values. Squares are accumulated
@@ -622,6 +629,10 @@ impl RowNorm for RmsNorm {
     unsafe fn affine_pair<Out: Element>(p: &RmsNormParams, c: u32) -> ([f32; 2], [f32; 2]) {
         let (g0, g1) = load_pair_aligned::<Out>(p.gamma, 0, 0, c);
         ([g0, g1], [0.0; 2])
+    }
+    #[inline(always)]
+    fn affine_ptrs(p: &RmsNormParams) -> (u64, u64) {
+        (p.gamma, 0)
     }
 }
 

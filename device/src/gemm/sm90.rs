@@ -46,9 +46,9 @@
 //! ([`EPI_COLS`]), one [`finish_chunk`] call per chunk: fewer values live at once next to the
 //! 128 accumulator registers. Chunks are written out one after another, except for stage lists
 //! with a row norm: their chain is long, and eight copies of it outgrew the instruction cache,
-//! so they run the chunks in a loop (one copy of the chain). Before a tile's k-loop the
-//! warpgroup prefetches the tiles its stages will read into L2 ([`Stage::prefetch`]: the
-//! residual), so the epilogue's loads need not wait on DRAM.
+//! so they run the chunks in a loop (one copy of the chain). [`PREFETCH_K_TILES`] before the
+//! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
+//! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
 //!
 //! # Row-norm clusters
 //!
@@ -101,6 +101,11 @@ use crate::mma::sm90::{
 };
 use crate::params::KernelParam;
 use crate::types::Element;
+
+/// K-tiles before the end of a tile's mainloop at which its consumer warpgroup prefetches the
+/// tile's residual into L2 ([`Stage::prefetch`]): about 2 µs of lead on 128×128 ping-pong
+/// tiles (a k-tile takes about 0.25 µs there).
+pub const PREFETCH_K_TILES: u32 = 8;
 
 /// Threads per CTA: the producer warpgroup and two consumer warpgroups.
 pub const THREADS: u32 = 384;
@@ -530,23 +535,28 @@ pub unsafe fn run<
         let mut i = first;
         while i < my_tiles {
             let (tm, tn) = coords(i);
-            if !E::PAIRS {
-                // The epilogue's residual tile travels to L2 during the mainloop: its loads
-                // then do not expose a DRAM round trip per chunk.
-                E::prefetch::<Out>(
-                    epi,
-                    &Prefetch {
-                        m: args.m,
-                        n: args.n,
-                        row0: tm * bm + wg_row0,
-                        col0: tn * bn,
-                        rows: 64 * MI as u32,
-                        cols: bn,
-                        thread: tid % 128,
-                        threads: 128,
-                    },
-                );
-            }
+            // The epilogue's residual tile travels to L2 during the last PREFETCH_K_TILES
+            // k-tiles of the mainloop, so its loads do not expose a DRAM round trip per chunk.
+            // Issued at the start of a long mainloop, the lines were evicted again by its A
+            // and B traffic (LayerNorm at 8192³ got slower).
+            let prefetch_at = k_tiles.saturating_sub(PREFETCH_K_TILES);
+            let prefetch = || {
+                if !E::PAIRS {
+                    E::prefetch::<Out>(
+                        epi,
+                        &Prefetch {
+                            m: args.m,
+                            n: args.n,
+                            row0: tm * bm + wg_row0,
+                            col0: tn * bn,
+                            rows: 64 * MI as u32,
+                            cols: bn,
+                            thread: tid % 128,
+                            threads: 128,
+                        },
+                    );
+                }
+            };
             if pingpong && i > 0 {
                 // The other warpgroup's mainloop of tile i - 1 is done: this is the
                 // ((i - 1) / 2)-th hand-over to warpgroup c.
@@ -557,6 +567,9 @@ pub unsafe fn run<
             let mut prev = 0;
             for kt in 0..k_tiles {
                 let s = ring.stage;
+                if kt == prefetch_at {
+                    prefetch();
+                }
                 wait_parity(full(s), ring.phase);
                 fence();
                 for kk in 0..BK / 16 {

@@ -119,7 +119,21 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     let mut col0 = block_idx_y() * args.cols_per_cta;
     let aligned = args.c % (2 * core::mem::size_of::<Out>() as u64) == 0 && args.ldc % 2 == 0;
     let affine_pairs = aligned && K::pair_aligned::<Out>(norm);
+    let (gamma, beta) = K::affine_ptrs(norm);
+    // 16-byte accesses of 8 values (see `wide_step`): a 16-bit C with 16-byte aligned rows, γ
+    // and β, and no stage after the norm (those take the fragment layout below).
+    let wide = Post::IS_EMPTY
+        && core::mem::size_of::<Out>() == 2
+        && args.c % 16 == 0
+        && args.ldc % 8 == 0
+        && gamma % 16 == 0
+        && beta % 16 == 0;
     while col0 < col_end {
+        if wide && row0 + 16 <= args.m && col0 + COLS_PER_STEP <= args.n {
+            wide_step::<Out>(args, row0, col0, g, t, &rows, gamma, beta);
+            col0 += COLS_PER_STEP;
+            continue;
+        }
         let mut ctx = TileCtx {
             m: args.m,
             n: args.n,
@@ -177,5 +191,61 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
         Post::apply::<Out, 1, 8>(post, &mut acc, &mut ctx);
         store_tile::<Out, 1, 8>(&acc, &ctx);
         col0 += COLS_PER_STEP;
+    }
+}
+
+/// One warp's interior 16×64 step of [`run`] with 16-byte accesses: lane `(g, t)` normalizes
+/// rows `row0 + g` and `row0 + g + 8`, columns `col0 + 32v + 8t..+8` for `v` in 0..2, so the
+/// four lanes of a row read and write 64 contiguous bytes per access (every sector whole; the
+/// fragment layout's 4-byte pairs use half of each sector). Same arithmetic as the fragment
+/// path: `(x − shift)·scale·γ + β`.
+///
+/// # Safety
+/// As [`run`], with a 16-bit `Out`, C's address and row stride and `gamma`/`beta` 16-byte
+/// aligned (`beta` may be 0: no β), and the step inside M and N.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn wide_step<Out: Element>(
+    args: &NormFinishArgs,
+    row0: u32,
+    col0: u32,
+    g: u32,
+    t: u32,
+    rows: &[RowFactors; 2],
+    gamma: u64,
+    beta: u64,
+) {
+    use crate::arch::global::{ld_f32x4, st_f32x4};
+    // Eight 16-bit values from a 16-byte load (bit patterns carried in f32 registers).
+    let unpack8 = |w: [f32; 4]| {
+        let mut x = [0f32; 8];
+        for i in 0..4 {
+            let (lo, hi) = Out::unpack2(w[i].to_bits());
+            x[2 * i] = lo;
+            x[2 * i + 1] = hi;
+        }
+        x
+    };
+    let at = |base: u64, c: u32| (base + 2 * c as u64) as *const [f32; 4];
+    for v in 0..2u32 {
+        let c = col0 + 32 * v + 8 * t;
+        let gm = unpack8(ld_f32x4(at(gamma, c)));
+        let bt = if beta != 0 {
+            unpack8(ld_f32x4(at(beta, c)))
+        } else {
+            [0.0; 8]
+        };
+        for (h, f) in rows.iter().enumerate() {
+            let r = row0 + g + 8 * h as u32;
+            let p = at(args.c + 2 * r as u64 * args.ldc as u64, c);
+            let x = unpack8(ld_f32x4(p));
+            let mut y = [0f32; 4];
+            for i in 0..4 {
+                let a = (x[2 * i] - f.shift) * f.scale * gm[2 * i] + bt[2 * i];
+                let b = (x[2 * i + 1] - f.shift) * f.scale * gm[2 * i + 1] + bt[2 * i + 1];
+                y[i] = f32::from_bits(Out::pack2(a, b));
+            }
+            st_f32x4(p as *mut [f32; 4], y);
+        }
     }
 }
