@@ -65,6 +65,25 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
         return;
     }
     let (g, t) = (lane >> 2, lane & 3);
+    let col_end = args.n.min((block_idx_y() + 1) * args.cols_per_cta);
+    let first = block_idx_y() * args.cols_per_cta;
+    let (gamma, beta) = K::affine_ptrs(norm);
+    // 16-byte accesses of 8 values (see `WideStep`): a 16-bit C with 16-byte aligned rows, γ
+    // and β, and no stage after the norm (those take the fragment layout below).
+    let wide = Post::IS_EMPTY
+        && core::mem::size_of::<Out>() == 2
+        && args.c % 16 == 0
+        && args.ldc % 8 == 0
+        && gamma % 16 == 0
+        && beta % 16 == 0;
+    let interior = |col0: u32| row0 + 16 <= args.m && col0 + COLS_PER_STEP <= col_end;
+    // The first step's loads go out before the statistics are merged: the two round trips
+    // overlap (a CTA often has one step, and waiting for both in turn left DRAM 83 % idle).
+    let mut pending = if wide && interior(first) {
+        Some(WideStep::load(args, row0, first, g, t, gamma, beta))
+    } else {
+        None
+    };
     let stats = K::stats(norm) as *const [f32; 4];
     let row = |h: usize| row0 + g + 8 * h as u32;
     // The four lanes of a row merge every fourth partial each (j = t, t + 4, …), then combine,
@@ -115,22 +134,16 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             *f = K::row_factors(norm, &s);
         }
     }
-    let col_end = args.n.min((block_idx_y() + 1) * args.cols_per_cta);
-    let mut col0 = block_idx_y() * args.cols_per_cta;
+    let mut col0 = first;
     let aligned = args.c % (2 * core::mem::size_of::<Out>() as u64) == 0 && args.ldc % 2 == 0;
     let affine_pairs = aligned && K::pair_aligned::<Out>(norm);
-    let (gamma, beta) = K::affine_ptrs(norm);
-    // 16-byte accesses of 8 values (see `wide_step`): a 16-bit C with 16-byte aligned rows, γ
-    // and β, and no stage after the norm (those take the fragment layout below).
-    let wide = Post::IS_EMPTY
-        && core::mem::size_of::<Out>() == 2
-        && args.c % 16 == 0
-        && args.ldc % 8 == 0
-        && gamma % 16 == 0
-        && beta % 16 == 0;
     while col0 < col_end {
-        if wide && row0 + 16 <= args.m && col0 + COLS_PER_STEP <= args.n {
-            wide_step::<Out>(args, row0, col0, g, t, &rows, gamma, beta);
+        if wide && interior(col0) {
+            let step = match pending.take() {
+                Some(s) => s,
+                None => WideStep::load(args, row0, col0, g, t, gamma, beta),
+            };
+            step.finish::<Out>(args, row0, col0, g, t, &rows);
             col0 += COLS_PER_STEP;
             continue;
         }
@@ -194,58 +207,100 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     }
 }
 
-/// One warp's interior 16×64 step of [`run`] with 16-byte accesses: lane `(g, t)` normalizes
-/// rows `row0 + g` and `row0 + g + 8`, columns `col0 + 32v + 8t..+8` for `v` in 0..2, so the
-/// four lanes of a row read and write 64 contiguous bytes per access (every sector whole; the
-/// fragment layout's 4-byte pairs use half of each sector). Same arithmetic as the fragment
-/// path: `(x − shift)·scale·γ + β`.
-///
-/// # Safety
-/// As [`run`], with a 16-bit `Out`, C's address and row stride and `gamma`/`beta` 16-byte
-/// aligned (`beta` may be 0: no β), and the step inside M and N.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn wide_step<Out: Element>(
-    args: &NormFinishArgs,
-    row0: u32,
-    col0: u32,
-    g: u32,
-    t: u32,
-    rows: &[RowFactors; 2],
-    gamma: u64,
-    beta: u64,
-) {
-    use crate::arch::global::{ld_f32x4, st_f32x4};
-    // Eight 16-bit values from a 16-byte load (bit patterns carried in f32 registers).
-    let unpack8 = |w: [f32; 4]| {
-        let mut x = [0f32; 8];
-        for i in 0..4 {
-            let (lo, hi) = Out::unpack2(w[i].to_bits());
-            x[2 * i] = lo;
-            x[2 * i + 1] = hi;
-        }
-        x
-    };
-    let at = |base: u64, c: u32| (base + 2 * c as u64) as *const [f32; 4];
-    for v in 0..2u32 {
-        let c = col0 + 32 * v + 8 * t;
-        let gm = unpack8(ld_f32x4(at(gamma, c)));
-        let bt = if beta != 0 {
-            unpack8(ld_f32x4(at(beta, c)))
-        } else {
-            [0.0; 8]
+/// One warp's interior 16×64 step of [`run`] with 16-byte accesses, loaded ([`Self::load`])
+/// apart from its arithmetic and stores ([`Self::finish`]) so that the loads can be in flight
+/// while the row statistics are merged. Lane `(g, t)` holds rows `row0 + g` and `row0 + g + 8`,
+/// columns `col0 + 32v + 8t..+8` for `v` in 0..2: the four lanes of a row read and write 64
+/// contiguous bytes per access (every sector whole; the fragment layout's 4-byte pairs use half
+/// of each sector). Values are 16-bit bit patterns carried in f32 registers.
+#[derive(Clone, Copy)]
+struct WideStep {
+    /// C at `[v][h]`, γ and β at `[v]` (β zeros without one).
+    x: [[[f32; 4]; 2]; 2],
+    gamma: [[f32; 4]; 2],
+    beta: [[f32; 4]; 2],
+}
+
+impl WideStep {
+    /// Address of the 8 values at column `c` of the row at `base` (16-bit elements).
+    #[inline(always)]
+    fn at(base: u64, c: u32) -> *const [f32; 4] {
+        (base + 2 * c as u64) as *const [f32; 4]
+    }
+
+    /// Issues the step's loads.
+    ///
+    /// # Safety
+    /// As [`run`], with a 16-bit `Out`, C's address and row stride and `gamma`/`beta` 16-byte
+    /// aligned (`beta` may be 0: no β), and the step inside M and N.
+    #[inline(always)]
+    unsafe fn load(
+        args: &NormFinishArgs,
+        row0: u32,
+        col0: u32,
+        g: u32,
+        t: u32,
+        gamma: u64,
+        beta: u64,
+    ) -> Self {
+        use crate::arch::global::ld_f32x4;
+        let mut s = WideStep {
+            x: [[[0.0; 4]; 2]; 2],
+            gamma: [[0.0; 4]; 2],
+            beta: [[0.0; 4]; 2],
         };
-        for (h, f) in rows.iter().enumerate() {
-            let r = row0 + g + 8 * h as u32;
-            let p = at(args.c + 2 * r as u64 * args.ldc as u64, c);
-            let x = unpack8(ld_f32x4(p));
-            let mut y = [0f32; 4];
-            for i in 0..4 {
-                let a = (x[2 * i] - f.shift) * f.scale * gm[2 * i] + bt[2 * i];
-                let b = (x[2 * i + 1] - f.shift) * f.scale * gm[2 * i + 1] + bt[2 * i + 1];
-                y[i] = f32::from_bits(Out::pack2(a, b));
+        for v in 0..2 {
+            let c = col0 + 32 * v as u32 + 8 * t;
+            s.gamma[v] = ld_f32x4(Self::at(gamma, c));
+            if beta != 0 {
+                s.beta[v] = ld_f32x4(Self::at(beta, c));
             }
-            st_f32x4(p as *mut [f32; 4], y);
+            for h in 0..2 {
+                let r = row0 + g + 8 * h as u32;
+                s.x[v][h] = ld_f32x4(Self::at(args.c + 2 * r as u64 * args.ldc as u64, c));
+            }
+        }
+        s
+    }
+
+    /// `(x − shift)·scale·γ + β` (the fragment path's arithmetic) and the 16-byte stores.
+    ///
+    /// # Safety
+    /// As [`Self::load`], for the same step.
+    #[inline(always)]
+    unsafe fn finish<Out: Element>(
+        &self,
+        args: &NormFinishArgs,
+        row0: u32,
+        col0: u32,
+        g: u32,
+        t: u32,
+        rows: &[RowFactors; 2],
+    ) {
+        let unpack8 = |w: &[f32; 4]| {
+            let mut x = [0f32; 8];
+            for i in 0..4 {
+                let (lo, hi) = Out::unpack2(w[i].to_bits());
+                x[2 * i] = lo;
+                x[2 * i + 1] = hi;
+            }
+            x
+        };
+        for v in 0..2 {
+            let c = col0 + 32 * v as u32 + 8 * t;
+            let (gm, bt) = (unpack8(&self.gamma[v]), unpack8(&self.beta[v]));
+            for (h, f) in rows.iter().enumerate() {
+                let x = unpack8(&self.x[v][h]);
+                let mut y = [0f32; 4];
+                for i in 0..4 {
+                    let a = (x[2 * i] - f.shift) * f.scale * gm[2 * i] + bt[2 * i];
+                    let b = (x[2 * i + 1] - f.shift) * f.scale * gm[2 * i + 1] + bt[2 * i + 1];
+                    y[i] = f32::from_bits(Out::pack2(a, b));
+                }
+                let r = row0 + g + 8 * h as u32;
+                let p = Self::at(args.c + 2 * r as u64 * args.ldc as u64, c);
+                crate::arch::global::st_f32x4(p as *mut [f32; 4], y);
+            }
         }
     }
 }
