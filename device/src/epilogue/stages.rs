@@ -525,6 +525,16 @@ pub struct RowFactors {
     pub scale: f32,
 }
 
+impl RowFactors {
+    /// `(x − shift)·scale·γ + β`: the normalized value of `x` with the affine factors of its
+    /// column (the contract of [`RowNorm::affine_pair`]; β = 0 without one). One expression for
+    /// every path, so they agree bitwise.
+    #[inline(always)]
+    pub fn affine(&self, x: f32, gamma: f32, beta: f32) -> f32 {
+        (x - self.shift) * self.scale * gamma + beta
+    }
+}
+
 params!(
     /// `layer_norm(eps)`.
     LayerNormParams {
@@ -580,7 +590,7 @@ impl RowNorm for LayerNorm {
         c: u32,
         x: f32,
     ) -> f32 {
-        (x - row.shift) * row.scale * load::<Out>(p.gamma, c) + load::<Out>(p.beta, c)
+        row.affine(x, load::<Out>(p.gamma, c), load::<Out>(p.beta, c))
     }
     #[inline(always)]
     fn pair_aligned<Out: Element>(p: &LayerNormParams) -> bool {
@@ -749,7 +759,7 @@ fn normalize_rows<K: RowNorm, Out: Element, const MI: usize, const NI: usize>(
                     let st = factors(mi, h);
                     for e in 0..2 {
                         let x = acc.v[mi][ni][2 * h + e];
-                        acc.v[mi][ni][2 * h + e] = (x - st.shift) * st.scale * g[e] + b[e];
+                        acc.v[mi][ni][2 * h + e] = st.affine(x, g[e], b[e]);
                     }
                 }
             }

@@ -182,8 +182,8 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
                 for h in 0..2 {
                     let (a, b) = load_pair_aligned::<Out>(args.c, args.ldc, ctx.row_of(0, h), c);
                     let f = &rows[h];
-                    acc.v[0][ni][2 * h] = (a - f.shift) * f.scale * gm[0] + bt[0];
-                    acc.v[0][ni][2 * h + 1] = (b - f.shift) * f.scale * gm[1] + bt[1];
+                    acc.v[0][ni][2 * h] = f.affine(a, gm[0], bt[0]);
+                    acc.v[0][ni][2 * h + 1] = f.affine(b, gm[1], bt[1]);
                 }
             }
         } else {
@@ -263,7 +263,7 @@ impl WideStep {
         s
     }
 
-    /// `(x − shift)·scale·γ + β` (the fragment path's arithmetic) and the 16-byte stores.
+    /// [`RowFactors::affine`] (as the fragment path) and the 16-byte stores.
     ///
     /// # Safety
     /// As [`Self::load`], for the same step.
@@ -293,8 +293,8 @@ impl WideStep {
                 let x = unpack8(&self.x[v][h]);
                 let mut y = [0f32; 4];
                 for i in 0..4 {
-                    let a = (x[2 * i] - f.shift) * f.scale * gm[2 * i] + bt[2 * i];
-                    let b = (x[2 * i + 1] - f.shift) * f.scale * gm[2 * i + 1] + bt[2 * i + 1];
+                    let a = f.affine(x[2 * i], gm[2 * i], bt[2 * i]);
+                    let b = f.affine(x[2 * i + 1], gm[2 * i + 1], bt[2 * i + 1]);
                     y[i] = f32::from_bits(Out::pack2(a, b));
                 }
                 let r = row0 + g + 8 * h as u32;
