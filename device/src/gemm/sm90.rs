@@ -807,9 +807,10 @@ unsafe fn store_staged<Out: Element>(
 
 /// [`super::finish::finish`] for one consumer warpgroup's 64-column chunk `part`
 /// (`split == 1`), with the norm pass `pass`: [`NormPass::Local`], or [`NormPass::Partial`] for
-/// a row norm whose rows continue in other tiles (the chunk's row statistics merge into `stats`, this thread's two
-/// rows, and the tile's last chunk writes them as partial `cta.tile_n` of `cta.tiles_n` per
-/// row; the pre-norm values are stored for the finishing kernel, `kernel::norm_finish`).
+/// a row norm whose rows continue in other tiles (the chunk's row statistics merge into
+/// `stats`, this thread's two rows, and the tile's last chunk writes them as partial
+/// `cta.tile_n` of `cta.tiles_n` per row; the pre-norm values are stored for the finishing
+/// kernel, `kernel::norm_finish`).
 ///
 /// C is stored through `staged`'s buffer with TMA when given, else by each thread. Staged:
 /// each thread writes its values (16-bit pairs) to the staging buffer in the 128-byte swizzle
