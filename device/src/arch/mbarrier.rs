@@ -167,7 +167,10 @@ fn wait_with(bar: u32, parity: u32, try_wait: impl Fn(u32, u32) -> bool) {
 }
 
 /// `mapa` + `mbarrier.arrive.release.cluster.shared::cluster.b64`: one arrival on the barrier
-/// at the same offset as `bar` in the shared memory of CTA `rank` of this cluster.
+/// at the same offset as `bar` in the shared memory of CTA `rank` of this cluster, ordered after
+/// this thread's earlier writes at cluster scope (a peer that waits with
+/// [`wait_parity_cluster`] then sees them, e.g. row statistics stored into its shared memory).
+/// Costs a GPU-scope memory barrier; see [`arrive_remote_cta`] for pure signals.
 ///
 /// # Safety
 /// The kernel runs in clusters with a CTA of that rank, whose barrier is initialised (a
@@ -184,6 +187,31 @@ pub unsafe fn arrive_remote(bar: u32, rank: u32) {
     {
         let _ = (bar, rank);
         super::host_unreachable("mbarrier::arrive_remote")
+    }
+}
+
+/// `mapa` + `mbarrier.arrive.release.cta.shared::cluster.b64`: one arrival on the barrier at the
+/// same offset as `bar` in the shared memory of CTA `rank`, with no cluster-scope ordering of
+/// this thread's earlier memory operations. For signals that carry no data of this thread's
+/// generic-proxy writes, such as a ring stage whose `wgmma` reads `wgmma.wait_group` already
+/// completed (CUTLASS's `ClusterBarrier::arrive(cta_id)` has the same form). The cluster-scope
+/// release of [`arrive_remote`] compiles to `MEMBAR.ALL.GPU` before the arrival: issued per
+/// k-tile by every consumer warp, it stalled the 2-CTA cluster tile half of its cycles
+/// (`bench/results/hopper-cluster-2026-12-02.md`).
+///
+/// # Safety
+/// As [`arrive_remote`].
+#[inline(always)]
+pub unsafe fn arrive_remote_cta(bar: u32, rank: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "{{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {b}, {r}; mbarrier.arrive.release.cta.shared::cluster.b64 _, [ra]; }}",
+        b = in(reg32) bar, r = in(reg32) rank, options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, rank);
+        super::host_unreachable("mbarrier::arrive_remote_cta")
     }
 }
 

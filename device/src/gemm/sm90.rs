@@ -80,8 +80,8 @@
 //! and the direct store is predicated on M and N.
 
 use crate::arch::mbarrier::{
-    arrive, arrive_expect_tx, arrive_remote, cluster_ctarank, cluster_sync, fence_init, init,
-    wait_parity, wait_parity_cluster,
+    arrive, arrive_expect_tx, arrive_remote, arrive_remote_cta, cluster_ctarank, cluster_sync,
+    fence_init, init, wait_parity, wait_parity_cluster,
 };
 use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
@@ -489,16 +489,17 @@ pub unsafe fn run<
                 for kt in 0..k_tiles {
                     let s = ring.stage;
                     let k0 = (kt * BK) as i32;
+                    // CTA-scope acquire also with a cluster: the peers' arrivals only say that
+                    // their wgmma reads of the stage completed, and the copies below are
+                    // async-proxy writes. A cluster-scope acquire adds an L1 invalidation
+                    // (`CCTL.IVALL`) per k-tile.
+                    wait_parity(empty(s), ring.phase ^ 1);
+                    arrive_expect_tx(full(s), stage_bytes);
+                    load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
                     if cluster > 1 {
-                        wait_parity_cluster(empty(s), ring.phase ^ 1);
-                        arrive_expect_tx(full(s), stage_bytes);
-                        load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
                         let dst = s_b(s) + rank_m * b_rows * 128;
                         load_2d_multicast(dst, sm90.tmap_b, k0, row_b, full(s), 0b11);
                     } else {
-                        wait_parity(empty(s), ring.phase ^ 1);
-                        arrive_expect_tx(full(s), stage_bytes);
-                        load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
                         load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
                     }
                     ring.advance();
@@ -508,7 +509,7 @@ pub unsafe fn run<
                 // Stay until every stage is released by both CTAs' consumers: after that no
                 // remote arrival targets this CTA, so it may exit (CUTLASS's producer tail).
                 for _ in 0..STAGES {
-                    wait_parity_cluster(empty(ring.stage), ring.phase ^ 1);
+                    wait_parity(empty(ring.stage), ring.phase ^ 1);
                     ring.advance();
                 }
             }
@@ -589,7 +590,7 @@ pub unsafe fn run<
                 if kt > 0 && lane == 0 {
                     arrive(empty(prev));
                     if cluster > 1 {
-                        arrive_remote(empty(prev), rank_m ^ 1);
+                        arrive_remote_cta(empty(prev), rank_m ^ 1);
                     }
                 }
                 prev = s;
@@ -607,7 +608,7 @@ pub unsafe fn run<
             if k_tiles > 0 && lane == 0 {
                 arrive(empty(prev));
                 if cluster > 1 {
-                    arrive_remote(empty(prev), rank_m ^ 1);
+                    arrive_remote_cta(empty(prev), rank_m ^ 1);
                 }
             }
 
