@@ -123,12 +123,14 @@ pub fn predict_fit(
     // Relative mainloop efficiency, measured (bench/results/hopper-256x128-2026-12-02.md, run
     // 2: 8192³ bf16 with each tile forced, all in the same interleaved rounds: 128×128
     // ping-pong 1.58 ms, 128×256 and 256×128 cooperative 1.61 and 1.62, 128×128 cooperative
-    // 1.62, 256×256 cluster 2.22; ping-pong and 128×256 are within 1 % in other runs).
+    // 1.62; ping-pong and 128×256 are within 1 % in other runs). The 256×256 cluster takes
+    // 1.00-1.08× the 128×256 cooperative time (median 1.006 over the 20 benchmark rows,
+    // bench/results/hopper-cluster-2026-12-02.md).
     // Ping-pong's hidden epilogue (below) already makes it win at equal efficiency; its
     // 0.97 came from tiles timed one after another, whose clocks drifted by up to 10 %.
     // Cooperative CTAs of 32K outputs (128×256, 256×128) share the best figure.
     let eff = if cluster_m(tile) > 1 {
-        0.77
+        0.98
     } else if pingpong {
         1.0
     } else if cta_rows(tile) * tile.bn >= 128 * 256 {
