@@ -14,7 +14,7 @@
 
 use fused_gemm::device::copy::tma::swizzle_128b_offset;
 use fused_gemm::device::gemm::TileShape;
-use fused_gemm::device::gemm::sm90::{self, TILES_SM90};
+use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::gemm::{
     Overrides, RopeArgs, last_entry, last_stored_with_tma, with_overrides,
@@ -268,17 +268,6 @@ fn tma_readable(k: usize) -> bool {
 /// The tile a shape index exercises: every Hopper tile gets several shapes.
 fn tile_for(i: usize) -> TileShape {
     TILES_SM90[i % TILES_SM90.len()]
-}
-
-/// The tile a row-norm kernel runs instead of `t`: row norms are not compiled for the
-/// three-warpgroup ping-pong tile (its 512-thread CTA leaves them too few registers), so the
-/// two-warpgroup ping-pong tile stands in.
-fn norm_tile(t: TileShape) -> TileShape {
-    if sm90::consumer_warpgroups(&t) == 3 {
-        TILES_SM90[1]
-    } else {
-        t
-    }
 }
 
 /// (forced tile, expected path) for shape `i` with inner dimension `k`.
@@ -606,7 +595,7 @@ fn t5_every_stage_family() {
                 eps: 1e-6,
             }],
             None,
-            tile.map(norm_tile),
+            tile,
             path,
             |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
         );
@@ -627,7 +616,7 @@ fn t5_every_stage_family() {
                 },
             ],
             None,
-            tile.map(norm_tile),
+            tile,
             path,
             |g, a, b, c| {
                 hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
@@ -723,12 +712,7 @@ fn t6_row_norms_in_the_epilogue_and_through_partials() {
     .iter()
     .enumerate()
     {
-        bias_residual_layer_norm_case(
-            &mut fx,
-            "bias+residual+layer_norm",
-            (m, n, k),
-            norm_tile(tile_for(i)),
-        );
+        bias_residual_layer_norm_case(&mut fx, "bias+residual+layer_norm", (m, n, k), tile_for(i));
     }
 }
 
@@ -1007,9 +991,6 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                 ),
             ];
             for (label, stages, launch) in kernels {
-                if label.ends_with("layer_norm") && norm_tile(tile) != tile {
-                    continue;
-                }
                 let what = format!(
                     "{label} {m}x{n}x{k} on {}x{} w{}",
                     tile.bm, tile.bn, tile.warps_m

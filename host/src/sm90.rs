@@ -131,9 +131,6 @@ pub fn predict_fit(
     // Cooperative CTAs of 32K outputs (128×256, 256×128) share the best figure.
     let eff = if cluster_m(tile) > 1 {
         0.98
-    } else if pingpong && sm90::consumer_warpgroups(tile) == 3 {
-        // 64-row tiles read 1.5× the L2 bytes per output of 128-row ones. Not yet measured.
-        0.95
     } else if pingpong {
         1.0
     } else if cta_rows(tile) * tile.bn >= 128 * 256 {
@@ -156,9 +153,7 @@ pub fn predict_fit(
         0.0
     };
     let sm_us = if pingpong {
-        // Each warpgroup's epilogue overlaps the other warpgroups' mainloops.
-        let hidden = (sm90::consumer_warpgroups(tile) - 1) as f64;
-        rounds as f64 * tile_us.max(epi_us / hidden) + epi_us
+        rounds as f64 * tile_us.max(epi_us) + epi_us
     } else {
         rounds as f64 * (tile_us + epi_us + cluster_epi_us)
     };
@@ -260,7 +255,7 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
         splits: 1,
         k_per_split: p.k.div_ceil(sm90::BK) * sm90::BK,
         grid: (model.ctas as u32, 1, 1),
-        block: (sm90::threads(tile), 1, 1),
+        block: (sm90::THREADS, 1, 1),
         smem_bytes,
         workspace_bytes: 0,
         counter_bytes: 0,
@@ -397,7 +392,7 @@ fn cluster_fit(
         return Ok(fit);
     }
     let func = gpu.function(spec.ptx, variant.entry)?;
-    let block = (sm90::threads(&variant.tile), 1, 1);
+    let block = (sm90::THREADS, 1, 1);
     let shape = crate::launch::LaunchShape {
         grid: (ctas, 1, 1),
         block,

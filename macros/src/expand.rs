@@ -100,12 +100,7 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         && attr.b_layout == BLayout::Col
         && attr.tile.is_none()
     {
-        // Row norms keep to tiles with two consumer warpgroups: under the 128 registers of a
-        // 512-thread CTA their epilogue spills (ptxas -v of sm_90a).
-        let tiles = TILES_SM90
-            .iter()
-            .filter(|t| !(has_norm && fused_gemm_device::gemm::sm90::consumer_warpgroups(t) == 3));
-        out.extend(tiles.map(|t| Variant {
+        out.extend(TILES_SM90.iter().map(|t| Variant {
             entry: format!(
                 "{name}__sm90tma_{}_{}_{bl}_t{}x{}x{}_w{}x{}_s{}_v16",
                 attr.dtype.name(),
@@ -567,7 +562,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         };
         let bounds = format_ident!("__fg_launch_bounds__{}", v.entry);
         let (threads, min_ctas) = if v.tma {
-            (fused_gemm_device::gemm::sm90::threads(&t), 1)
+            (fused_gemm_device::gemm::sm90::THREADS, 1)
         } else {
             (t.threads(), t.min_ctas_per_sm())
         };

@@ -548,7 +548,6 @@ fn tile_name(t: &TileShape) -> String {
         t.bm,
         t.bn,
         match t.warps_m {
-            4 if fused_gemm::device::gemm::sm90::consumer_warpgroups(t) == 3 => "pingpong3",
             4 => "pingpong",
             16 => "cluster",
             _ => "coop",

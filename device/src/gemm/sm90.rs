@@ -107,8 +107,7 @@ use crate::types::Element;
 /// tiles (a k-tile takes about 0.25 µs there).
 pub const PREFETCH_K_TILES: u32 = 8;
 
-/// Threads per CTA with two consumer warpgroups: the producer warpgroup and the consumers. See
-/// [`threads`] for the CTA size of each tile.
+/// Threads per CTA: the producer warpgroup and two consumer warpgroups.
 pub const THREADS: u32 = 384;
 /// K per ring stage (elements): one 128-byte swizzle row of 16-bit elements.
 pub const BK: u32 = 64;
@@ -117,9 +116,6 @@ pub const PRODUCER_REGS: u32 = 24;
 /// Registers per thread of the consumer warpgroups (`setmaxnreg.inc`):
 /// 128·24 + 256·240 ≤ 65536.
 pub const CONSUMER_REGS: u32 = 240;
-/// Registers per thread of each of three consumer warpgroups ([`consumer_warpgroups`] = 3):
-/// 128·24 + 384·160 ≤ 65536.
-pub const CONSUMER_REGS_3: u32 = 160;
 /// Columns of C one epilogue pass covers: each consumer warp hands its accumulators to the
 /// epilogue in chunks of this many columns (8 n8 fragments, 16 values per thread). Row-norm
 /// statistics are therefore kept per 64-column chunk: the statistics workspace has
@@ -134,8 +130,6 @@ const EPI_FRAGS: usize = (EPI_COLS / 8) as usize;
 /// `warps_n` = 1, `stages` = ring depth. `mi()` is the number of 64-row halves each consumer
 /// warpgroup owns, `ni()` = BN/8.
 ///
-/// 64×128 is ping-pong over three consumer warpgroups ([`consumer_warpgroups`]).
-///
 /// 256×128 is the cooperative tile with two 64-row halves per warpgroup (each warpgroup
 /// 128×128, the same 128 accumulator registers as 128×256): cuBLAS's choice at the BERT-large
 /// and LLaMA-3-8B projection shapes on the H200 (bench/results/cublas-kernels-2026-12-02.md).
@@ -146,7 +140,6 @@ pub const TILES_SM90: &[TileShape] = &[
     TileShape::new(128, 128, 64, 8, 1, 6),
     TileShape::new(256, 256, 64, 16, 1, 4),
     TileShape::new(256, 128, 64, 8, 1, 4),
-    TileShape::new(64, 128, 64, 4, 1, 7),
 ];
 
 /// CTAs per cluster (along M) of tile shape `t`: 2 for `warps_m` = 16, else 1.
@@ -169,24 +162,6 @@ pub const fn is_pingpong(t: &TileShape) -> bool {
     t.warps_m == 4
 }
 
-/// Consumer warpgroups of a CTA running tiles of shape `t`: three for ping-pong tiles of at most
-/// 64 accumulator registers per thread (64×128: each warpgroup's epilogue then has two other
-/// warpgroups' mainloops to hide behind, where at K ≤ 1024 one was not enough,
-/// bench/results/hopper-epilogue-sampling-2026-12-02.md), else two.
-pub const fn consumer_warpgroups(t: &TileShape) -> u32 {
-    if is_pingpong(t) && t.acc_registers() <= 64 {
-        3
-    } else {
-        2
-    }
-}
-
-/// Threads per CTA for tiles of shape `t`: the producer warpgroup and the
-/// [`consumer_warpgroups`].
-pub const fn threads(t: &TileShape) -> u32 {
-    128 * (1 + consumer_warpgroups(t))
-}
-
 /// Bytes of one ring stage: the CTA's A block ([`cta_rows`]) and the B block (BN rows), 128
 /// bytes a row.
 pub const fn stage_bytes(t: &TileShape) -> u32 {
@@ -194,9 +169,9 @@ pub const fn stage_bytes(t: &TileShape) -> u32 {
 }
 
 /// Dynamic shared memory of a CTA, bytes: the ring, then a `full` and an `empty` mbarrier per
-/// stage and up to three ping-pong `turn` mbarriers (space for four).
+/// stage and the two ping-pong `turn` mbarriers.
 pub const fn smem_bytes(t: &TileShape) -> u32 {
-    t.stages * stage_bytes(t) + 16 * t.stages + 32
+    t.stages * stage_bytes(t) + 16 * t.stages + 16
 }
 
 /// Bytes of one output staging buffer: a consumer warpgroup's 64 rows × [`EPI_COLS`] columns
@@ -241,7 +216,7 @@ impl EpilogueTraits {
 /// [`smem_bytes`] and, from [`staging_offset`], two [`STAGING_BYTES`] buffers per consumer
 /// warpgroup (a chunk's bulk store reads one while the next chunk is written to the other).
 pub const fn smem_bytes_staged(t: &TileShape) -> u32 {
-    staging_offset(t) + 2 * consumer_warpgroups(t) * STAGING_BYTES
+    staging_offset(t) + 4 * STAGING_BYTES
 }
 
 /// Most CTAs of a row-norm cluster ([`Sm90Args::norm_cluster`]): the portable cluster size.
@@ -343,16 +318,11 @@ unsafe fn release_registers() {
     core::arch::asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const PRODUCER_REGS, options(nostack));
 }
 
-/// `setmaxnreg.inc.sync.aligned.u32` to [`CONSUMER_REGS`], or [`CONSUMER_REGS_3`] with three
-/// consumer warpgroups.
+/// `setmaxnreg.inc.sync.aligned.u32 232`.
 #[inline(always)]
-unsafe fn claim_registers<const THREE: bool>() {
+unsafe fn claim_registers() {
     #[cfg(target_arch = "nvptx64")]
-    if THREE {
-        core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const CONSUMER_REGS_3, options(nostack));
-    } else {
-        core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const CONSUMER_REGS, options(nostack));
-    }
+    core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const CONSUMER_REGS, options(nostack));
 }
 
 /// A ring position: stage index and the parity of its current lap.
@@ -415,8 +385,6 @@ pub unsafe fn run<
     let bm = (WM / cluster) * 16 * MI as u32;
     let bn = NI as u32 * 8;
     let tile = TileShape::new(bm * cluster, bn, BK, WM, 1, STAGES);
-    // Ping-pong warpgroups: tile `i` goes to consumer `i % cwg`.
-    let cwg = consumer_warpgroups(&tile);
     const {
         assert!(
             WM == 4 || WM == 8 || WM == 16,
@@ -438,8 +406,8 @@ pub unsafe fn run<
     let ring_bytes = STAGES * stage_bytes;
     let full = |s: u32| base + ring_bytes + 8 * s;
     let empty = |s: u32| base + ring_bytes + 8 * (STAGES + s);
-    // Ping-pong: `turn[c]` completes a phase when the previous warpgroup (c − 1 mod `cwg`) has
-    // issued its last k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
+    // Ping-pong: `turn[c]` completes a phase when the other warpgroup has issued its last
+    // k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
     let turn = |c: u32| base + ring_bytes + 8 * (2 * STAGES + c);
     let s_a = |s: u32| base + s * stage_bytes;
     let s_b = |s: u32| base + s * stage_bytes + a_bytes;
@@ -464,9 +432,8 @@ pub unsafe fn run<
             init(full(s), 1);
             init(empty(s), releases);
         }
-        for c in 0..cwg {
-            init(turn(c), 4);
-        }
+        init(turn(0), 4);
+        init(turn(1), 4);
         if row_norm {
             init(xbar(0), 64 * cn);
             init(xbar(1), 64 * cn);
@@ -548,11 +515,7 @@ pub unsafe fn run<
             }
         }
     } else {
-        if cwg == 3 {
-            claim_registers::<true>();
-        } else {
-            claim_registers::<false>();
-        }
+        claim_registers();
         let c = wg - 1;
         let lane = tid & 31;
         let w = (tid / 32) % 4;
@@ -569,7 +532,7 @@ pub unsafe fn run<
         let mut staged_chunks = 0u32;
         // First row of this warpgroup's first half within the tile.
         let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
-        let (first, step) = if pingpong { (c, cwg) } else { (0, 1) };
+        let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
         let mut i = first;
         while i < my_tiles {
             let (tm, tn) = coords(i);
@@ -596,9 +559,9 @@ pub unsafe fn run<
                 }
             };
             if pingpong && i > 0 {
-                // The previous warpgroup's mainloop of tile i - 1 is done: this is the
-                // ((i - 1) / cwg)-th hand-over to warpgroup c.
-                wait_parity(turn(c), ((i - 1) / cwg) & 1);
+                // The other warpgroup's mainloop of tile i - 1 is done: this is the
+                // ((i - 1) / 2)-th hand-over to warpgroup c.
+                wait_parity(turn(c), ((i - 1) / 2) & 1);
             }
             let mut acc = Acc::<MI, NI>::zero();
             let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles as u64);
@@ -636,7 +599,7 @@ pub unsafe fn run<
             // Every k-tile is issued: the other warpgroup may start its mainloop while this
             // one's last batch completes (CUTLASS's ping-pong hands over at the same point).
             if pingpong && i + 1 < my_tiles && lane == 0 {
-                arrive(turn((c + 1) % cwg));
+                arrive(turn(1 - c));
             }
             wait_group::<0>();
             for h in 0..MI {
@@ -694,7 +657,7 @@ pub unsafe fn run<
                     let half_row = wg_row0 + 64 * h;
                     let ctx = Cta {
                         tid: tid - 128,
-                        threads: 128 * cwg,
+                        threads: 256,
                         lane,
                         warp_m: half_row / 16 + w,
                         warp_n: 0,
