@@ -246,7 +246,10 @@ fn case(
     err
 }
 
-/// Shapes of the device-GEMM issue, plus TMA-readable awkward ones (K a multiple of 8).
+/// Shapes of the device-GEMM issue, plus TMA-readable awkward ones (K a multiple of 8); in
+/// [`t5_every_stage_family`] the last two put row norms wider than one tile on a 3-CTA row-norm
+/// cluster (N = 700 on 128×256) and on nine partials per row with the finishing kernel
+/// (N = 1100 on 128×128 ping-pong).
 const SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (17, 33, 65),
@@ -258,6 +261,8 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (300, 200, 8),
     (129, 257, 1000),
     (4095, 4097, 64),
+    (257, 700, 200),
+    (300, 1100, 96),
 ];
 
 /// Whether TMA can read contiguous A (M×K) and B (N×K) of 16-bit elements.
