@@ -17,7 +17,7 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::gemm::{
-    Overrides, RopeArgs, last_entry, last_stored_with_tma, with_overrides,
+    Overrides, RopeArgs, last_entry, last_residual_with_tma, last_stored_with_tma, with_overrides,
 };
 use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::reference::epilogue::{
@@ -935,6 +935,8 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
     // multiple of 16 bytes, except in row-norm clusters) against per-thread stores, on every
     // tile: bitwise the same output, and both within the f64 reference's tolerance. A row norm
     // stages its pre-norm C for the finishing kernel (partials) or its normalized C (N ≤ 64).
+    // With C staged, a `residual` is copied into the staging buffers with TMA too (zeros past
+    // M and N), against the same kernel reading it from global memory.
     // Widths: one 8-column box, chunks partly past N (72, 1000, 3000), past M (1, 130, 4095),
     // and a stride TMA cannot take (N = 33).
     let bf = DType::Bf16;
@@ -972,6 +974,11 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                     Box::new(|g, a, b, c| hopper::h_gemm_bf16(g, a, b, c)),
                 ),
                 (
+                    "residual+silu",
+                    vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
+                    Box::new(|g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t)),
+                ),
+                (
                     "bias+gelu_tanh",
                     vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
                     Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
@@ -1001,12 +1008,17 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                     tile.bm, tile.bn, tile.warps_m
                 );
                 let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+                let has_residual = stages.iter().any(|s| matches!(s, RefStage::Residual(_)));
                 let mut outs = Vec::new();
-                for direct in [false, true] {
+                for (direct, global_residual) in [(false, false), (false, true), (true, false)] {
+                    if global_residual && !has_residual {
+                        continue;
+                    }
                     let mut c = fx.poisoned(m, n, bf);
                     let o = Overrides {
                         tile: Some(tile),
                         direct_store: direct,
+                        global_residual,
                         ..Default::default()
                     };
                     let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
@@ -1021,6 +1033,11 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                         staged, expect,
                         "{what} (direct override {direct}): {plan:?}"
                     );
+                    assert_eq!(
+                        last_residual_with_tma(),
+                        staged && has_residual && !global_residual,
+                        "{what} (direct {direct}, global residual {global_residual}): {plan:?}"
+                    );
                     let got = fx.get(&c);
                     let err = rel_frobenius_error(&got, &want);
                     assert!(
@@ -1030,13 +1047,19 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                     );
                     outs.push(got);
                 }
-                let same = outs[0]
-                    .iter()
-                    .zip(&outs[1])
-                    .all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{what}: TMA-stored C differs from directly stored C");
+                let same = outs.iter().all(|o| {
+                    o.iter()
+                        .zip(&outs[0])
+                        .all(|(x, y)| x.to_bits() == y.to_bits())
+                });
+                assert!(
+                    same,
+                    "{what}: C differs between the TMA store, the TMA residual copy and direct stores"
+                );
                 if si == 0 || m > 1000 {
-                    println!("{what}: TMA store and direct stores agree bitwise");
+                    println!(
+                        "{what}: TMA store, TMA residual copy and direct stores agree bitwise"
+                    );
                 }
             }
         }

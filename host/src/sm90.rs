@@ -46,7 +46,7 @@ use crate::driver_ext::tensor_map::{self, DataType, Interleave, L2Promotion, Oob
 use crate::gemm::{GemmKernelSpec, KernelVariant, Param};
 use crate::plan::model::{Bound, ModelTerms};
 use crate::plan::{NORM_STATS_BYTES, NormPath, Plan, Problem};
-use crate::validate::{BLayout, Checked, GemmCall, Work};
+use crate::validate::{BLayout, Checked, GemmCall, Operand, Work};
 use crate::{Error, Gpu, Result};
 
 /// Dense bf16/f16 tensor-core throughput the model assumes for the whole H200, TFLOP/s
@@ -446,8 +446,13 @@ where
         gpu,
         MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
     )?;
-    let direct = crate::gemm::current_overrides().direct_store;
-    let tmap_c = match c_map_key(call, checked, &plan).filter(|_| !direct) {
+    let overrides = crate::gemm::current_overrides();
+    let tmap_c = match c_map_key(call, checked, &plan).filter(|_| !overrides.direct_store) {
+        Some(key) => ws.tensor_maps.get(gpu, key)?,
+        None => 0,
+    };
+    let residual = residual_map_key(call, checked).filter(|_| !overrides.global_residual);
+    let tmap_r = match residual.filter(|_| tmap_c != 0) {
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
     };
@@ -484,6 +489,7 @@ where
         group_m: GROUP_M,
         norm_cluster,
         tmap_c,
+        tmap_r,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
@@ -528,7 +534,7 @@ where
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
         unsafe { l.launch(cfg) }?;
     }
-    crate::gemm::set_last_launch(variant.entry, tmap_c != 0);
+    crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0);
     if stats != 0 {
         crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
     }
@@ -555,6 +561,37 @@ pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<
             checked.n as u64,
             checked.m as u64,
             c.ld as u64,
+            64,
+        )
+    })
+}
+
+/// The tensor map key of the `residual` matrix for [`Sm90Args::tmap_r`] (used only with C's
+/// map), or `None`: exactly one `residual` operand, no row norm before it (that stage would run
+/// in the finishing kernel), 16-bit, a 16-byte aligned address and row stride (or one row), and
+/// M, N > 0. Boxes of 64 × 64, as C's.
+pub fn residual_map_key(call: &GemmCall<'_>, checked: &Checked) -> Option<MapKey> {
+    let mut residuals = call.epilogue.iter().filter_map(|e| match e.operand {
+        Operand::Residual(r) => Some((e.stage, r)),
+        _ => None,
+    });
+    let (stage, r) = residuals.next()?;
+    if residuals.next().is_some() || call.row_norm_stage.is_some_and(|s| s < stage) {
+        return None;
+    }
+    let stride = r.ld as u64 * r.dtype.size() as u64;
+    let ok = r.dtype.size() == 2
+        && r.ptr % 16 == 0
+        && (stride % 16 == 0 || checked.m <= 1)
+        && checked.m > 0
+        && checked.n > 0;
+    ok.then(|| {
+        MapKey::new(
+            r.ptr,
+            r.dtype,
+            checked.n as u64,
+            checked.m as u64,
+            r.ld as u64,
             64,
         )
     })
@@ -839,6 +876,62 @@ mod tests {
         narrow.row_norm = true;
         assert_eq!(plan(132, &TILES_SM90[1], &narrow).norm, NormPath::InCta);
         assert_eq!(norm_cluster(&TILES_SM90[0], &problem(100, 64, 64)), None);
+    }
+
+    #[test]
+    fn the_residual_gets_a_tensor_map_when_one_aligned_residual_runs_in_the_gemm() {
+        use crate::tensor::{MatrixDesc, VectorDesc};
+        use crate::validate::{EpilogueArg, check_gemm};
+        let (m, n, k) = (300, 200, 64);
+        let bf = DType::Bf16;
+        let mat = |ptr, rows, cols| MatrixDesc::new(ptr, rows, cols, cols, bf);
+        let arg = |name, stage, operand| EpilogueArg {
+            name,
+            stage,
+            operand,
+        };
+        let residual = |ptr| Operand::Residual(MatrixDesc::new(ptr, m, n, n + 8, bf));
+        let gamma = Operand::Gamma(VectorDesc::new(0x9000_0000, n, bf));
+        let key = |epilogue: &[EpilogueArg], norm: Option<usize>| {
+            let call = GemmCall {
+                a: mat(0x1000_0000, m, k),
+                b: mat(0x2000_0000, n, k),
+                b_layout: BLayout::NxK,
+                c: mat(0x3000_0000, m, n),
+                in_dtype: bf,
+                out_dtype: bf,
+                epilogue,
+                pair_stage: None,
+                row_norm_stage: norm,
+            };
+            let checked = check_gemm(&call).expect("a valid call");
+            residual_map_key(&call, &checked)
+        };
+        let want = MapKey::new(0x4000_0000, bf, n as u64, m as u64, (n + 8) as u64, 64);
+        let one = [arg("residual", 0, residual(0x4000_0000))];
+        assert_eq!(key(&one, None), Some(want));
+        // After the norm, the residual runs in the finishing kernel; before it, here.
+        let norm_first = [
+            arg("gamma", 0, gamma),
+            arg("residual", 1, residual(0x4000_0000)),
+        ];
+        assert_eq!(key(&norm_first, Some(0)), None);
+        let norm_last = [
+            arg("residual", 0, residual(0x4000_0000)),
+            arg("gamma", 1, gamma),
+        ];
+        assert_eq!(key(&norm_last, Some(1)), Some(want));
+        // Not 16-byte aligned, or two residuals: loaded per thread.
+        assert_eq!(
+            key(&[arg("residual", 0, residual(0x4000_0008))], None),
+            None
+        );
+        let two = [
+            arg("residual", 0, residual(0x4000_0000)),
+            arg("residual", 1, residual(0x5000_0000)),
+        ];
+        assert_eq!(key(&two, None), None);
+        assert_eq!(key(&[], None), None);
     }
 
     #[test]

@@ -34,7 +34,9 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
-use fused_gemm::host::gemm::{Overrides, last_entry, last_stored_with_tma, with_overrides};
+use fused_gemm::host::gemm::{
+    Overrides, last_entry, last_residual_with_tma, last_stored_with_tma, with_overrides,
+};
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
 use fused_gemm::host::{Error, Gpu, Result, Tensor};
@@ -700,13 +702,22 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             continue;
         }
         // Each epilogue twice: C stored with TMA where the launcher can (the default), and
-        // with per-thread stores (`Overrides::direct_store`).
+        // with per-thread stores (`Overrides::direct_store`); with a residual also a third
+        // time, C stored with TMA but the residual loaded per thread
+        // (`Overrides::global_residual`).
         let mut graphs = Vec::new();
-        let mut entries = Vec::new();
+        let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
-            for direct_store in [false, true] {
+            let residual = which.contains("residual");
+            let variants: &[(bool, bool)] = if residual {
+                &[(false, false), (true, false), (false, true)]
+            } else {
+                &[(false, false), (true, false)]
+            };
+            for &(direct_store, global_residual) in variants {
                 let o = Overrides {
                     direct_store,
+                    global_residual,
                     ..Default::default()
                 };
                 graphs.push(with_overrides(o, || {
@@ -714,15 +725,37 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                         launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
                     })
                 })?);
-                if !direct_store {
-                    entries.push((last_entry().unwrap_or("?"), last_stored_with_tma()));
+                if !direct_store && !global_residual {
+                    kernels.push((
+                        which,
+                        variants.len(),
+                        last_entry().unwrap_or("?"),
+                        last_stored_with_tma(),
+                        last_residual_with_tma(),
+                    ));
                 }
             }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
-        for ((which, ms), (entry, tma)) in STAGE_KERNELS.iter().zip(ms.chunks(2)).zip(entries) {
+        let mut at = 0;
+        for (which, count, entry, tma, tma_residual) in kernels {
+            let ms = &ms[at..at + count];
+            at += count;
+            let residual = if count == 3 {
+                format!(
+                    "; residual loaded per thread {:.4} ms{}",
+                    ms[2],
+                    if tma_residual {
+                        ""
+                    } else {
+                        ", no TMA residual here"
+                    }
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{})  {entry}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{residual})  {entry}",
                 ms[0],
                 2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
                 ms[1],

@@ -133,6 +133,19 @@ pub fn bulk_wait_group<const N: u32>() {
     crate::arch::host_unreachable("tma::bulk_wait_group")
 }
 
+/// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's bulk
+/// async-groups still read their shared-memory sources (PTX ISA, `cp.async.bulk.wait_group`), so the sources of
+/// the others may be overwritten.
+#[inline(always)]
+pub fn bulk_wait_group_read<const N: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::host_unreachable("tma::bulk_wait_group_read")
+}
+
 /// `fence.proxy.tensormap::generic.acquire.sys [tmap], 128`: makes the host's write of the
 /// tensor map at `tmap` visible to this thread's later TMA operations (PTX ISA §9.7.13.4,
 /// PTX 8.3).

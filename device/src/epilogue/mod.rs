@@ -229,6 +229,14 @@ pub struct TileCtx {
     pub scratch: *mut u8,
     /// Bytes available at `scratch`.
     pub scratch_bytes: u32,
+    /// Byte offset from `scratch` of a 64-row × 64-column tile of the `residual` matrix that
+    /// the mainloop copied into shared memory with TMA (16-bit elements, 128-byte rows in the
+    /// 128-byte swizzle, [`crate::copy::tma::swizzle_128b_offset`]), covering this call's
+    /// columns `warp_col..warp_col + 64`; or 0: `residual` reads global memory. Only the Hopper
+    /// mainloop sets it, for one-fragment-row (`MI = 1`) chunks.
+    pub staged_residual: u32,
+    /// The tile row of this warp's first fragment row in the `staged_residual` tile.
+    pub staged_row: u32,
 }
 
 /// How a row-norm stage runs in one epilogue call.
@@ -358,6 +366,9 @@ pub trait Stage {
     /// Whether this is the empty stage list ([`Nil`]): a kernel may then skip the fragment
     /// layout the stages see (the norm finishing kernel's wide loads and stores).
     const IS_EMPTY: bool = false;
+    /// Whether the list has a `residual` stage, whose tiles the Hopper mainloop can copy into
+    /// shared memory ([`TileCtx::staged_residual`]); lists without one compile no such copies.
+    const RESIDUAL: bool = false;
 
     /// Transforms the tile in registers. `Out` is the kernel's output element type.
     fn apply<Out: Element, const MI: usize, const NI: usize>(
@@ -415,6 +426,7 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     type Params = Cons<H::Params, T::Params>;
     const PAIRS: bool = H::PAIRS || T::PAIRS;
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
+    const RESIDUAL: bool = H::RESIDUAL || T::RESIDUAL;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &Self::Params,

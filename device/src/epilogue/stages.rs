@@ -174,17 +174,36 @@ params!(
     MatrixParams { ptr: u64, ld: u32, _pad: u32 }
 );
 
-/// `residual`: x + R[r, c], R an M × N matrix (output shape).
+/// `residual`: x + R[r, c], R an M × N matrix (output shape). Reads the tile the Hopper
+/// mainloop staged in shared memory when there is one ([`TileCtx::staged_residual`]), else
+/// global memory.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Residual;
 impl Stage for Residual {
     type Params = MatrixParams;
+    const RESIDUAL: bool = true;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &MatrixParams,
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
+        if ctx.staged_residual != 0 && MI == 1 && !ctx.paired {
+            // The pairs sit where the staged C store puts this thread's outputs: no bounds
+            // checks (TMA wrote zeros past M and N) and conflict-free 4-byte reads.
+            for ni in 0..NI {
+                for h in 0..2 {
+                    let row = ctx.staged_row + ctx.g + 8 * h as u32;
+                    let off = ctx.staged_residual
+                        + crate::copy::tma::swizzle_128b_offset(row, 8 * ni as u32 + 2 * ctx.t);
+                    let w = unsafe { *(ctx.scratch.add(off as usize) as *const u32) };
+                    let (a, b) = Out::unpack2(w);
+                    acc.v[0][ni][2 * h] += a;
+                    acc.v[0][ni][2 * h + 1] += b;
+                }
+            }
+            return;
+        }
         add_matrix::<Out, MI, NI>(p.ptr, p.ld, acc, ctx);
     }
     #[inline(always)]

@@ -82,6 +82,8 @@ pub(crate) fn tile_ctx(args: &GemmArgs, cta: &Cta, smem: *mut u8, scratch_bytes:
         ldc: args.ldc,
         scratch: smem,
         scratch_bytes,
+        staged_residual: 0,
+        staged_row: 0,
     }
 }
 

@@ -88,8 +88,9 @@ use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::{sync_threads, sync_warp};
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::copy::tma::{
-    bulk_read_wait_barrier, bulk_wait_group, fence_proxy_async_shared, fence_tensormap_acquire,
-    load_2d, load_2d_multicast, prefetch_tensormap, store_2d_commit_if, swizzle_128b_offset,
+    bulk_read_wait_barrier, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
+    fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap, store_2d_commit_if,
+    swizzle_128b_offset,
 };
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
@@ -226,6 +227,13 @@ pub const MAX_NORM_CLUSTER: u32 = 8;
 /// of [`MAX_NORM_CLUSTER`] × 128 rows × (count, mean, M2, pad) f32.
 pub const NORM_XCHG_BYTES: u32 = 2 * MAX_NORM_CLUSTER * 128 * 16;
 
+/// Byte offset, from the end of the ring, of the mbarrier on which residual chunk copies into
+/// staging buffer `b` (0 or 1) of consumer warpgroup `c` complete ([`Sm90Args::tmap_r`]): after
+/// the full, empty, turn and exchange barriers, in the padding before [`staging_offset`].
+pub const fn residual_bar(stages: u32, c: u32, b: u32) -> u32 {
+    8 * (2 * stages + 4 + 2 * c + b)
+}
+
 /// Whether tiles of shape `t` can finish row norms in a cluster along N: cooperative tiles of
 /// 128 rows (each consumer warp holds one m16 fragment row).
 pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
@@ -291,6 +299,13 @@ pub struct Sm90Args {
     /// are clipped by the copy): launched with [`smem_bytes_staged`]. Otherwise, and with 0,
     /// threads store C directly (`st.global`).
     pub tmap_c: u64,
+    /// Generic address of the `residual` matrix's tensor map (16-bit, dimensions (N, M), box
+    /// 64 × 64, 128-byte swizzle, like C's), or 0. Only with [`Sm90Args::tmap_c`], for an
+    /// epilogue whose one `residual` stage runs in this kernel: each consumer warpgroup then
+    /// copies the residual of each 64×64 chunk into the staging buffer that chunk's C goes
+    /// out through, and the stage reads it there ([`crate::epilogue::TileCtx::staged_residual`]):
+    /// one bulk copy per chunk instead of 16 half-sector loads per thread.
+    pub tmap_r: u64,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -393,6 +408,10 @@ pub unsafe fn run<
         assert!(MI == 1 || MI == 2, "one or two 64-row halves per warpgroup");
         assert!(NI == 8 || NI == 16 || NI == 32, "BN is 64, 128 or 256");
         assert!(STAGES >= 2, "at least two ring stages");
+        assert!(
+            residual_bar(STAGES, 1, 2) <= 1024,
+            "the barriers fit in the padding before the staging buffers"
+        );
     };
     let a_bytes = bm * BK * 2;
     // No split-K here: a constant `splits` lets the epilogue drop its split-K path.
@@ -426,6 +445,12 @@ pub unsafe fn run<
     // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
     let xbar = |p: u32| base + ring_bytes + 8 * (2 * STAGES + 2 + p);
     let xbuf = ring_bytes + 16 * STAGES + 32;
+    // C through shared memory and TMA (see `stages_c`), and with it the residual
+    // (`Sm90Args::tmap_r`); thread 0 of each consumer warpgroup issues the bulk copies.
+    let staged =
+        stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
+    let staged_residual = E::RESIDUAL && staged && sm90.tmap_r != 0;
+    let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
 
     if tid == 0 {
         for s in 0..STAGES {
@@ -437,6 +462,11 @@ pub unsafe fn run<
         if row_norm {
             init(xbar(0), 64 * cn);
             init(xbar(1), 64 * cn);
+        }
+        if staged_residual {
+            for q in 0..4 {
+                init(rbar(q / 2, q % 2), 1);
+            }
         }
         fence_init();
     }
@@ -519,14 +549,14 @@ pub unsafe fn run<
         let c = wg - 1;
         let lane = tid & 31;
         let w = (tid / 32) % 4;
-        // C through shared memory and TMA (see `stages_c`); thread 0 of each consumer
-        // warpgroup issues its bulk stores.
-        let staged =
-            stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
         let leader = tid % 128 == 0;
         if staged && leader {
             fence_tensormap_acquire(sm90.tmap_c);
             prefetch_tensormap(sm90.tmap_c);
+        }
+        if staged_residual && leader {
+            fence_tensormap_acquire(sm90.tmap_r);
+            prefetch_tensormap(sm90.tmap_r);
         }
         // Chunks this warpgroup has staged: they alternate between its two buffers.
         let mut staged_chunks = 0u32;
@@ -558,6 +588,27 @@ pub unsafe fn run<
                     );
                 }
             };
+            let (m0, n0) = (tm * bm, tn * bn);
+            let per_half = (NI / EPI_FRAGS) as u32;
+            // The epilogue's chunks: `chunks` per 64-row half (those past N skipped), half by
+            // half; `staged_chunks` counts them over this warpgroup's tiles.
+            let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
+            let tile_chunks = MI as u32 * chunks;
+            let first_chunk = staged_chunks;
+            // Copies the residual of the tile's chunk `q` into the staging buffer that chunk
+            // will use (`first_chunk + q` alternates them), completing on its mbarrier.
+            let load_residual = |q: u32| {
+                let (h, j) = (q / chunks, q % chunks);
+                let b = (first_chunk + q) & 1;
+                arrive_expect_tx(rbar(c, b), STAGING_BYTES);
+                load_2d(
+                    base + staging_offset(&tile) + (2 * c + b) * STAGING_BYTES,
+                    sm90.tmap_r,
+                    (n0 + j * EPI_COLS) as i32,
+                    (m0 + wg_row0 + 64 * h) as i32,
+                    rbar(c, b),
+                );
+            };
             if pingpong && i > 0 {
                 // The other warpgroup's mainloop of tile i - 1 is done: this is the
                 // ((i - 1) / 2)-th hand-over to warpgroup c.
@@ -570,6 +621,15 @@ pub unsafe fn run<
                 let s = ring.stage;
                 if kt == prefetch_at {
                     prefetch();
+                    if staged_residual && leader {
+                        // Both buffers are free once this warpgroup's earlier stores have read
+                        // them: the first two chunks' residual arrives during the mainloop.
+                        bulk_wait_group_read::<0>();
+                        load_residual(0);
+                        if tile_chunks > 1 {
+                            load_residual(1);
+                        }
+                    }
                 }
                 wait_parity(full(s), ring.phase);
                 fence();
@@ -612,7 +672,6 @@ pub unsafe fn run<
                 }
             }
 
-            let (m0, n0) = (tm * bm, tn * bn);
             if row_norm {
                 row_norm_epilogue::<Out, NI, E>(
                     args,
@@ -643,8 +702,6 @@ pub unsafe fn run<
             // 64-row half merge their row statistics and the last writes one partial per tile
             // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
             let partials = E::ROW_REDUCTION && args.n > EPI_COLS;
-            let per_half = (NI / EPI_FRAGS) as u32;
-            let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
             // Row statistics of the current 64-row half: its chunks run one after another.
             let mut stats = [Moments::default(); 2];
             // Chunk `j` of half `h` (columns `64j..` of rows `64h..`): the epilogue and the
@@ -673,6 +730,7 @@ pub unsafe fn run<
                         warp_row: m0 + half_row + 16 * w,
                         warp_col: col0,
                     };
+                    let q = staged_chunks - first_chunk;
                     let out = Staging {
                         tmap: sm90.tmap_c,
                         buf: staging_offset(&tile) + (2 * c + (staged_chunks & 1)) * STAGING_BYTES,
@@ -681,6 +739,21 @@ pub unsafe fn run<
                         leader,
                         x: col0,
                         y: m0 + half_row,
+                        residual_bar: if staged_residual {
+                            rbar(c, staged_chunks & 1)
+                        } else {
+                            0
+                        },
+                        residual_phase: (staged_chunks >> 1) & 1,
+                    };
+                    // Once the stages have read this chunk's residual: the next chunk's goes
+                    // into the other buffer when the store of the chunk before has read it
+                    // (chunks 0 and 1 were copied during the mainloop).
+                    let load_next = || {
+                        if staged_residual && leader && q >= 1 && q + 1 < tile_chunks {
+                            bulk_wait_group_read::<0>();
+                            load_residual(q + 1);
+                        }
                     };
                     if j == 0 {
                         stats = [Moments::default(); 2];
@@ -701,7 +774,9 @@ pub unsafe fn run<
                         (ctx, NormPass::Local)
                     };
                     let out = if staged { Some(&out) } else { None };
-                    finish_chunk::<Out, E>(args, epi, $part, &ctx, smem, pass, &mut stats, out);
+                    finish_chunk::<Out, E>(
+                        args, epi, $part, &ctx, smem, pass, &mut stats, out, load_next,
+                    );
                     staged_chunks += staged as u32;
                 }};
             }
@@ -778,6 +853,10 @@ struct Staging {
     /// The chunk's first column and row in C.
     x: u32,
     y: u32,
+    /// The mbarrier on which the copy of the chunk's residual into `buf` completes
+    /// ([`Sm90Args::tmap_r`]), or 0 (no staged residual), and the phase to wait for.
+    residual_bar: u32,
+    residual_phase: u32,
 }
 
 /// The store half of [`finish_chunk`] with a staging buffer: `part` (already through the
@@ -819,7 +898,10 @@ unsafe fn store_staged<Out: Element>(
 /// conflict), fences them to the async proxy, and after the warpgroup's barrier its leader
 /// issues one bulk tensor store of the box (CUTLASS's TMA-store epilogue). Before the barrier
 /// the leader waits until its earlier stores have read their buffers, so the buffer written
-/// next (the other one) is free once the barrier passes.
+/// next (the other one) is free once the barrier passes. With a staged residual
+/// (`Staging::residual_bar`), every thread first waits for its copy into the buffer; the
+/// stages read it there, and each thread overwrites only the words it read. `after_apply` runs
+/// between the stages and the store (the next chunk's residual copy).
 ///
 /// # Safety
 /// As [`super::finish::finish`]; with [`NormPass::Partial`], the norm's statistics workspace
@@ -837,11 +919,18 @@ unsafe fn finish_chunk<Out: Element, E: Stage>(
     pass: NormPass,
     stats: &mut [Moments; 2],
     staged: Option<&Staging>,
+    after_apply: impl FnOnce(),
 ) {
     let mut ctx = tile_ctx(args, cta, smem, 0);
     ctx.norm_pass = pass;
     ctx.row_stats = *stats;
+    if let Some(out) = staged.filter(|o| o.residual_bar != 0) {
+        wait_parity(out.residual_bar, out.residual_phase);
+        ctx.staged_residual = out.buf;
+        ctx.staged_row = 16 * out.warp;
+    }
     E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+    after_apply();
     *stats = ctx.row_stats;
     match staged {
         Some(out) => store_staged::<Out>(&part, &ctx, smem, out),

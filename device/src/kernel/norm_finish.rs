@@ -171,6 +171,8 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             ldc: args.ldc,
             scratch: core::ptr::null_mut(),
             scratch_bytes: 0,
+            staged_residual: 0,
+            staged_row: 0,
         };
         let mut acc = Acc::<1, 8>::zero();
         if affine_pairs && acc.interior(&ctx) {
