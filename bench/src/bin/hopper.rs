@@ -35,7 +35,7 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
 use fused_gemm::host::gemm::{
-    Overrides, last_entry, last_residual_with_tma, last_stored_with_tma, with_overrides,
+    Overrides, last_entry, last_staged_operands, last_stored_with_tma, with_overrides,
 };
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
@@ -702,22 +702,22 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             continue;
         }
         // Each epilogue twice: C stored with TMA where the launcher can (the default), and
-        // with per-thread stores (`Overrides::direct_store`); with a residual also a third
-        // time, C stored with TMA but the residual loaded per thread
-        // (`Overrides::global_residual`).
+        // with per-thread stores (`Overrides::direct_store`); with a residual or a bias also a
+        // third time, C stored with TMA but those loaded per thread
+        // (`Overrides::global_operands`).
         let mut graphs = Vec::new();
         let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
-            let residual = which.contains("residual");
-            let variants: &[(bool, bool)] = if residual {
+            let operands = which.contains("residual") || which.contains("bias");
+            let variants: &[(bool, bool)] = if operands {
                 &[(false, false), (true, false), (false, true)]
             } else {
                 &[(false, false), (true, false)]
             };
-            for &(direct_store, global_residual) in variants {
+            for &(direct_store, global_operands) in variants {
                 let o = Overrides {
                     direct_store,
-                    global_residual,
+                    global_operands,
                     ..Default::default()
                 };
                 graphs.push(with_overrides(o, || {
@@ -725,37 +725,32 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                         launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
                     })
                 })?);
-                if !direct_store && !global_residual {
+                if !direct_store && !global_operands {
                     kernels.push((
                         which,
                         variants.len(),
                         last_entry().unwrap_or("?"),
                         last_stored_with_tma(),
-                        last_residual_with_tma(),
+                        last_staged_operands(),
                     ));
                 }
             }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
         let mut at = 0;
-        for (which, count, entry, tma, tma_residual) in kernels {
+        for (which, count, entry, tma, staged) in kernels {
             let ms = &ms[at..at + count];
             at += count;
-            let residual = if count == 3 {
+            let operands = if count == 3 {
                 format!(
-                    "; residual loaded per thread {:.4} ms{}",
-                    ms[2],
-                    if tma_residual {
-                        ""
-                    } else {
-                        ", no TMA residual here"
-                    }
+                    "; operands loaded per thread {:.4} ms, copied here: {staged:?}",
+                    ms[2]
                 )
             } else {
                 String::new()
             };
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{residual})  {entry}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{operands})  {entry}",
                 ms[0],
                 2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
                 ms[1],
