@@ -515,27 +515,17 @@ fn without_local(tiles: Vec<(TileShape, i32)>) -> Vec<TileShape> {
 thread_local! {
     static LAST_ENTRY: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
     static LAST_TMA_STORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static LAST_STAGED: std::cell::Cell<StagedOperands> = const { std::cell::Cell::new(StagedOperands { residual: false, bias: false }) };
+    static LAST_TMA_RESIDUAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 pub(crate) fn set_last_entry(entry: &'static str) {
-    set_last_launch(entry, false, StagedOperands::default());
+    set_last_launch(entry, false, false);
 }
 
-pub(crate) fn set_last_launch(entry: &'static str, tma_store: bool, staged: StagedOperands) {
+pub(crate) fn set_last_launch(entry: &'static str, tma_store: bool, tma_residual: bool) {
     LAST_ENTRY.with(|c| c.set(Some(entry)));
     LAST_TMA_STORE.with(|c| c.set(tma_store));
-    LAST_STAGED.with(|c| c.set(staged));
-}
-
-/// Which epilogue operands a GEMM launch had the Hopper mainloop copy into shared memory
-/// (instead of loading them per thread).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StagedOperands {
-    /// `residual`, with TMA (`Sm90Args::tmap_r`).
-    pub residual: bool,
-    /// The column `bias`, with a bulk copy (`Sm90Args::bias`).
-    pub bias: bool,
+    LAST_TMA_RESIDUAL.with(|c| c.set(tma_residual));
 }
 
 /// Whether the last GEMM this thread launched stored C with TMA through shared memory (the
@@ -544,9 +534,10 @@ pub fn last_stored_with_tma() -> bool {
     LAST_TMA_STORE.with(|c| c.get())
 }
 
-/// Which epilogue operands the last GEMM this thread launched copied into shared memory.
-pub fn last_staged_operands() -> StagedOperands {
-    LAST_STAGED.with(|c| c.get())
+/// Whether the last GEMM this thread launched copied its `residual` into shared memory with
+/// TMA (the Hopper mainloop with `Sm90Args::tmap_r`) rather than loading it per thread.
+pub fn last_residual_with_tma() -> bool {
+    LAST_TMA_RESIDUAL.with(|c| c.get())
 }
 
 /// The entry point of the last GEMM this thread launched (tests and benchmarks use it to see
@@ -592,14 +583,13 @@ pub struct Overrides {
     /// Store C with per-thread stores even where the Hopper mainloop could stage it for TMA
     /// (to compare the two store paths).
     pub direct_store: bool,
-    /// Read `residual` and the column `bias` from global memory even where the Hopper mainloop
-    /// could copy them into shared memory (`Sm90Args::tmap_r`, `Sm90Args::bias`; to compare
-    /// the two paths).
-    pub global_operands: bool,
+    /// Read `residual` from global memory even where the Hopper mainloop could copy it into
+    /// its staging buffers with TMA (`Sm90Args::tmap_r`; to compare the two paths).
+    pub global_residual: bool,
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_operands: false }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

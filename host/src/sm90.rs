@@ -451,12 +451,11 @@ where
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
     };
-    let staged_operands = tmap_c != 0 && !overrides.global_operands;
-    let tmap_r = match residual_map_key(call, checked).filter(|_| staged_operands) {
+    let residual = residual_map_key(call, checked).filter(|_| !overrides.global_residual);
+    let tmap_r = match residual.filter(|_| tmap_c != 0) {
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
     };
-    let bias = staged_bias(call).filter(|_| staged_operands).unwrap_or(0);
     let (stats, tiles_n) = match plan.norm {
         NormPath::Partials {
             tiles_n,
@@ -491,7 +490,6 @@ where
         norm_cluster,
         tmap_c,
         tmap_r,
-        bias,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
@@ -536,11 +534,7 @@ where
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
         unsafe { l.launch(cfg) }?;
     }
-    let staged = crate::gemm::StagedOperands {
-        residual: tmap_r != 0,
-        bias: bias != 0,
-    };
-    crate::gemm::set_last_launch(variant.entry, tmap_c != 0, staged);
+    crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0);
     if stats != 0 {
         crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
     }
@@ -601,24 +595,6 @@ pub fn residual_map_key(call: &GemmCall<'_>, checked: &Checked) -> Option<MapKey
             64,
         )
     })
-}
-
-/// The address of the column `bias` for [`Sm90Args::bias`] (used only with C's map), or
-/// `None`: exactly one column `bias`, no row norm (the kernel copies it only without one) and
-/// no pair stage, 16-bit, 16-byte aligned (the bulk copy's requirement; known-faults #3's
-/// offset bias is loaded per thread).
-pub fn staged_bias(call: &GemmCall<'_>) -> Option<u64> {
-    let mut biases = call.epilogue.iter().filter_map(|e| match e.operand {
-        Operand::Bias(v) => Some(v),
-        _ => None,
-    });
-    let v = biases.next()?;
-    let ok = biases.next().is_none()
-        && call.row_norm_stage.is_none()
-        && call.pair_stage.is_none()
-        && v.dtype.size() == 2
-        && v.ptr % 16 == 0;
-    ok.then_some(v.ptr)
 }
 
 /// What identifies a tensor map of a K-major operand: a `rows × k` matrix of `dtype` at `ptr`
@@ -956,50 +932,6 @@ mod tests {
         ];
         assert_eq!(key(&two, None), None);
         assert_eq!(key(&[], None), None);
-    }
-
-    #[test]
-    fn the_bias_is_copied_when_one_aligned_column_bias_runs_in_the_gemm() {
-        use crate::tensor::{MatrixDesc, VectorDesc};
-        use crate::validate::EpilogueArg;
-        let bf = DType::Bf16;
-        let mat = |ptr| MatrixDesc::new(ptr, 64, 64, 64, bf);
-        let bias = |stage, ptr| EpilogueArg {
-            name: "bias",
-            stage,
-            operand: Operand::Bias(VectorDesc::new(ptr, 64, bf)),
-        };
-        let gamma = EpilogueArg {
-            name: "gamma",
-            stage: 0,
-            operand: Operand::Gamma(VectorDesc::new(0x9000_0000, 64, bf)),
-        };
-        let staged = |epilogue: &[EpilogueArg], norm: Option<usize>, pair: Option<usize>| {
-            staged_bias(&GemmCall {
-                a: mat(0x1000_0000),
-                b: mat(0x2000_0000),
-                b_layout: BLayout::NxK,
-                c: mat(0x3000_0000),
-                in_dtype: bf,
-                out_dtype: bf,
-                epilogue,
-                pair_stage: pair,
-                row_norm_stage: norm,
-            })
-        };
-        assert_eq!(
-            staged(&[bias(0, 0x4000_0000)], None, None),
-            Some(0x4000_0000)
-        );
-        // Known-faults #3's bias one element into its buffer, a bias next to a row norm or
-        // after a pair stage (N/2 values), and two biases: loaded per thread.
-        assert_eq!(staged(&[bias(0, 0x4000_0002)], None, None), None);
-        assert_eq!(staged(&[bias(0, 0x4000_0000), gamma], Some(1), None), None);
-        assert_eq!(staged(&[bias(1, 0x4000_0000)], None, Some(0)), None);
-        assert_eq!(
-            staged(&[bias(0, 0x4000_0000), bias(1, 0x5000_0000)], None, None),
-            None
-        );
     }
 
     #[test]

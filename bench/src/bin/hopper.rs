@@ -35,7 +35,7 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
 use fused_gemm::host::gemm::{
-    Overrides, last_entry, last_staged_operands, last_stored_with_tma, with_overrides,
+    Overrides, last_entry, last_residual_with_tma, last_stored_with_tma, with_overrides,
 };
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
@@ -702,22 +702,22 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             continue;
         }
         // Each epilogue twice: C stored with TMA where the launcher can (the default), and
-        // with per-thread stores (`Overrides::direct_store`); with a residual or a bias also a
-        // third time, C stored with TMA but those loaded per thread
-        // (`Overrides::global_operands`).
+        // with per-thread stores (`Overrides::direct_store`); with a residual also a third
+        // time, C stored with TMA but the residual loaded per thread
+        // (`Overrides::global_residual`).
         let mut graphs = Vec::new();
         let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
-            let operands = which.contains("residual") || which.contains("bias");
-            let variants: &[(bool, bool)] = if operands {
+            let residual = which.contains("residual");
+            let variants: &[(bool, bool)] = if residual {
                 &[(false, false), (true, false), (false, true)]
             } else {
                 &[(false, false), (true, false)]
             };
-            for &(direct_store, global_operands) in variants {
+            for &(direct_store, global_residual) in variants {
                 let o = Overrides {
                     direct_store,
-                    global_operands,
+                    global_residual,
                     ..Default::default()
                 };
                 graphs.push(with_overrides(o, || {
@@ -725,32 +725,37 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                         launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
                     })
                 })?);
-                if !direct_store && !global_operands {
+                if !direct_store && !global_residual {
                     kernels.push((
                         which,
                         variants.len(),
                         last_entry().unwrap_or("?"),
                         last_stored_with_tma(),
-                        last_staged_operands(),
+                        last_residual_with_tma(),
                     ));
                 }
             }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
         let mut at = 0;
-        for (which, count, entry, tma, staged) in kernels {
+        for (which, count, entry, tma, tma_residual) in kernels {
             let ms = &ms[at..at + count];
             at += count;
-            let operands = if count == 3 {
+            let residual = if count == 3 {
                 format!(
-                    "; operands loaded per thread {:.4} ms, copied here: {staged:?}",
-                    ms[2]
+                    "; residual loaded per thread {:.4} ms{}",
+                    ms[2],
+                    if tma_residual {
+                        ""
+                    } else {
+                        ", no TMA residual here"
+                    }
                 )
             } else {
                 String::new()
             };
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{operands})  {entry}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{residual})  {entry}",
                 ms[0],
                 2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
                 ms[1],

@@ -39,29 +39,6 @@ pub unsafe fn load_2d(dst: u32, tmap: u64, x: i32, y: i32, bar: u32) {
     }
 }
 
-/// `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes` (PTX ISA,
-/// `cp.async.bulk`): copies `bytes` contiguous bytes from global address `src` to `dst` and
-/// completes them on `bar`. No tensor map.
-///
-/// # Safety
-/// `src` and `dst` are 16-byte aligned, `bytes` is a multiple of 16, all of `src..src + bytes`
-/// is readable and `dst..dst + bytes` is this CTA's shared memory; `bar` is an initialised
-/// mbarrier whose current phase expects these bytes.
-#[inline(always)]
-pub unsafe fn load_1d(dst: u32, src: u64, bytes: u32, bar: u32) {
-    #[cfg(target_arch = "nvptx64")]
-    asm!(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
-        d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar,
-        options(nostack)
-    );
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let _ = (dst, src, bytes, bar);
-        crate::arch::host_unreachable("tma::load_1d")
-    }
-}
-
 /// [`load_2d`] multicast to the CTAs of this cluster whose ranks are set in `cta_mask`
 /// (`.multicast::cluster`, sm_90a): the box lands at the same shared-memory offset as `dst` in
 /// each of them and completes its bytes on the barrier at `bar`'s offset in each.

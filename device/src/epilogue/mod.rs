@@ -237,10 +237,6 @@ pub struct TileCtx {
     pub staged_residual: u32,
     /// The tile row of this warp's first fragment row in the `staged_residual` tile.
     pub staged_row: u32,
-    /// Byte offset from `scratch` of the column `bias` of this call's columns
-    /// (`cta_col..cta_col + 64`, 16-bit, contiguous) that the mainloop copied into shared
-    /// memory, or 0: `bias` reads global memory. Only the Hopper mainloop sets it.
-    pub staged_bias: u32,
 }
 
 /// How a row-norm stage runs in one epilogue call.
@@ -373,9 +369,6 @@ pub trait Stage {
     /// Whether the list has a `residual` stage, whose tiles the Hopper mainloop can copy into
     /// shared memory ([`TileCtx::staged_residual`]); lists without one compile no such copies.
     const RESIDUAL: bool = false;
-    /// Whether the list has a column `bias` stage, whose slices the Hopper mainloop can copy
-    /// into shared memory ([`TileCtx::staged_bias`]).
-    const COL_BIAS: bool = false;
 
     /// Transforms the tile in registers. `Out` is the kernel's output element type.
     fn apply<Out: Element, const MI: usize, const NI: usize>(
@@ -434,7 +427,6 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     const PAIRS: bool = H::PAIRS || T::PAIRS;
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
     const RESIDUAL: bool = H::RESIDUAL || T::RESIDUAL;
-    const COL_BIAS: bool = H::COL_BIAS || T::COL_BIAS;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &Self::Params,

@@ -88,9 +88,9 @@ use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::{sync_threads, sync_warp};
 use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::copy::tma::{
-    bulk_read_wait_barrier, bulk_wait_group_read, fence_proxy_async_shared,
-    fence_tensormap_acquire, load_1d, load_2d, load_2d_multicast, prefetch_tensormap,
-    store_2d_commit_if, swizzle_128b_offset,
+    bulk_read_wait_barrier, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
+    fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap, store_2d_commit_if,
+    swizzle_128b_offset,
 };
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
@@ -213,22 +213,11 @@ impl EpilogueTraits {
     }
 }
 
-/// Bytes of one consumer warpgroup's copy of a tile's column bias ([`Sm90Args::bias`]): BN ≤
-/// 256 16-bit values.
-pub const VECTOR_BYTES: u32 = 512;
-
-/// Byte offset of the two [`VECTOR_BYTES`] bias buffers (one per consumer warpgroup) in dynamic
-/// shared memory: after the staging buffers.
-pub const fn vector_offset(t: &TileShape) -> u32 {
-    staging_offset(t) + 4 * STAGING_BYTES
-}
-
 /// Dynamic shared memory of a CTA that stores C with TMA ([`Sm90Args::tmap_c`] ≠ 0), bytes:
 /// [`smem_bytes`] and, from [`staging_offset`], two [`STAGING_BYTES`] buffers per consumer
-/// warpgroup (a chunk's bulk store reads one while the next chunk is written to the other),
-/// then the bias buffers ([`vector_offset`]).
+/// warpgroup (a chunk's bulk store reads one while the next chunk is written to the other).
 pub const fn smem_bytes_staged(t: &TileShape) -> u32 {
-    vector_offset(t) + 2 * VECTOR_BYTES
+    staging_offset(t) + 4 * STAGING_BYTES
 }
 
 /// Most CTAs of a row-norm cluster ([`Sm90Args::norm_cluster`]): the portable cluster size.
@@ -243,12 +232,6 @@ pub const NORM_XCHG_BYTES: u32 = 2 * MAX_NORM_CLUSTER * 128 * 16;
 /// the full, empty, turn and exchange barriers, in the padding before [`staging_offset`].
 pub const fn residual_bar(stages: u32, c: u32, b: u32) -> u32 {
     8 * (2 * stages + 4 + 2 * c + b)
-}
-
-/// Byte offset, from the end of the ring, of the mbarrier on which the bias copy of consumer
-/// warpgroup `c` completes ([`Sm90Args::bias`]): after the residual barriers.
-pub const fn vector_bar(stages: u32, c: u32) -> u32 {
-    8 * (2 * stages + 8 + c)
 }
 
 /// Whether tiles of shape `t` can finish row norms in a cluster along N: cooperative tiles of
@@ -323,12 +306,6 @@ pub struct Sm90Args {
     /// out through, and the stage reads it there ([`crate::epilogue::TileCtx::staged_residual`]):
     /// one bulk copy per chunk instead of 16 half-sector loads per thread.
     pub tmap_r: u64,
-    /// Generic address of the column `bias` (N 16-bit values, 16-byte aligned), or 0. Only with
-    /// [`Sm90Args::tmap_c`], for an epilogue with one column `bias` and no row norm: each
-    /// consumer warpgroup copies the BN values of a tile inside N into shared memory during
-    /// the mainloop ([`vector_offset`]), and the stage reads them there
-    /// ([`crate::epilogue::TileCtx::staged_bias`]); tiles reaching past N read global memory.
-    pub bias: u64,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -432,7 +409,7 @@ pub unsafe fn run<
         assert!(NI == 8 || NI == 16 || NI == 32, "BN is 64, 128 or 256");
         assert!(STAGES >= 2, "at least two ring stages");
         assert!(
-            vector_bar(STAGES, 2) <= 1024,
+            residual_bar(STAGES, 1, 2) <= 1024,
             "the barriers fit in the padding before the staging buffers"
         );
     };
@@ -474,10 +451,6 @@ pub unsafe fn run<
         stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
     let staged_residual = E::RESIDUAL && staged && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
-    // Not with a row norm: its kernels are at the register limit, and the copy's code path
-    // spilled them (ptxas -v of sm_90a).
-    let staged_bias = E::COL_BIAS && !E::ROW_REDUCTION && staged && sm90.bias != 0;
-    let vbar = |c: u32| base + ring_bytes + vector_bar(STAGES, c);
 
     if tid == 0 {
         for s in 0..STAGES {
@@ -494,10 +467,6 @@ pub unsafe fn run<
             for q in 0..4 {
                 init(rbar(q / 2, q % 2), 1);
             }
-        }
-        if staged_bias {
-            init(vbar(0), 1);
-            init(vbar(1), 1);
         }
         fence_init();
     }
@@ -591,8 +560,6 @@ pub unsafe fn run<
         }
         // Chunks this warpgroup has staged: they alternate between its two buffers.
         let mut staged_chunks = 0u32;
-        // Tiles whose bias this warpgroup copied: the phase of its bias barrier.
-        let mut bias_tiles = 0u32;
         // First row of this warpgroup's first half within the tile.
         let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
         let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
@@ -628,9 +595,6 @@ pub unsafe fn run<
             let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
             let tile_chunks = MI as u32 * chunks;
             let first_chunk = staged_chunks;
-            // The bias of a tile inside N travels to shared memory during the mainloop.
-            let bias_tile = staged_bias && n0 + bn <= args.n;
-            let bias_buf = vector_offset(&tile) + c * VECTOR_BYTES;
             // Copies the residual of the tile's chunk `q` into the staging buffer that chunk
             // will use (`first_chunk + q` alternates them), completing on its mbarrier.
             let load_residual = |q: u32| {
@@ -657,12 +621,6 @@ pub unsafe fn run<
                 let s = ring.stage;
                 if kt == prefetch_at {
                     prefetch();
-                    if bias_tile && leader {
-                        // The last tile's stages read the buffer before its last chunk's
-                        // warpgroup barrier, which this thread has passed.
-                        arrive_expect_tx(vbar(c), bn * 2);
-                        load_1d(base + bias_buf, sm90.bias + n0 as u64 * 2, bn * 2, vbar(c));
-                    }
                     if staged_residual && leader {
                         // Both buffers are free once this warpgroup's earlier stores have read
                         // them: the first two chunks' residual arrives during the mainloop.
@@ -744,10 +702,6 @@ pub unsafe fn run<
             // 64-row half merge their row statistics and the last writes one partial per tile
             // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
             let partials = E::ROW_REDUCTION && args.n > EPI_COLS;
-            if bias_tile {
-                wait_parity(vbar(c), bias_tiles & 1);
-                bias_tiles += 1;
-            }
             // Row statistics of the current 64-row half: its chunks run one after another.
             let mut stats = [Moments::default(); 2];
             // Chunk `j` of half `h` (columns `64j..` of rows `64h..`): the epilogue and the
@@ -791,11 +745,6 @@ pub unsafe fn run<
                             0
                         },
                         residual_phase: (staged_chunks >> 1) & 1,
-                        bias: if bias_tile {
-                            bias_buf + 2 * j * EPI_COLS
-                        } else {
-                            0
-                        },
                     };
                     // Once the stages have read this chunk's residual: the next chunk's goes
                     // into the other buffer when the store of the chunk before has read it
@@ -878,12 +827,11 @@ pub unsafe fn run<
             }
             i += step;
             if staged && leader && i >= my_tiles {
-                // The bulk stores must have read shared memory before the CTA exits; their
-                // writes to C complete with the grid (CUTLASS's epilogue tail waits the same
-                // way, `cp.async.bulk.wait_group.read`). Waiting here, not after the loop: any
+                // The bulk stores read shared memory and write C after they are issued: both
+                // must be done before the CTA exits. Waiting here, not after the loop: any
                 // instruction after the loop makes ptxas keep the consumer code within the
                 // launch's 168 registers (bench/results/hopper-registers-2026-12-02.md).
-                bulk_wait_group_read::<0>();
+                bulk_wait_group::<0>();
             }
         }
     }
@@ -909,8 +857,6 @@ struct Staging {
     /// ([`Sm90Args::tmap_r`]), or 0 (no staged residual), and the phase to wait for.
     residual_bar: u32,
     residual_phase: u32,
-    /// Byte offset of the chunk's columns in this warpgroup's copy of the bias, or 0 (none).
-    bias: u32,
 }
 
 /// The store half of [`finish_chunk`] with a staging buffer: `part` (already through the
@@ -978,13 +924,10 @@ unsafe fn finish_chunk<Out: Element, E: Stage>(
     let mut ctx = tile_ctx(args, cta, smem, 0);
     ctx.norm_pass = pass;
     ctx.row_stats = *stats;
-    if let Some(out) = staged {
-        ctx.staged_bias = out.bias;
-        if out.residual_bar != 0 {
-            wait_parity(out.residual_bar, out.residual_phase);
-            ctx.staged_residual = out.buf;
-            ctx.staged_row = 16 * out.warp;
-        }
+    if let Some(out) = staged.filter(|o| o.residual_bar != 0) {
+        wait_parity(out.residual_bar, out.residual_phase);
+        ctx.staged_residual = out.buf;
+        ctx.staged_row = 16 * out.warp;
     }
     E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
     after_apply();
