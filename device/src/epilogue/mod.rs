@@ -366,6 +366,10 @@ pub trait Stage {
     /// Whether this is the empty stage list ([`Nil`]): a kernel may then skip the fragment
     /// layout the stages see (the norm finishing kernel's wide loads and stores).
     const IS_EMPTY: bool = false;
+    /// Whether the stage's code per value is long (erf GELU: a degree-9 polynomial and two MUFU
+    /// operations). The Hopper epilogue runs the chunks of a list with such a stage, or with a
+    /// row norm, in a loop (one copy of the chain) instead of writing them out.
+    const LONG_CHAIN: bool = false;
     /// Whether the list has a `residual` stage, whose tiles the Hopper mainloop can copy into
     /// shared memory ([`TileCtx::staged_residual`]); lists without one compile no such copies.
     const RESIDUAL: bool = false;
@@ -427,6 +431,7 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     const PAIRS: bool = H::PAIRS || T::PAIRS;
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
     const RESIDUAL: bool = H::RESIDUAL || T::RESIDUAL;
+    const LONG_CHAIN: bool = H::LONG_CHAIN || T::LONG_CHAIN;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &Self::Params,

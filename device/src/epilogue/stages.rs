@@ -26,12 +26,13 @@ macro_rules! params {
 pub type NoParams = super::Nil;
 
 macro_rules! elementwise {
-    ($(#[$m:meta])* $name:ident, $f:expr) => {
+    ($(#[$m:meta])* $name:ident, $f:expr $(, long_chain = $long:expr)?) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $name;
         impl Stage for $name {
             type Params = NoParams;
+            $(const LONG_CHAIN: bool = $long;)?
             #[inline(always)]
             fn apply<Out: Element, const MI: usize, const NI: usize>(_: &NoParams, acc: &mut Acc<MI, NI>, _: &mut TileCtx) {
                 acc.map($f);
@@ -48,7 +49,8 @@ elementwise!(
 elementwise!(
     /// `gelu`: x·Φ(x) with the exact (erf) normal CDF, as BERT's `"gelu"`.
     Gelu,
-    math::gelu_erf
+    math::gelu_erf,
+    long_chain = true
 );
 elementwise!(
     /// `gelu_tanh`: the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU).

@@ -44,9 +44,11 @@
 //!
 //! Each consumer warpgroup hands its accumulators to the stages in 64-column chunks
 //! ([`EPI_COLS`]), one [`finish_chunk`] call per chunk: fewer values live at once next to the
-//! 128 accumulator registers. The chunks run in a loop, one copy of the stage chain: written
-//! out one after another, a row norm's chain outgrew the instruction cache, and longer epilogue
-//! code slowed the ping-pong tiles (only the plain GEMM, with no stages, is written out).
+//! 128 accumulator registers. Chunks are written out one after another, except for stage lists
+//! with a row norm or a long stage ([`Stage::LONG_CHAIN`], erf GELU): eight copies of a row
+//! norm's chain outgrew the instruction cache, and erf GELU ran 5-11 % faster in a loop, so
+//! those run the chunks in a loop (one copy of the chain). Short chains (bias, tanh GELU, SiLU)
+//! were 1-4 % slower in a loop on the H200 (`bench/results/hopper-chunk-loop-2026-12-02.md`).
 //! [`PREFETCH_K_TILES`] before the
 //! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
 //! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
@@ -781,12 +783,12 @@ pub unsafe fn run<
                     staged_chunks += staged as u32;
                 }};
             }
-            if !E::IS_EMPTY {
+            if E::ROW_REDUCTION || E::LONG_CHAIN {
                 // Written out per chunk, a row norm's chain (its statistics, the partials, both
                 // norm passes) outgrew the instruction cache
-                // (bench/results/hopper-ln-profile-2026-12-02.md), and ping-pong bias+GELU
-                // lost 5-8 % to 6 % more code (hopper-bias-copy-2026-12-02.md): the two
-                // warpgroups run different code at once. A loop keeps one copy. Each
+                // (bench/results/hopper-ln-profile-2026-12-02.md), and erf GELU ran 5-11 %
+                // slower than in a loop (hopper-chunk-loop-2026-12-02.md). A loop keeps one
+                // copy. Each
                 // turn takes the first chunk and shifts the others down (moves between
                 // constant indices, so the accumulators stay in registers, and the chunk in
                 // hand is not a copy: picking chunk q by selects kept 32 more values live and
@@ -806,8 +808,8 @@ pub unsafe fn run<
                     q += 1;
                 }
             } else {
-                // The plain GEMM, written out (not a loop) so every accumulator index is a
-                // constant and the array stays in registers without selects.
+                // Written out (not a loop) so every accumulator index is a constant and the
+                // array stays in registers without selects: short chains ran 1-4 % faster so.
                 macro_rules! chunk {
                     ($h:literal, $j:literal) => {
                         if $h < MI && $j < NI / EPI_FRAGS && $j < chunks {
