@@ -40,6 +40,12 @@
 //! way. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide output, row-norm
 //! clusters).
 //!
+//! A staged epilogue with a `residual` ([`Sm90Args::tmap_r`]) also reads it through the
+//! staging buffers: thread 0 copies each chunk's residual into the buffer that chunk's C will
+//! leave through (the first two chunks' during the mainloop, each later one while the chunk
+//! before runs its stages), and the stage reads its pairs where the thread then writes C. One
+//! bulk copy per chunk replaces 16 four-byte loads per thread that each used half of a sector.
+//!
 //! # Epilogue
 //!
 //! Each consumer warpgroup hands its accumulators to the stages in 64-column chunks
