@@ -46,6 +46,7 @@ use crate::driver_ext::tensor_map::{self, DataType, Interleave, L2Promotion, Oob
 use crate::gemm::{GemmKernelSpec, KernelVariant, Param};
 use crate::plan::model::{Bound, ModelTerms};
 use crate::plan::{NORM_STATS_BYTES, NormPath, Plan, Problem};
+use crate::tensor::MatrixDesc;
 use crate::validate::{BLayout, Checked, GemmCall, Operand, Work};
 use crate::{Error, Gpu, Result};
 
@@ -543,24 +544,32 @@ where
 
 /// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
 /// direct stores: a plan with the staging buffers (which [`plan_fit`] gives only where
-/// [`stages_c`] holds), a 16-byte aligned address and row stride (TMA's requirement), and
-/// M, N > 0. Boxes of 64 × 64 ([`sm90::EPI_COLS`] columns, a consumer warpgroup's 64 rows).
+/// [`stages_c`] holds) and a C that [`output_map_key`] takes.
 pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
-    let c = &call.c;
-    let stride = c.ld as u64 * call.out_dtype.size() as u64;
-    let ok = call.out_dtype.size() == 2
-        && c.ptr % 16 == 0
+    if plan.smem_bytes != sm90::smem_bytes_staged(&plan.tile) {
+        return None;
+    }
+    output_map_key(&call.c, call.out_dtype, checked)
+}
+
+/// The key of an M×N matrix of `dtype` shaped like the output (C or `residual`), moved in boxes
+/// of 64 × 64 ([`sm90::EPI_COLS`] columns, a consumer warpgroup's 64 rows), or `None` where TMA
+/// cannot take it: not 16-bit, address or row stride not 16-byte aligned (a single row's stride
+/// is never used), or M or N zero.
+fn output_map_key(mat: &MatrixDesc, dtype: DType, checked: &Checked) -> Option<MapKey> {
+    let stride = mat.ld as u64 * dtype.size() as u64;
+    let ok = dtype.size() == 2
+        && mat.ptr % 16 == 0
         && (stride % 16 == 0 || checked.m <= 1)
         && checked.m > 0
-        && checked.n > 0
-        && plan.smem_bytes == sm90::smem_bytes_staged(&plan.tile);
+        && checked.n > 0;
     ok.then(|| {
         MapKey::new(
-            c.ptr,
-            call.out_dtype,
+            mat.ptr,
+            dtype,
             checked.n as u64,
             checked.m as u64,
-            c.ld as u64,
+            mat.ld as u64,
             64,
         )
     })
@@ -568,8 +577,7 @@ pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<
 
 /// The tensor map key of the `residual` matrix for [`Sm90Args::tmap_r`] (used only with C's
 /// map), or `None`: exactly one `residual` operand, no row norm before it (that stage would run
-/// in the finishing kernel), 16-bit, a 16-byte aligned address and row stride (or one row), and
-/// M, N > 0. Boxes of 64 × 64, as C's.
+/// in the finishing kernel), and a matrix [`output_map_key`] takes.
 pub fn residual_map_key(call: &GemmCall<'_>, checked: &Checked) -> Option<MapKey> {
     let mut residuals = call.epilogue.iter().filter_map(|e| match e.operand {
         Operand::Residual(r) => Some((e.stage, r)),
@@ -579,22 +587,7 @@ pub fn residual_map_key(call: &GemmCall<'_>, checked: &Checked) -> Option<MapKey
     if residuals.next().is_some() || call.row_norm_stage.is_some_and(|s| s < stage) {
         return None;
     }
-    let stride = r.ld as u64 * r.dtype.size() as u64;
-    let ok = r.dtype.size() == 2
-        && r.ptr % 16 == 0
-        && (stride % 16 == 0 || checked.m <= 1)
-        && checked.m > 0
-        && checked.n > 0;
-    ok.then(|| {
-        MapKey::new(
-            r.ptr,
-            r.dtype,
-            checked.n as u64,
-            checked.m as u64,
-            r.ld as u64,
-            64,
-        )
-    })
+    output_map_key(&r, r.dtype, checked)
 }
 
 /// What identifies a tensor map of a K-major operand: a `rows × k` matrix of `dtype` at `ptr`

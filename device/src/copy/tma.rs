@@ -133,9 +133,9 @@ pub fn bulk_wait_group<const N: u32>() {
     crate::arch::host_unreachable("tma::bulk_wait_group")
 }
 
-/// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's bulk
-/// async-groups still read their shared-memory sources (PTX ISA, `cp.async.bulk.wait_group`), so the sources of
-/// the others may be overwritten.
+/// `cp.async.bulk.wait_group.read N` (PTX ISA, `cp.async.bulk.wait_group`): waits until at
+/// most `N` of this thread's bulk async-groups still read their shared-memory sources, so the
+/// sources of the others may be overwritten.
 #[inline(always)]
 pub fn bulk_wait_group_read<const N: u32>() {
     #[cfg(target_arch = "nvptx64")]

@@ -366,9 +366,9 @@ pub trait Stage {
     /// Whether this is the empty stage list ([`Nil`]): a kernel may then skip the fragment
     /// layout the stages see (the norm finishing kernel's wide loads and stores).
     const IS_EMPTY: bool = false;
-    /// Whether the stage's code per value is long (erf GELU: a degree-9 polynomial and two MUFU
-    /// operations). The Hopper epilogue runs the chunks of a list with such a stage, or with a
-    /// row norm, in a loop (one copy of the chain) instead of writing them out.
+    /// Whether the list has a stage whose code per value is long (erf GELU: a degree-9
+    /// polynomial and two MUFU operations). The Hopper epilogue runs the chunks of such a list,
+    /// or of one with a row norm, in a loop (one copy of the chain) instead of writing them out.
     const LONG_CHAIN: bool = false;
     /// Whether the list has a `residual` stage, whose tiles the Hopper mainloop can copy into
     /// shared memory ([`TileCtx::staged_residual`]); lists without one compile no such copies.
