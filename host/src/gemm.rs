@@ -424,21 +424,36 @@ where
     Ok(Some(plan))
 }
 
+/// Columns per CTA of the norm finishing kernel (`fused_gemm_device::kernel::norm_finish`) for
+/// an M×N output on `sms` SMs, a multiple of its 64-column step.
+///
+/// - `wide` (the kernel's 16-byte path: 16-bit C with 16-byte aligned rows and no stage after
+///   the norm): a warp keeps its next step's loads in flight while it works, so the row blocks
+///   are split into as few column blocks as fill the SMs with 16 warps each. Every column block
+///   merges its rows' partial statistics again; at 8192×8192 with 512-column blocks those
+///   re-reads were half of the kernel's L2 traffic (75 % of L2 peak, 97 µs).
+/// - otherwise a warp waits on each step's loads in turn: as few steps per warp as keep about
+///   32 warps per SM in flight, at most [`norm_finish::MAX_COLS_PER_CTA`] (a fixed 512 ran
+///   4096×1024 with 512 warps in all, about 4 per SM).
+pub fn norm_finish_cols(m: u32, n: u32, sms: u32, wide: bool) -> u32 {
+    let step = norm_finish::COLS_PER_STEP;
+    let row_steps = n.div_ceil(step).max(1) as u64;
+    let sms = sms.max(1) as u64;
+    if wide {
+        let warps_per_block = (m.div_ceil(norm_finish::ROWS_PER_CTA) as u64
+            * (norm_finish::THREADS / 32) as u64)
+            .max(1);
+        let blocks = (16 * sms / warps_per_block).clamp(1, row_steps);
+        return step * row_steps.div_ceil(blocks) as u32;
+    }
+    let warp_steps = m.div_ceil(16) as u64 * row_steps;
+    let max_steps = (norm_finish::MAX_COLS_PER_CTA / step) as u64;
+    step * (warp_steps / (32 * sms)).clamp(1, max_steps) as u32
+}
+
 /// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
 /// statistics (their address is in the norm parameters of `finish`), with the `(norm,
 /// post-stage)` parameters `finish`.
-/// Columns per CTA of the norm finishing kernel for an M×N output on `sms` SMs: 64-column steps,
-/// as few per warp as keep about 32 warps per SM in flight (a warp's steps run one after another,
-/// each waiting on its loads), at most [`norm_finish::MAX_COLS_PER_CTA`] (a fixed 512 ran
-/// 4096×1024 with 512 warps in all, about 4 per SM).
-pub fn norm_finish_cols(m: u32, n: u32, sms: u32) -> u32 {
-    let step = norm_finish::COLS_PER_STEP;
-    let warp_steps = m.div_ceil(16) as u64 * n.div_ceil(step) as u64;
-    let target = 32 * sms.max(1) as u64;
-    let max_steps = (norm_finish::MAX_COLS_PER_CTA / step) as u64;
-    step * (warp_steps / target).clamp(1, max_steps) as u32
-}
-
 pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
@@ -460,7 +475,13 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         ))
     })?;
     let f = gpu.function(spec.ptx, entry)?;
-    let cols_per_cta = norm_finish_cols(checked.m, checked.n, gpu.props().sm_count);
+    // The kernel also needs γ and β 16-byte aligned for its wide path; where they are not, it
+    // takes the fragment path with these (larger) column blocks: slower, equally correct.
+    let wide = !in_signature::<Q>()
+        && spec.output.size() == 2
+        && call.c.ptr % 16 == 0
+        && call.c.ld % 8 == 0;
+    let cols_per_cta = norm_finish_cols(checked.m, checked.n, gpu.props().sm_count, wide);
     let fargs = Param(NormFinishArgs {
         c: call.c.ptr,
         m: checked.m,
@@ -641,16 +662,34 @@ mod tests {
 
     #[test]
     fn norm_finish_keeps_enough_warps_in_flight() {
-        // BERT-large's 4096×1024: one 64-column step per warp, 4096 warps.
-        assert_eq!(norm_finish_cols(4096, 1024, 132), 64);
+        // Fragment path. BERT-large's 4096×1024: one 64-column step per warp, 4096 warps.
+        assert_eq!(norm_finish_cols(4096, 1024, 132, false), 64);
         // 8192×8192: 512 × 128 warp-steps, at most 8 steps per warp.
-        assert_eq!(norm_finish_cols(8192, 8192, 132), 512);
+        assert_eq!(norm_finish_cols(8192, 8192, 132, false), 512);
+        // Wide path: 16 warps per SM in one wave. 8192×8192: 512 warps per column block, four
+        // blocks of 2048 columns; 4096×1024: 256 warps per block, eight blocks of 128.
+        assert_eq!(norm_finish_cols(8192, 8192, 132, true), 2048);
+        assert_eq!(norm_finish_cols(4096, 1024, 132, true), 128);
+        // Rows enough for several waves: whole rows, each row's partials merged once.
+        assert_eq!(norm_finish_cols(65536, 8192, 132, true), 8192);
+        // The blocks split a row evenly: 8192×3000 has 47 steps a row, in four blocks of 12.
+        assert_eq!(norm_finish_cols(8192, 3000, 132, true), 768);
         // Tiny and awkward shapes still get one whole step, never 0.
-        assert_eq!(norm_finish_cols(1, 1, 132), 64);
-        assert_eq!(norm_finish_cols(17, 4095, 0), 256);
+        for wide in [false, true] {
+            assert_eq!(norm_finish_cols(1, 1, 132, wide), 64);
+            assert_eq!(norm_finish_cols(0, 0, 132, wide), 64);
+        }
+        assert_eq!(norm_finish_cols(17, 4095, 0, false), 256);
         for (m, n) in [(1u32, 65u32), (4095, 4097), (33, 129)] {
-            let c = norm_finish_cols(m, n, 132);
+            let c = norm_finish_cols(m, n, 132, false);
             assert!(c % 64 == 0 && (64..=512).contains(&c), "{m}x{n}: {c}");
+            for sms in [0, 1, 132, 1000] {
+                let c = norm_finish_cols(m, n, sms, true);
+                assert!(
+                    c % 64 == 0 && c >= 64 && c < n + 64,
+                    "{m}x{n} on {sms} SMs: {c}"
+                );
+            }
         }
     }
 

@@ -77,13 +77,16 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
         && gamma % 16 == 0
         && beta % 16 == 0;
     let interior = |col0: u32| row0 + 16 <= args.m && col0 + COLS_PER_STEP <= col_end;
+    let load = |col0: u32| {
+        if wide && col0 < col_end && interior(col0) {
+            Some(WideStep::load(args, row0, col0, g, t, gamma, beta))
+        } else {
+            None
+        }
+    };
     // The first step's loads go out before the statistics are merged: the two round trips
     // overlap (a CTA often has one step, and waiting for both in turn left DRAM 83 % idle).
-    let mut pending = if wide && interior(first) {
-        Some(WideStep::load(args, row0, first, g, t, gamma, beta))
-    } else {
-        None
-    };
+    let mut pending = load(first);
     let stats = K::stats(norm) as *const [f32; 4];
     let row = |h: usize| row0 + g + 8 * h as u32;
     // The four lanes of a row merge every fourth partial each (j = t, t + 4, …), then combine,
@@ -138,11 +141,10 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
     let aligned = args.c % (2 * core::mem::size_of::<Out>() as u64) == 0 && args.ldc % 2 == 0;
     let affine_pairs = aligned && K::pair_aligned::<Out>(norm);
     while col0 < col_end {
-        if wide && interior(col0) {
-            let step = match pending.take() {
-                Some(s) => s,
-                None => WideStep::load(args, row0, col0, g, t, gamma, beta),
-            };
+        if let Some(step) = pending.take() {
+            // The next step's loads go out before this one's arithmetic and stores: a warp keeps
+            // a step of C in flight while it works, so few warps can stream a long row block.
+            pending = load(col0 + COLS_PER_STEP);
             step.finish::<Out>(args, row0, col0, g, t, &rows);
             col0 += COLS_PER_STEP;
             continue;
