@@ -1065,3 +1065,130 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
         }
     }
 }
+
+#[test]
+fn t10_split_tail_matches_the_whole_last_round() {
+    let Some(mut fx) = Fx::new("split_tail") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // The last, partial round of 128×128 ping-pong tiles in K pieces (`Sm90Args::tail_splits`)
+    // against the same kernel with that round whole and against f64, on every stage family
+    // that stages C (the LayerNorm through partial statistics and the finishing kernel). Shapes
+    // put a few tiles past a whole round of this device's SMs, with the last tile row and
+    // column partly past M and N, and K not a multiple of 64. Each split launch runs twice:
+    // the per-tile counters must come back to 0, and the fixed summation order gives the same
+    // bits. Pieces: 2, 3, and the most the shape allows (requested 64, capped).
+    let bf = DType::Bf16;
+    let tile = *TILES_SM90
+        .iter()
+        .find(|t| t.warps_m == 4)
+        .expect("a ping-pong tile");
+    let sms = fx.gpu.props().sm_count as usize;
+    let tiles_n = 8;
+    let tiles_m = (sms + 3).div_ceil(tiles_n);
+    let shapes = [
+        (tiles_m * 128 - 70, tiles_n * 128 - 24, 1000),
+        // Two k-tiles: at most two pieces.
+        (tiles_m * 128 - 1, tiles_n * 128 - 24, 72),
+    ];
+    for &(m, n, k) in &shapes {
+        let a = fx.random(m, k, bf, 1.0);
+        let b = fx.random(n, k, bf, 1.0);
+        let (bias, gamma, beta) = (
+            fx.random(1, n, bf, 1.0),
+            fx.random(1, n, bf, 1.0),
+            fx.random(1, n, bf, 1.0),
+        );
+        let r = fx.random(m, n, bf, 2.0);
+        let acc = gemm64(m, n, k, &a.v, &b.v);
+        let kernels: Vec<(&str, Vec<RefStage>, Launch)> = vec![
+            (
+                "gemm",
+                vec![],
+                Box::new(|g, a, b, c| hopper::h_gemm_bf16(g, a, b, c)),
+            ),
+            (
+                "bias+gelu_tanh",
+                vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
+                Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
+            ),
+            (
+                "residual+silu",
+                vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
+                Box::new(|g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t)),
+            ),
+            (
+                "bias+residual+layer_norm",
+                vec![
+                    RefStage::BiasCol(bias.v.clone()),
+                    RefStage::Residual(r.v.clone()),
+                    RefStage::LayerNorm {
+                        gamma: gamma.v.clone(),
+                        beta: beta.v.clone(),
+                        eps: 1e-12,
+                    },
+                ],
+                Box::new(|g, a, b, c| {
+                    hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
+                }),
+            ),
+        ];
+        for (label, stages, launch) in kernels {
+            let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+            let run = |pieces: u32| {
+                let mut c = fx.poisoned(m, n, bf);
+                let o = Overrides {
+                    tile: Some(tile),
+                    tail_splits: Some(pieces),
+                    ..Default::default()
+                };
+                let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
+                    .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}, {pieces} pieces: {e}"))
+                    .expect("Hopper path");
+                (plan, fx.get(&c))
+            };
+            let (whole_plan, whole) = run(1);
+            assert_eq!(whole_plan.tail_splits, 1, "{label}: {whole_plan:?}");
+            for pieces in [2, 3, 64] {
+                let (plan, got) = run(pieces);
+                let what = format!(
+                    "{label} {m}x{n}x{k}, {} pieces (asked {pieces})",
+                    plan.tail_splits
+                );
+                let left = (tiles_m * tiles_n) % sms;
+                let cap = (k.div_ceil(64) as u32).min((sms / left) as u32);
+                assert_eq!(plan.tail_splits, pieces.min(cap), "{what}: {plan:?}");
+                let err = rel_frobenius_error(&got, &want);
+                assert!(
+                    err < threshold(bf),
+                    "{what}: relative error {err:e}; {}",
+                    describe_mismatch(&got, &want, m, n, 0.05)
+                );
+                // Element by element against the whole round: within two bf16 steps.
+                let off = got
+                    .iter()
+                    .zip(&whole)
+                    .position(|(g, w)| !((g - w).abs() <= 2.0 * 2f64.powi(-8) * w.abs().max(0.1)));
+                assert!(
+                    off.is_none(),
+                    "{what}: element {:?} differs from the whole round's",
+                    off.map(|i| (i / n, i % n, got[i], whole[i]))
+                );
+                let (_, again) = run(pieces);
+                assert!(
+                    again
+                        .iter()
+                        .zip(&got)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{what}: a second launch gave different bits"
+                );
+                println!(
+                    "{what}: rel err {err:.2e}, within 2 bf16 steps of the whole round, repeatable"
+                );
+            }
+        }
+    }
+}

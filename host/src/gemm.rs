@@ -298,8 +298,8 @@ impl GemmKernelSpec {
 /// concurrently (each launch holds its lock only while enqueuing).
 #[derive(Default)]
 pub struct Workspace {
-    partials: Option<CudaSlice<u8>>,
-    counters: Option<CudaSlice<u8>>,
+    pub(crate) partials: Option<CudaSlice<u8>>,
+    pub(crate) counters: Option<CudaSlice<u8>>,
     pub(crate) stats: Option<CudaSlice<u8>>,
     /// TMA descriptors of the Hopper path ([`crate::sm90`]).
     pub(crate) tensor_maps: crate::sm90::TensorMapCache,
@@ -537,16 +537,29 @@ thread_local! {
     static LAST_ENTRY: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
     static LAST_TMA_STORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static LAST_TMA_RESIDUAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static LAST_TAIL_SPLITS: std::cell::Cell<u32> = const { std::cell::Cell::new(1) };
 }
 
 pub(crate) fn set_last_entry(entry: &'static str) {
-    set_last_launch(entry, false, false);
+    set_last_launch(entry, false, false, 1);
 }
 
-pub(crate) fn set_last_launch(entry: &'static str, tma_store: bool, tma_residual: bool) {
+pub(crate) fn set_last_launch(
+    entry: &'static str,
+    tma_store: bool,
+    tma_residual: bool,
+    tail_splits: u32,
+) {
     LAST_ENTRY.with(|c| c.set(Some(entry)));
     LAST_TMA_STORE.with(|c| c.set(tma_store));
     LAST_TMA_RESIDUAL.with(|c| c.set(tma_residual));
+    LAST_TAIL_SPLITS.with(|c| c.set(tail_splits));
+}
+
+/// K pieces per tile of the last, partial round of the last GEMM this thread launched (the
+/// Hopper mainloop's `Sm90Args::tail_splits`), 1 when that round ran whole.
+pub fn last_tail_splits() -> u32 {
+    LAST_TAIL_SPLITS.with(|c| c.get())
 }
 
 /// Whether the last GEMM this thread launched stored C with TMA through shared memory (the
@@ -607,10 +620,14 @@ pub struct Overrides {
     /// Read `residual` from global memory even where the Hopper mainloop could copy it into
     /// its staging buffers with TMA (`Sm90Args::tmap_r`; to compare the two paths).
     pub global_residual: bool,
+    /// K pieces per tile of the Hopper mainloop's last, partial round instead of the model's
+    /// choice ([`crate::sm90::tail_splits`]): `Some(1)` runs the last round whole (to compare),
+    /// larger values are capped at what the problem allows.
+    pub tail_splits: Option<u32>,
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

@@ -27,8 +27,10 @@
 //! A small model in the spirit of [`crate::plan`]: per tile shape, the busiest SM runs
 //! ⌈tiles / CTAs⌉ tiles at [`PEAK_TFLOPS`] times the shape's efficiency; cooperative tiles add
 //! their epilogue (stores at the SM's share of DRAM bandwidth), ping-pong tiles hide it behind
-//! the other warpgroup's mainloop; the whole is at least the DRAM time. The sm_80 planner's best
-//! plan wins when it predicts less (skinny problems, where split-K pays).
+//! the other warpgroup's mainloop; the whole is at least the DRAM time. On ping-pong tiles a last,
+//! partial round is split along K ([`tail_splits`]): its few tiles are shared by many SMs
+//! instead of leaving the others idle for a whole mainloop. The sm_80 planner's best plan wins
+//! when it predicts less (skinny problems, where split-K pays).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,6 +61,95 @@ pub const DRAM_TBS: f64 = 4.25;
 pub const LAUNCH_US: f64 = 3.0;
 /// Tile rows per raster group ([`Sm90Args::group_m`]).
 pub const GROUP_M: u32 = 8;
+/// Bandwidth at which one SM reads the other pieces' partial tiles of a split tail tile from
+/// L2, GB/s (the model's cost of [`tail_splits`]'s fixup; an estimate of one SM's share of L2
+/// bandwidth).
+pub const FIXUP_GBS: f64 = 100.0;
+
+/// K pieces per tile of the last, partial round ([`Sm90Args::tail_splits`]) for `tile` on `p`
+/// with `sms` SMs; 1 for no split. Only ping-pong tiles with at least one whole round of tiles
+/// and a partial last one are split: into `s` pieces, as many as minimize a piece's mainloop
+/// (`tile_us / s`) plus the last piece's reads of all `s` partial tiles ([`FIXUP_GBS`]), with
+/// `s·(tiles mod SMs) ≤ SMs` and `s ≤ ⌈K/64⌉`, when that saves at least 1 µs of the tile's
+/// mainloop. Example: 8192³ on 128×128 ping-pong tiles, 4096 tiles on 132 SMs: 4 tiles left
+/// after 31 rounds, each in 8 pieces.
+pub fn tail_splits(sms: u32, tile: &TileShape, p: &Problem) -> u32 {
+    let o = crate::gemm::current_overrides();
+    let Some((_, cap)) = tail_shape(sms, tile, p) else {
+        return 1;
+    };
+    if let Some(s) = o.tail_splits {
+        return s.clamp(1, cap);
+    }
+    let tile_us = tile_mainloop_us(sms, tile, p);
+    let cost = |s: u32| tile_us / s as f64 + s as f64 * fixup_read_us(tile);
+    let best = (2..=cap).min_by(|&a, &b| cost(a).total_cmp(&cost(b)));
+    match best {
+        Some(s) if cost(s) + 1.0 <= tile_us => s,
+        _ => 1,
+    }
+}
+
+/// The last round of ping-pong `tile` on `p`: (tiles left after the whole rounds, most pieces
+/// each may have), or `None` when the tail cannot be split (not ping-pong, no whole round, or
+/// no partial round).
+fn tail_shape(sms: u32, tile: &TileShape, p: &Problem) -> Option<(u32, u32)> {
+    if !is_pingpong(tile) || cluster_m(tile) != 1 || sms == 0 {
+        return None;
+    }
+    let tiles = p.m.div_ceil(tile.bm) as u64 * p.n.div_ceil(tile.bn) as u64;
+    let (rounds, left) = (tiles / sms as u64, tiles % sms as u64);
+    if rounds == 0 || left == 0 {
+        return None;
+    }
+    let cap = (sms as u64 / left).min(p.k.div_ceil(sm90::BK) as u64) as u32;
+    (cap >= 2).then_some((left as u32, cap))
+}
+
+/// One tile's mainloop on one SM, µs (the model's [`PEAK_TFLOPS`] shared by `sms` SMs, at the
+/// shape's relative efficiency).
+fn tile_mainloop_us(sms: u32, tile: &TileShape, p: &Problem) -> f64 {
+    let k_pad = p.k.div_ceil(sm90::BK) as u64 * sm90::BK as u64;
+    let sm_flops_per_us = PEAK_TFLOPS * 1e6 / sms.max(1) as f64;
+    2.0 * (cta_rows(tile) as u64 * tile.bn as u64 * k_pad) as f64
+        / (sm_flops_per_us * tile_efficiency(tile))
+}
+
+/// Relative mainloop efficiency of `tile`, measured (bench/results/hopper-256x128-2026-12-02.md,
+/// run 2: 8192³ bf16 with each tile forced, all in the same interleaved rounds: 128×128
+/// ping-pong 1.58 ms, 128×256 and 256×128 cooperative 1.61 and 1.62, 128×128 cooperative
+/// 1.62; ping-pong and 128×256 are within 1 % in other runs). The 256×256 cluster takes
+/// 1.00-1.08× the 128×256 cooperative time (median 1.006 over the 20 benchmark rows,
+/// bench/results/hopper-cluster-2026-12-02.md). Ping-pong's hidden epilogue (in
+/// [`predict_fit`]) already makes it win at equal efficiency; its 0.97 came from tiles timed
+/// one after another, whose clocks drifted by up to 10 %. Cooperative CTAs of 32K outputs
+/// (128×256, 256×128) share the best figure.
+fn tile_efficiency(tile: &TileShape) -> f64 {
+    if cluster_m(tile) > 1 {
+        0.98
+    } else if is_pingpong(tile) || cta_rows(tile) * tile.bn >= 128 * 256 {
+        1.0
+    } else {
+        0.89
+    }
+}
+
+/// The last piece's reads of every piece's partial tile (f32 accumulators), µs per piece.
+fn fixup_read_us(tile: &TileShape) -> f64 {
+    (cta_rows(tile) * tile.bn * 4) as f64 / (FIXUP_GBS * 1e3)
+}
+
+/// Bytes of the workspace and counters of a split tail ([`tail_splits`] = `pieces` ≥ 2) for
+/// `tile` on `p` with `sms` SMs: one f32 partial tile per piece, one `u32` per tail tile.
+pub fn tail_workspace_bytes(sms: u32, tile: &TileShape, p: &Problem, pieces: u32) -> (u64, u64) {
+    match tail_shape(sms, tile, p) {
+        Some((tiles, _)) if pieces > 1 => (
+            tiles as u64 * pieces as u64 * (cta_rows(tile) * tile.bn) as u64 * 4,
+            tiles as u64 * 4,
+        ),
+        _ => (0, 0),
+    }
+}
 
 /// Why the Hopper path cannot run `call`, or `None` when it can (see the [module
 /// docs](self)).
@@ -121,27 +212,8 @@ pub fn predict_fit(
     let rounds = units.div_ceil(concurrent);
     let k_pad = k.div_ceil(sm90::BK as u64) * sm90::BK as u64;
     let pingpong = is_pingpong(tile);
-    // Relative mainloop efficiency, measured (bench/results/hopper-256x128-2026-12-02.md, run
-    // 2: 8192³ bf16 with each tile forced, all in the same interleaved rounds: 128×128
-    // ping-pong 1.58 ms, 128×256 and 256×128 cooperative 1.61 and 1.62, 128×128 cooperative
-    // 1.62; ping-pong and 128×256 are within 1 % in other runs). The 256×256 cluster takes
-    // 1.00-1.08× the 128×256 cooperative time (median 1.006 over the 20 benchmark rows,
-    // bench/results/hopper-cluster-2026-12-02.md).
-    // Ping-pong's hidden epilogue (below) already makes it win at equal efficiency; its
-    // 0.97 came from tiles timed one after another, whose clocks drifted by up to 10 %.
-    // Cooperative CTAs of 32K outputs (128×256, 256×128) share the best figure.
-    let eff = if cluster_m(tile) > 1 {
-        0.98
-    } else if pingpong {
-        1.0
-    } else if cta_rows(tile) * tile.bn >= 128 * 256 {
-        1.0
-    } else {
-        0.89
-    };
     let cta_m = cta_rows(tile) as u64;
-    let sm_flops_per_us = PEAK_TFLOPS * 1e6 / sms as f64;
-    let tile_us = 2.0 * (cta_m * bn * k_pad) as f64 / (sm_flops_per_us * eff);
+    let tile_us = tile_mainloop_us(gpu_sms, tile, p);
     let out_cols = if p.pairs { bn / 2 } else { bn };
     let out_bytes = p.out_dtype.size() as f64 + p.epilogue_read_bytes_per_output;
     let epi_us = (cta_m * out_cols) as f64 * out_bytes / (DRAM_TBS * 1e6 / sms as f64);
@@ -153,7 +225,12 @@ pub fn predict_fit(
     } else {
         0.0
     };
-    let sm_us = if pingpong {
+    // A split tail's last round takes one piece's mainloop and the fixup's reads.
+    let pieces = tail_splits(gpu_sms, tile, p);
+    let sm_us = if pingpong && pieces > 1 {
+        let last = tile_us / pieces as f64 + pieces as f64 * fixup_read_us(tile);
+        (rounds - 1) as f64 * tile_us.max(epi_us) + last.max(epi_us) + epi_us
+    } else if pingpong {
         rounds as f64 * tile_us.max(epi_us) + epi_us
     } else {
         rounds as f64 * (tile_us + epi_us + cluster_epi_us)
@@ -251,6 +328,8 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
     } else {
         sm90::smem_bytes(tile)
     };
+    let tail_splits = tail_splits(sms, tile, p);
+    let (workspace_bytes, counter_bytes) = tail_workspace_bytes(sms, tile, p, tail_splits);
     Plan {
         tile: *tile,
         splits: 1,
@@ -258,8 +337,9 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
         grid: (model.ctas as u32, 1, 1),
         block: (sm90::THREADS, 1, 1),
         smem_bytes,
-        workspace_bytes: 0,
-        counter_bytes: 0,
+        workspace_bytes,
+        counter_bytes,
+        tail_splits,
         norm,
         predicted_us,
         model,
@@ -464,13 +544,21 @@ where
         } => (crate::gemm::grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
         _ => (0, 0),
     };
+    // A split tail's partial tiles and counters (self-resetting, as split-K's: shared with it).
+    let (workspace, counters) = if plan.tail_splits > 1 {
+        let w = crate::gemm::grow(gpu, &mut ws.partials, plan.workspace_bytes)?;
+        let c = crate::gemm::grow(gpu, &mut ws.counters, plan.counter_bytes)?;
+        (w, c)
+    } else {
+        (0, 0)
+    };
     let (params, finish) = build(stats);
     let args = Param(GemmArgs {
         a: call.a.ptr,
         b: call.b.ptr,
         c: call.c.ptr,
-        workspace: 0,
-        counters: 0,
+        workspace,
+        counters,
         m: checked.m,
         n: checked.n,
         k: checked.k,
@@ -491,6 +579,8 @@ where
         norm_cluster,
         tmap_c,
         tmap_r,
+        tail_splits: plan.tail_splits,
+        _pad: 0,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
@@ -535,7 +625,7 @@ where
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
         unsafe { l.launch(cfg) }?;
     }
-    crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0);
+    crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0, plan.tail_splits);
     if stats != 0 {
         crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
     }
@@ -826,6 +916,58 @@ mod tests {
         let small = plan(132, &t, &problem(1, 1, 1));
         assert_eq!(small.grid, (1, 1, 1), "one CTA per tile at most");
         assert_eq!(small.k_per_split, 64);
+    }
+
+    #[test]
+    fn the_last_partial_round_of_pingpong_tiles_is_split_along_k() {
+        let pp = *TILES_SM90.iter().find(|t| is_pingpong(t)).unwrap();
+        let coop = *TILES_SM90
+            .iter()
+            .find(|t| !is_pingpong(t) && cluster_m(t) == 1)
+            .unwrap();
+        // 8192³: 4096 tiles, 31 whole rounds on 132 SMs, 4 tiles left. A 44 µs mainloop per
+        // tile against 0.66 µs of fixup reads per piece: 8 pieces, 64 KiB of partials each.
+        let big = problem(8192, 8192, 8192);
+        assert_eq!(tail_splits(132, &pp, &big), 8);
+        let p = plan(132, &pp, &big);
+        assert_eq!((p.tail_splits, p.grid.0), (8, 132));
+        assert_eq!(p.workspace_bytes, 4 * 8 * 128 * 128 * 4);
+        assert_eq!(p.counter_bytes, 4 * 4);
+        let whole = crate::gemm::with_overrides(
+            crate::gemm::Overrides {
+                tail_splits: Some(1),
+                ..Default::default()
+            },
+            || plan(132, &pp, &big),
+        );
+        assert_eq!((whole.tail_splits, whole.workspace_bytes), (1, 0));
+        assert!(
+            whole.predicted_us - p.predicted_us > 30.0,
+            "{} vs {}",
+            whole.predicted_us,
+            p.predicted_us
+        );
+        // No split: cooperative tiles, no partial round (132 tiles), no whole round (64 tiles),
+        // and a short mainloop (K = 64: one k-tile).
+        assert_eq!(tail_splits(132, &coop, &big), 1);
+        assert_eq!(tail_splits(132, &pp, &problem(128 * 12, 128 * 11, 8192)), 1);
+        assert_eq!(tail_splits(132, &pp, &problem(1024, 1024, 8192)), 1);
+        assert_eq!(tail_splits(132, &pp, &problem(8192, 8192, 64)), 1);
+        // Pieces are capped by the k-tiles and by the SMs per tail tile; an override is too.
+        let forced = |s: u32, p: &Problem| {
+            crate::gemm::with_overrides(
+                crate::gemm::Overrides {
+                    tail_splits: Some(s),
+                    ..Default::default()
+                },
+                || tail_splits(132, &pp, p),
+            )
+        };
+        assert_eq!(forced(64, &problem(8192, 8192, 128)), 2);
+        assert_eq!(forced(64, &big), 33);
+        assert_eq!(forced(0, &big), 1);
+        // 136 tiles: 4 left, 33 SMs each.
+        assert_eq!(forced(64, &problem(17 * 128, 8 * 128, 8192)), 33);
     }
 
     #[test]

@@ -35,7 +35,8 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
 use fused_gemm::host::gemm::{
-    Overrides, last_entry, last_residual_with_tma, last_stored_with_tma, with_overrides,
+    Overrides, last_entry, last_residual_with_tma, last_stored_with_tma, last_tail_splits,
+    with_overrides,
 };
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
@@ -701,23 +702,34 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             }
             continue;
         }
-        // Each epilogue twice: C stored with TMA where the launcher can (the default), and
-        // with per-thread stores (`Overrides::direct_store`); with a residual also a third
-        // time, C stored with TMA but the residual loaded per thread
-        // (`Overrides::global_residual`).
+        // Each epilogue as the launcher plans it (C stored with TMA where it can, the last
+        // partial round of ping-pong tiles split along K where the model says so), with
+        // per-thread stores (`Overrides::direct_store`), with the last round whole
+        // (`Overrides::tail_splits = Some(1)`), and with a residual also with C stored with TMA
+        // but the residual loaded per thread (`Overrides::global_residual`).
         let mut graphs = Vec::new();
         let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
             let residual = which.contains("residual");
-            let variants: &[(bool, bool)] = if residual {
-                &[(false, false), (true, false), (false, true)]
+            let variants: &[(bool, bool, bool)] = if residual {
+                &[
+                    (false, false, false),
+                    (true, false, false),
+                    (false, false, true),
+                    (false, true, false),
+                ]
             } else {
-                &[(false, false), (true, false)]
+                &[
+                    (false, false, false),
+                    (true, false, false),
+                    (false, false, true),
+                ]
             };
-            for &(direct_store, global_residual) in variants {
+            for &(direct_store, global_residual, whole_tail) in variants {
                 let o = Overrides {
                     direct_store,
                     global_residual,
+                    tail_splits: whole_tail.then_some(1),
                     ..Default::default()
                 };
                 graphs.push(with_overrides(o, || {
@@ -725,26 +737,27 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                         launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
                     })
                 })?);
-                if !direct_store && !global_residual {
+                if !direct_store && !global_residual && !whole_tail {
                     kernels.push((
                         which,
                         variants.len(),
                         last_entry().unwrap_or("?"),
                         last_stored_with_tma(),
                         last_residual_with_tma(),
+                        last_tail_splits(),
                     ));
                 }
             }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
         let mut at = 0;
-        for (which, count, entry, tma, tma_residual) in kernels {
+        for (which, count, entry, tma, tma_residual, pieces) in kernels {
             let ms = &ms[at..at + count];
             at += count;
-            let residual = if count == 3 {
+            let residual = if count == 4 {
                 format!(
                     "; residual loaded per thread {:.4} ms{}",
-                    ms[2],
+                    ms[3],
                     if tma_residual {
                         ""
                     } else {
@@ -754,8 +767,13 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             } else {
                 String::new()
             };
+            let tail = if pieces > 1 {
+                format!("; last round in {pieces} K pieces, whole {:.4} ms", ms[2])
+            } else {
+                String::from("; last round not split")
+            };
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{residual})  {entry}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{tail}{residual})  {entry}",
                 ms[0],
                 2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
                 ms[1],

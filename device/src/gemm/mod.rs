@@ -27,10 +27,12 @@ pub struct GemmArgs {
     /// C, the output.
     pub c: u64,
     /// Split-K partial tiles (f32), `tiles · splits · THREADS · MI·NI·4` values, or 0 when
-    /// `splits == 1`.
+    /// `splits == 1` (the Hopper mainloop keeps its split tail tiles' partials here,
+    /// `sm90::Sm90Args::tail_splits`).
     pub workspace: u64,
     /// Split-K arrival counters, one zeroed `u32` per output tile (the last CTA of a tile resets
-    /// its counter to 0), or 0 when `splits == 1`.
+    /// its counter to 0), or 0 when `splits == 1` (on the Hopper mainloop: one per split tail
+    /// tile).
     pub counters: u64,
     /// Rows of A and C.
     pub m: u32,

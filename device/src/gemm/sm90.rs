@@ -29,6 +29,14 @@
 //!
 //! The ring is consumed in the order the producer fills it in every schedule.
 //!
+//! # The last round
+//!
+//! When the tiles do not divide evenly over the CTAs, the last round leaves most SMs idle for a
+//! whole tile's mainloop (8192³ on 128×128 tiles: 4096 tiles on 132 SMs, 4 tiles in the last
+//! round, about 3 % of the kernel). With [`Sm90Args::tail_splits`] = `s` on ping-pong tiles,
+//! each of those tiles is computed in `s` K ranges by `s` CTAs; the last to finish sums the
+//! partials and runs the epilogue (`tail_fixup`).
+//!
 //! # Storing C
 //!
 //! With a tensor map of C ([`Sm90Args::tmap_c`]) where [`stages_c`] allows it, each consumer
@@ -83,24 +91,30 @@
 //!
 //! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
 //! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
-//! `args.splits == 1`, K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
+//! `args.splits == 1` (with [`Sm90Args::tail_splits`], `args.workspace` and `args.counters`
+//! hold the split tail's partials), K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
 //! cluster; [`smem_bytes_staged`] with C's map). Edge tiles need no special case: TMA writes
 //! zeros for rows and K columns outside the tensor, a bulk store skips elements past M and N,
 //! and the direct store is predicated on M and N.
 
+use crate::arch::atomic::atomic_add_acq_rel_u32;
+use crate::arch::global::st_u32;
 use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, arrive_remote_cta, cluster_ctarank, cluster_sync,
     fence_init, init, wait_parity, wait_parity_cluster,
 };
 use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, shared_addr};
-use crate::arch::sync::{sync_threads, sync_warp};
-use crate::arch::thread::{block_idx_x, grid_dim_x, thread_idx_x};
+use crate::arch::sync::{sync_threads, sync_warp, thread_fence};
+use crate::arch::thread::{
+    block_and_grid_x_uncached, block_idx_x, grid_dim_x, thread_idx_x, uncached,
+};
 use crate::copy::tma::{
     bulk_read_wait_barrier, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
     fence_tensormap_acquire, load_2d, load_2d_multicast, prefetch_tensormap, store_2d_commit_if,
     swizzle_128b_offset,
 };
+use crate::copy::{ld_global_cg_v4, st_global_cg_v4};
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, NormPass, Prefetch, Stage, TileCtx};
@@ -179,9 +193,10 @@ pub const fn stage_bytes(t: &TileShape) -> u32 {
 }
 
 /// Dynamic shared memory of a CTA, bytes: the ring, then a `full` and an `empty` mbarrier per
-/// stage and the two ping-pong `turn` mbarriers.
+/// stage, the two ping-pong `turn` mbarriers, and 16 bytes that hold a row-norm cluster's two
+/// exchange mbarriers or the consumer warpgroups' flags of a split tail tile (`tail_fixup`).
 pub const fn smem_bytes(t: &TileShape) -> u32 {
-    t.stages * stage_bytes(t) + 16 * t.stages + 16
+    t.stages * stage_bytes(t) + 16 * t.stages + 32
 }
 
 /// Bytes of one output staging buffer: a consumer warpgroup's 64 rows × [`EPI_COLS`] columns
@@ -249,10 +264,11 @@ pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
     t.warps_m == 8 && t.bm == 128
 }
 
-/// Dynamic shared memory of a CTA of a row-norm cluster, bytes: [`smem_bytes`], two exchange
-/// mbarriers, then the [`NORM_XCHG_BYTES`] exchange (16-byte aligned).
+/// Dynamic shared memory of a CTA of a row-norm cluster, bytes: [`smem_bytes`] (whose last 16
+/// bytes hold the two exchange mbarriers), then the [`NORM_XCHG_BYTES`] exchange (16-byte
+/// aligned).
 pub const fn smem_bytes_row_norm(t: &TileShape) -> u32 {
-    t.stages * stage_bytes(t) + 16 * t.stages + 32 + NORM_XCHG_BYTES
+    smem_bytes(t) + NORM_XCHG_BYTES
 }
 
 /// Why `t` cannot be instantiated on this mainloop, or `None`.
@@ -315,6 +331,18 @@ pub struct Sm90Args {
     /// out through, and the stage reads it there ([`crate::epilogue::TileCtx::staged_residual`]):
     /// one bulk copy per chunk instead of 16 half-sector loads per thread.
     pub tmap_r: u64,
+    /// K pieces of each tile of the last, partial round on ping-pong tiles (0 or 1: none).
+    /// With `s` ≥ 2 and `T` tiles on `G` CTAs (grid), every CTA first computes its
+    /// ⌊T/G⌋ whole tiles; then the `T mod G` tiles left are each split into `s` ranges of
+    /// k-tiles, CTA `b < s·(T mod G)` computing piece `b mod s` of tail tile `b / s`, so the
+    /// last round keeps `s` times as many SMs busy (the data-parallel + stream-K hybrid of
+    /// Osama et al., "Stream-K", PPoPP 2023, with CUTLASS's serial fixup). Needs `s ≤ ⌈K/64⌉`,
+    /// `s·(T mod G) ≤ G`, and in [`GemmArgs::workspace`] / [`GemmArgs::counters`]
+    /// `(T mod G)·s` partial tiles (f32, 128 threads × MI·NI fragments of 16 bytes each) and
+    /// `T mod G` zeroed `u32` counters (`tail_fixup`); ignored on other schedules.
+    pub tail_splits: u32,
+    /// Padding.
+    pub _pad: u32,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -504,10 +532,50 @@ pub unsafe fn run<
     } else {
         0
     };
+    // The last round's tiles in K pieces (`Sm90Args::tail_splits`, ping-pong only): this CTA's
+    // piece, if any, follows its whole tiles.
+    let tail = || {
+        if pingpong {
+            TailSplit::of(sm90.tail_splits, units, k_tiles)
+        } else {
+            None
+        }
+    };
+    let my_tiles = if !pingpong {
+        my_tiles
+    } else if let Some(t) = tail() {
+        if t.tiles * t.pieces > n_units
+            || t.pieces > k_tiles
+            || args.workspace == 0
+            || args.counters == 0
+        {
+            crate::arch::trap();
+        }
+        t.full_rounds + t.has_piece() as u32
+    } else {
+        my_tiles
+    };
+    // The piece, when unit `i` is one.
+    let piece_at = |i: u32| tail().filter(|t| t.has_piece() && i == t.full_rounds);
     let group = if sm90.group_m == 0 { 1 } else { sm90.group_m };
+    // The unit loops' epilogues need every register: the grid's shape is read again for each
+    // unit rather than kept live (ptxas spilled it with the tail split's code).
     let coords = |i: u32| {
-        let (um, un) = tile_coords(unit + i * n_units, units_m, units_n, group);
+        let (b, g) = block_and_grid_x_uncached();
+        let (unit, n_units) = (b / (cluster * cn), g / (cluster * cn));
+        let units_m = uncached(args.m).div_ceil(bm).div_ceil(cluster);
+        let units_n = uncached(args.n).div_ceil(bn).div_ceil(cn);
+        let l = match piece_at(i) {
+            Some(t) => t.full_rounds * n_units + t.tile(),
+            None => unit + i * n_units,
+        };
+        let (um, un) = tile_coords(l, units_m, units_n, group);
         (um * cluster + rank_m, un * cn + rank_n)
+    };
+    // The k-tiles of this CTA's `i`-th unit: all, or its piece's share.
+    let k_range = |i: u32| match piece_at(i) {
+        Some(t) => t.k_tiles(),
+        None => (0, k_tiles),
     };
     // With a cluster, this CTA loads its half of the B block for both CTAs.
     let b_rows = bn / cluster;
@@ -525,7 +593,8 @@ pub unsafe fn run<
                 let row_a = (tm * bm) as i32;
                 // A row-norm cluster's last CTAs may lie past N: TMA reads zeros there.
                 let row_b = (tn * bn + rank_m * b_rows) as i32;
-                for kt in 0..k_tiles {
+                let (k_first, k_end) = k_range(i);
+                for kt in k_first..k_end {
                     let s = ring.stage;
                     let k0 = (kt * BK) as i32;
                     // CTA-scope acquire also with a cluster: the peers' arrivals only say that
@@ -579,7 +648,13 @@ pub unsafe fn run<
             // k-tiles of the mainloop, so its loads do not expose a DRAM round trip per chunk.
             // Issued at the start of a long mainloop, the lines were evicted again by its A
             // and B traffic (LayerNorm at 8192³ got slower).
-            let prefetch_at = k_tiles.saturating_sub(PREFETCH_K_TILES);
+            // A piece of a split tile does not know yet whether it runs the epilogue.
+            let piece = piece_at(i).is_some();
+            let prefetch_at = if piece {
+                u32::MAX
+            } else {
+                k_tiles.saturating_sub(PREFETCH_K_TILES)
+            };
             let prefetch = || {
                 if !E::PAIRS {
                     E::prefetch::<Out>(
@@ -624,9 +699,11 @@ pub unsafe fn run<
                 wait_parity(turn(c), ((i - 1) / 2) & 1);
             }
             let mut acc = Acc::<MI, NI>::zero();
+            // Every unit before a piece is whole: the ring position counts whole tiles.
             let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles as u64);
             let mut prev = 0;
-            for kt in 0..k_tiles {
+            let (k_first, k_end) = k_range(i);
+            for kt in k_first..k_end {
                 let s = ring.stage;
                 if kt == prefetch_at {
                     prefetch();
@@ -656,7 +733,7 @@ pub unsafe fn run<
                 for h in 0..MI {
                     fence_operands(&mut acc.v[h]);
                 }
-                if kt > 0 && lane == 0 {
+                if kt > k_first && lane == 0 {
                     arrive(empty(prev));
                     if cluster > 1 {
                         arrive_remote_cta(empty(prev), rank_m ^ 1);
@@ -674,10 +751,41 @@ pub unsafe fn run<
             for h in 0..MI {
                 fence_operands(&mut acc.v[h]);
             }
-            if k_tiles > 0 && lane == 0 {
+            if k_end > k_first && lane == 0 {
                 arrive(empty(prev));
                 if cluster > 1 {
                     arrive_remote_cta(empty(prev), rank_m ^ 1);
+                }
+            }
+            if let Some(t) = piece_at(i).filter(|_| piece) {
+                let flag = smem.add((ring_bytes + 8 * (2 * STAGES + 2) + 4 * c) as usize);
+                let last = tail_fixup(
+                    args,
+                    &mut acc,
+                    &TailPiece {
+                        flag: flag as *mut u32,
+                        barrier: 1 + c,
+                        thread: tid % 128,
+                        tile: t.tile(),
+                        piece: t.piece(),
+                        pieces: t.pieces,
+                    },
+                );
+                if !last {
+                    // A piece is a CTA's last unit: its earlier tiles' bulk stores must be done
+                    // before it exits.
+                    if staged && leader {
+                        bulk_wait_group::<0>();
+                    }
+                    i += step;
+                    continue;
+                }
+                if staged_residual && leader {
+                    bulk_wait_group_read::<0>();
+                    load_residual(0);
+                    if tile_chunks > 1 {
+                        load_residual(1);
+                    }
                 }
             }
 
@@ -846,6 +954,144 @@ pub unsafe fn run<
             }
         }
     }
+}
+
+/// The split of the last round ([`Sm90Args::tail_splits`]) as this CTA sees it.
+#[derive(Clone, Copy)]
+struct TailSplit {
+    /// This CTA and the grid (one CTA per unit on ping-pong tiles).
+    unit: u32,
+    /// Pieces per tail tile, ≥ 2.
+    pieces: u32,
+    /// Rounds of whole tiles, and the tiles left (≥ 1).
+    full_rounds: u32,
+    tiles: u32,
+    k_tiles: u32,
+}
+
+impl TailSplit {
+    /// The split of `units` tiles of `k_tiles` k-tiles into `pieces` pieces per tail tile, or
+    /// `None` (no split: fewer than two pieces, or no tail). The CTA index and the grid are
+    /// read anew (volatile): called at each use, nothing derived from them stays live in a
+    /// register through the unit loops, whose epilogue needs every register (`pieces`, a
+    /// kernel parameter, lives in the constant bank).
+    #[inline(always)]
+    fn of(pieces: u32, units: u32, k_tiles: u32) -> Option<TailSplit> {
+        let (unit, n_units) = block_and_grid_x_uncached();
+        let tiles = units % n_units;
+        (pieces > 1 && tiles > 0).then_some(TailSplit {
+            unit,
+            pieces,
+            full_rounds: units / n_units,
+            tiles,
+            k_tiles,
+        })
+    }
+
+    /// Whether this CTA computes a piece (the first `pieces · tiles` CTAs do).
+    #[inline(always)]
+    fn has_piece(&self) -> bool {
+        self.unit < self.tiles * self.pieces
+    }
+
+    /// This CTA's tail tile (0-based among the tail tiles) and piece of it.
+    #[inline(always)]
+    fn tile(&self) -> u32 {
+        self.unit / self.pieces
+    }
+
+    #[inline(always)]
+    fn piece(&self) -> u32 {
+        self.unit % self.pieces
+    }
+
+    /// The piece's k-tiles, `[first, end)`: the tile's k-tiles in `pieces` near-equal ranges.
+    #[inline(always)]
+    fn k_tiles(&self) -> (u32, u32) {
+        let p = self.piece();
+        (
+            p * self.k_tiles / self.pieces,
+            (p + 1) * self.k_tiles / self.pieces,
+        )
+    }
+}
+
+/// One consumer warpgroup's piece of a split tail tile ([`Sm90Args::tail_splits`]).
+struct TailPiece {
+    /// A shared-memory word of this warpgroup: the leader tells the others there whether the
+    /// piece came last.
+    flag: *mut u32,
+    /// The warpgroup's named barrier (1 or 2).
+    barrier: u32,
+    /// Thread index within the warpgroup.
+    thread: u32,
+    /// Tail tile (0-based among the last round's tiles) and piece of it.
+    tile: u32,
+    piece: u32,
+    pieces: u32,
+}
+
+/// The fixup of a split tail tile (CUTLASS's serial split-K reduction, as
+/// [`super::finish`]'s split-K): every piece writes its accumulators to its workspace slot; the
+/// last piece to arrive (an acq_rel counter per tail tile, reset to 0 by that piece for the next
+/// launch) sums all slots in piece order, so the result does not depend on the arrival order,
+/// and returns `true` to run the epilogue. The others return `false`. Slots are laid out
+/// fragment-major with the 128 threads innermost: each 16-byte store of a warp covers 512
+/// contiguous bytes.
+///
+/// # Safety
+/// All 128 threads of the warpgroup call it together; `args.workspace` and `args.counters`
+/// hold the slots and the zeroed counters [`Sm90Args::tail_splits`] describes.
+#[inline(always)]
+unsafe fn tail_fixup<const MI: usize, const NI: usize>(
+    args: &GemmArgs,
+    acc: &mut Acc<MI, NI>,
+    p: &TailPiece,
+) -> bool {
+    let frags = (MI * NI) as u64;
+    let ws = args.workspace as *mut [f32; 4];
+    let slot = |s: u32, f: usize| {
+        ws.add(
+            (((p.tile as u64 * p.pieces as u64 + s as u64) * frags + f as u64) * 128
+                + p.thread as u64) as usize,
+        )
+    };
+    for mi in 0..MI {
+        for ni in 0..NI {
+            st_global_cg_v4(slot(p.piece, mi * NI + ni), acc.v[mi][ni]);
+        }
+    }
+    thread_fence();
+    bulk_read_wait_barrier(false, p.barrier, 128);
+    if p.thread == 0 {
+        let counter = (args.counters as *mut u32).add(p.tile as usize);
+        let last = atomic_add_acq_rel_u32(counter, 1) == p.pieces - 1;
+        if last {
+            st_u32(counter, 0);
+        }
+        core::ptr::write_volatile(p.flag, last as u32);
+    }
+    bulk_read_wait_barrier(false, p.barrier, 128);
+    if core::ptr::read_volatile(p.flag) == 0 {
+        return false;
+    }
+    thread_fence();
+    *acc = Acc::zero();
+    // Eight fragments at a time, pieces in a run-time loop inside: at most 32 loaded values
+    // are in flight next to the 128 accumulators (all of a slot at once spilled).
+    const GROUP: usize = 8;
+    const { assert!((MI * NI) % GROUP == 0) };
+    for g in 0..MI * NI / GROUP {
+        for s in 0..p.pieces {
+            for f in g * GROUP..(g + 1) * GROUP {
+                let v = ld_global_cg_v4(slot(s, f));
+                for e in 0..4 {
+                    acc.v[f / NI][f % NI][e] += v[e];
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Where [`finish_chunk`] puts one consumer warpgroup's 64×64 chunk of C.
@@ -1101,6 +1347,33 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
 mod tests {
     use super::*;
     use std::vec;
+
+    #[test]
+    fn tail_pieces_cover_the_k_tiles_once_and_none_is_empty() {
+        for k_tiles in 2..200 {
+            for pieces in 2..=k_tiles.min(33) {
+                let mut next = 0;
+                for unit in 0..pieces {
+                    let t = TailSplit {
+                        unit,
+                        pieces,
+                        full_rounds: 1,
+                        tiles: 1,
+                        k_tiles,
+                    };
+                    let (first, end) = t.k_tiles();
+                    assert_eq!(first, next, "k_tiles {k_tiles}, pieces {pieces}");
+                    assert!(
+                        end > first,
+                        "k_tiles {k_tiles}, pieces {pieces}: empty piece"
+                    );
+                    assert_eq!((t.tile(), t.piece()), (0, unit));
+                    next = end;
+                }
+                assert_eq!(next, k_tiles);
+            }
+        }
+    }
 
     #[test]
     fn instantiated_tiles_are_valid() {

@@ -170,6 +170,11 @@ pub struct Plan {
     pub workspace_bytes: u64,
     /// Split-K arrival counters: one zeroed `u32` per output tile, 0 when `splits == 1`.
     pub counter_bytes: u64,
+    /// Hopper mainloop only: K pieces per tile of the last, partial round
+    /// (`fused_gemm_device::gemm::sm90::Sm90Args::tail_splits`), 1 for none. With more,
+    /// [`Plan::workspace_bytes`] and [`Plan::counter_bytes`] size the pieces' partial tiles and
+    /// the tail tiles' counters.
+    pub tail_splits: u32,
     /// How a row norm completes.
     pub norm: NormPath,
     /// The model's prediction, µs.
@@ -386,6 +391,7 @@ impl Planner {
             smem_bytes: smem,
             workspace_bytes,
             counter_bytes,
+            tail_splits: 1,
             norm,
             predicted_us: terms.total_us(),
             model: terms,
