@@ -920,8 +920,82 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
     }
 }
 
-/// A launcher of [`t9_tma_store_epilogue_matches_direct_stores`]: runs one kernel into C.
+/// A launcher of [`t9_tma_store_epilogue_matches_direct_stores`] and
+/// [`t10_split_tail_matches_the_whole_last_round`]: runs one kernel into C.
 type Launch<'a> = Box<dyn Fn(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>> + 'a>;
+
+/// Random bf16 epilogue operands of an M×N output: column bias, LayerNorm γ and β, and an
+/// M×N residual (×2).
+struct EpilogueOperands {
+    bias: Dev,
+    gamma: Dev,
+    beta: Dev,
+    r: Dev,
+}
+
+impl EpilogueOperands {
+    fn random(fx: &mut Fx, m: usize, n: usize) -> Self {
+        let bf = DType::Bf16;
+        EpilogueOperands {
+            bias: fx.random(1, n, bf, 1.0),
+            gamma: fx.random(1, n, bf, 1.0),
+            beta: fx.random(1, n, bf, 1.0),
+            r: fx.random(m, n, bf, 2.0),
+        }
+    }
+
+    /// The stage families whose C the Hopper mainloop can stage for TMA stores: plain,
+    /// residual + SiLU, bias + tanh GELU, (with `erf`) bias + erf GELU, and bias + residual +
+    /// LayerNorm; each with its reference stages and its launcher.
+    fn kernels(&self, erf: bool) -> Vec<(&'static str, Vec<RefStage>, Launch<'_>)> {
+        let EpilogueOperands {
+            bias,
+            gamma,
+            beta,
+            r,
+        } = self;
+        let mut k: Vec<(&'static str, Vec<RefStage>, Launch<'_>)> = vec![
+            (
+                "gemm",
+                vec![],
+                Box::new(|g, a, b, c| hopper::h_gemm_bf16(g, a, b, c)),
+            ),
+            (
+                "residual+silu",
+                vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
+                Box::new(|g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t)),
+            ),
+            (
+                "bias+gelu_tanh",
+                vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
+                Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
+            ),
+        ];
+        if erf {
+            k.push((
+                "bias+gelu (erf)",
+                vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+                Box::new(|g, a, b, c| hopper::h_bias_gelu(g, a, b, c, &bias.t)),
+            ));
+        }
+        k.push((
+            "bias+residual+layer_norm",
+            vec![
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Residual(r.v.clone()),
+                RefStage::LayerNorm {
+                    gamma: gamma.v.clone(),
+                    beta: beta.v.clone(),
+                    eps: 1e-12,
+                },
+            ],
+            Box::new(|g, a, b, c| {
+                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
+            }),
+        ));
+        k
+    }
+}
 
 #[test]
 fn t9_tma_store_epilogue_matches_direct_stores() {
@@ -955,53 +1029,9 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
             }
             let a = fx.random(m, k, bf, 1.0);
             let b = fx.random(n, k, bf, 1.0);
-            let (bias, gamma, beta) = (
-                fx.random(1, n, bf, 1.0),
-                fx.random(1, n, bf, 1.0),
-                fx.random(1, n, bf, 1.0),
-            );
-            let r = fx.random(m, n, bf, 2.0);
+            let ops = EpilogueOperands::random(&mut fx, m, n);
             let acc = gemm64(m, n, k, &a.v, &b.v);
-            let ln = RefStage::LayerNorm {
-                gamma: gamma.v.clone(),
-                beta: beta.v.clone(),
-                eps: 1e-12,
-            };
-            let kernels: Vec<(&str, Vec<RefStage>, Launch)> = vec![
-                (
-                    "gemm",
-                    vec![],
-                    Box::new(|g, a, b, c| hopper::h_gemm_bf16(g, a, b, c)),
-                ),
-                (
-                    "residual+silu",
-                    vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
-                    Box::new(|g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t)),
-                ),
-                (
-                    "bias+gelu_tanh",
-                    vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
-                    Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
-                ),
-                (
-                    "bias+gelu (erf)",
-                    vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
-                    Box::new(|g, a, b, c| hopper::h_bias_gelu(g, a, b, c, &bias.t)),
-                ),
-                (
-                    "bias+residual+layer_norm",
-                    vec![
-                        RefStage::BiasCol(bias.v.clone()),
-                        RefStage::Residual(r.v.clone()),
-                        ln,
-                    ],
-                    Box::new(|g, a, b, c| {
-                        hopper::h_bias_residual_layer_norm(
-                            g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t,
-                        )
-                    }),
-                ),
-            ];
+            let kernels = ops.kernels(true);
             for (label, stages, launch) in kernels {
                 let what = format!(
                     "{label} {m}x{n}x{k} on {}x{} w{}",
@@ -1097,46 +1127,9 @@ fn t10_split_tail_matches_the_whole_last_round() {
     for &(m, n, k) in &shapes {
         let a = fx.random(m, k, bf, 1.0);
         let b = fx.random(n, k, bf, 1.0);
-        let (bias, gamma, beta) = (
-            fx.random(1, n, bf, 1.0),
-            fx.random(1, n, bf, 1.0),
-            fx.random(1, n, bf, 1.0),
-        );
-        let r = fx.random(m, n, bf, 2.0);
+        let ops = EpilogueOperands::random(&mut fx, m, n);
         let acc = gemm64(m, n, k, &a.v, &b.v);
-        let kernels: Vec<(&str, Vec<RefStage>, Launch)> = vec![
-            (
-                "gemm",
-                vec![],
-                Box::new(|g, a, b, c| hopper::h_gemm_bf16(g, a, b, c)),
-            ),
-            (
-                "bias+gelu_tanh",
-                vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
-                Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
-            ),
-            (
-                "residual+silu",
-                vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
-                Box::new(|g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t)),
-            ),
-            (
-                "bias+residual+layer_norm",
-                vec![
-                    RefStage::BiasCol(bias.v.clone()),
-                    RefStage::Residual(r.v.clone()),
-                    RefStage::LayerNorm {
-                        gamma: gamma.v.clone(),
-                        beta: beta.v.clone(),
-                        eps: 1e-12,
-                    },
-                ],
-                Box::new(|g, a, b, c| {
-                    hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
-                }),
-            ),
-        ];
-        for (label, stages, launch) in kernels {
+        for (label, stages, launch) in ops.kernels(false) {
             let want = apply_stages(m, n, &acc, &stages, None).unwrap();
             let run = |pieces: u32| {
                 let mut c = fx.poisoned(m, n, bf);

@@ -524,7 +524,8 @@ pub unsafe fn run<
     let units_m = tiles_m.div_ceil(cluster);
     let units_n = tiles_n.div_ceil(cn);
     let units = units_m * units_n;
-    let k_tiles = args.k.div_ceil(BK);
+    // Read again at each use, like the grid in `coords`: kept live, ptxas spilled it.
+    let k_tiles = || uncached(args.k).div_ceil(BK);
     let n_units = grid_dim_x() / (cluster * cn);
     let unit = block_idx_x() / (cluster * cn);
     let my_tiles = if unit < units {
@@ -536,7 +537,7 @@ pub unsafe fn run<
     // piece, if any, follows its whole tiles.
     let tail = || {
         if pingpong {
-            TailSplit::of(sm90.tail_splits, units, k_tiles)
+            TailSplit::of(sm90.tail_splits, units, k_tiles())
         } else {
             None
         }
@@ -545,7 +546,7 @@ pub unsafe fn run<
         my_tiles
     } else if let Some(t) = tail() {
         if t.tiles * t.pieces > n_units
-            || t.pieces > k_tiles
+            || t.pieces > k_tiles()
             || args.workspace == 0
             || args.counters == 0
         {
@@ -575,7 +576,7 @@ pub unsafe fn run<
     // The k-tiles of this CTA's `i`-th unit: all, or its piece's share.
     let k_range = |i: u32| match piece_at(i) {
         Some(t) => t.k_tiles(),
-        None => (0, k_tiles),
+        None => (0, k_tiles()),
     };
     // With a cluster, this CTA loads its half of the B block for both CTAs.
     let b_rows = bn / cluster;
@@ -653,7 +654,7 @@ pub unsafe fn run<
             let prefetch_at = if piece {
                 u32::MAX
             } else {
-                k_tiles.saturating_sub(PREFETCH_K_TILES)
+                k_tiles().saturating_sub(PREFETCH_K_TILES)
             };
             let prefetch = || {
                 if !E::PAIRS {
@@ -700,7 +701,7 @@ pub unsafe fn run<
             }
             let mut acc = Acc::<MI, NI>::zero();
             // Every unit before a piece is whole: the ring position counts whole tiles.
-            let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles as u64);
+            let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles() as u64);
             let mut prev = 0;
             let (k_first, k_end) = k_range(i);
             for kt in k_first..k_end {
@@ -757,7 +758,7 @@ pub unsafe fn run<
                     arrive_remote_cta(empty(prev), rank_m ^ 1);
                 }
             }
-            if let Some(t) = piece_at(i).filter(|_| piece) {
+            if let Some(t) = if piece { piece_at(i) } else { None } {
                 let flag = smem.add((ring_bytes + 8 * (2 * STAGES + 2) + 4 * c) as usize);
                 let last = tail_fixup(
                     args,
@@ -977,9 +978,16 @@ impl TailSplit {
     /// kernel parameter, lives in the constant bank).
     #[inline(always)]
     fn of(pieces: u32, units: u32, k_tiles: u32) -> Option<TailSplit> {
+        // Launches without a split stop at the parameter: no division per unit.
+        if pieces <= 1 {
+            return None;
+        }
         let (unit, n_units) = block_and_grid_x_uncached();
         let tiles = units % n_units;
-        (pieces > 1 && tiles > 0).then_some(TailSplit {
+        if tiles == 0 {
+            return None;
+        }
+        Some(TailSplit {
             unit,
             pieces,
             full_rounds: units / n_units,
