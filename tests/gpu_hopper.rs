@@ -17,7 +17,8 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::gemm::{
-    Overrides, RopeArgs, last_entry, last_residual_with_tma, last_stored_with_tma, with_overrides,
+    Overrides, RopeArgs, last_entry, last_finish_dependent, last_residual_with_tma,
+    last_stored_with_tma, with_overrides,
 };
 use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::reference::epilogue::{
@@ -1183,5 +1184,91 @@ fn t10_split_tail_matches_the_whole_last_round() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
+    let Some(mut fx) = Fx::new("dependent_finish") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // On sm_90 the norm's finishing kernel is launched as the GEMM's programmatic dependent:
+    // its CTAs may start while the GEMM still writes C (poisoned with NaN before each launch)
+    // and the row statistics, and must wait for it. Against f64 at an awkward shape, then, on a
+    // GEMM long enough for the finishing CTAs to be resident well before it ends, bit for bit
+    // against the finishing kernel launched after the GEMM has completed, eagerly and replayed
+    // from a CUDA graph (where the launch becomes a programmatic edge).
+    let bf = DType::Bf16;
+    for &(m, n, k, f64_check) in &[(300, 1000, 1000, true), (4096, 2048, 4096, false)] {
+        let a = fx.random(m, k, bf, 1.0);
+        let b = fx.random(n, k, bf, 1.0);
+        let ops = EpilogueOperands::random(&mut fx, m, n);
+        let EpilogueOperands {
+            bias,
+            gamma,
+            beta,
+            r,
+        } = &ops;
+        let launch = |g: &Gpu, c: &mut Tensor| {
+            hopper::h_bias_residual_layer_norm(g, &a.t, &b.t, c, &bias.t, &r.t, &gamma.t, &beta.t)
+                .map(|p| p.expect("Hopper path"))
+        };
+        let run = |serial: bool| {
+            let mut c = fx.poisoned(m, n, bf);
+            let o = Overrides {
+                serial_finish: serial,
+                ..Default::default()
+            };
+            let plan = with_overrides(o, || launch(&fx.gpu, &mut c)).unwrap();
+            assert!(
+                matches!(plan.norm, NormPath::Partials { .. }),
+                "{m}x{n}x{k}: no finishing kernel: {plan:?}"
+            );
+            assert_eq!(last_finish_dependent(), !serial, "{m}x{n}x{k}");
+            fx.get(&c)
+        };
+        let serial = run(true);
+        if f64_check {
+            let acc = gemm64(m, n, k, &a.v, &b.v);
+            let stages = vec![
+                RefStage::BiasCol(bias.v.clone()),
+                RefStage::Residual(r.v.clone()),
+                RefStage::LayerNorm {
+                    gamma: gamma.v.clone(),
+                    beta: beta.v.clone(),
+                    eps: 1e-12,
+                },
+            ];
+            let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+            let err = rel_frobenius_error(&serial, &want);
+            assert!(err < threshold(bf), "{m}x{n}x{k}: relative error {err:e}");
+        }
+        let same = |got: &[f64], what: &str| {
+            let off = got
+                .iter()
+                .zip(&serial)
+                .position(|(x, y)| x.to_bits() != y.to_bits());
+            assert!(
+                off.is_none(),
+                "{m}x{n}x{k} {what}: element {:?} differs from the serial launch's",
+                off.map(|i| (i / n, i % n, got[i], serial[i]))
+            );
+        };
+        for i in 0..3 {
+            same(&run(false), &format!("dependent launch {i}"));
+        }
+        let mut c = fx.poisoned(m, n, bf);
+        let graph = fx.gpu.capture(|g| launch(g, &mut c).map(|_| ())).unwrap();
+        for i in 0..3 {
+            c.poison(&fx.gpu).unwrap();
+            graph.replay().unwrap();
+            same(&fx.get(&c), &format!("graph replay {i}"));
+        }
+        println!(
+            "{m}x{n}x{k}: dependent finishing kernel matches the serial one, eager and in a graph"
+        );
     }
 }

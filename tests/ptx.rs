@@ -251,6 +251,65 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
     &rest[..end]
 }
 
+/// A norm's finishing kernel is launched as its GEMM's programmatic dependent on sm_90+
+/// (`gemm::launch_norm_finish`): there, it must wait for the GEMM (`griddepcontrol.wait`) before
+/// its first global load or store, or it reads C while the GEMM still writes it. Below sm_90 the
+/// instruction does not exist and must not appear. The Hopper mainloop lets its dependent start
+/// (`griddepcontrol.launch_dependents`).
+#[test]
+fn finishing_kernels_wait_for_their_gemm_where_launched_as_dependents() {
+    let mut finishers = 0;
+    for m in fused_gemm::ptx::BUILTIN.modules {
+        let names: Vec<&str> = m
+            .ptx
+            .lines()
+            .filter_map(|l| l.strip_prefix(".visible .entry "))
+            .map(|l| l.split('(').next().unwrap_or("").trim())
+            .collect();
+        for name in names {
+            let body = entry_body(m.ptx, name);
+            let wait = body.find("griddepcontrol.wait");
+            if name.contains("__norm_finish_") {
+                finishers += 1;
+                if m.compute_capability >= 90 {
+                    let first_access = ["ld.global", "st.global"]
+                        .iter()
+                        .filter_map(|op| body.find(op))
+                        .min()
+                        .unwrap_or_else(|| panic!("{} {name}: no global access", m.arch));
+                    assert!(
+                        wait.is_some_and(|w| w < first_access),
+                        "{} {name}: no griddepcontrol.wait before its first global access",
+                        m.arch
+                    );
+                } else {
+                    assert!(
+                        wait.is_none(),
+                        "{} {name}: griddepcontrol below sm_90",
+                        m.arch
+                    );
+                }
+            } else if name.contains("__sm90tma_") {
+                assert!(
+                    body.contains("griddepcontrol.launch_dependents"),
+                    "{} {name}: the Hopper mainloop does not let its dependent start",
+                    m.arch
+                );
+            } else {
+                assert!(
+                    !body.contains("griddepcontrol"),
+                    "{} {name}: griddepcontrol outside the finishing kernels and the Hopper mainloop",
+                    m.arch
+                );
+            }
+        }
+    }
+    assert!(
+        finishers > 0,
+        "no finishing kernel in the PTX (built with FUSED_GEMM_SKIP_PTX?)"
+    );
+}
+
 /// known-faults #13: shared memory must be addressed as `.shared`, never through generic
 /// pointers (slower, and a sign that address-space inference failed). Every load and store in
 /// the PTX names its state space.

@@ -90,13 +90,13 @@ pub mod launch {
         attr
     }
 
-    /// A launch configuration with the one attribute `attr` (which must outlive its use).
-    fn cluster_config(
+    /// A launch configuration with the attributes `attrs` (which must outlive its use).
+    fn config(
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         shared_mem_bytes: u32,
         stream: sys::CUstream,
-        attr: &mut sys::CUlaunchAttribute,
+        attrs: &mut [sys::CUlaunchAttribute],
     ) -> sys::CUlaunchConfig {
         sys::CUlaunchConfig {
             gridDimX: grid.0,
@@ -107,8 +107,8 @@ pub mod launch {
             blockDimZ: block.2,
             sharedMemBytes: shared_mem_bytes,
             hStream: stream,
-            attrs: attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
         }
     }
 
@@ -127,8 +127,8 @@ pub mod launch {
         shared_mem_bytes: u32,
         cluster: (u32, u32, u32),
     ) -> Result<u32, DriverError> {
-        let mut attr = cluster_attribute(cluster);
-        let config = cluster_config(
+        let mut attr = [cluster_attribute(cluster)];
+        let config = config(
             cluster,
             block,
             shared_mem_bytes,
@@ -162,8 +162,40 @@ pub mod launch {
         cluster: (u32, u32, u32),
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), DriverError> {
-        let mut attr = cluster_attribute(cluster);
-        let config = cluster_config(grid, block, shared_mem_bytes, stream, &mut attr);
+        let mut attr = [cluster_attribute(cluster)];
+        let config = config(grid, block, shared_mem_bytes, stream, &mut attr);
+        unsafe {
+            sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
+        }
+    }
+
+    /// `cuLaunchKernelEx` as a programmatic dependent of the kernel launched before it on
+    /// `stream` (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, sm_90+): it may start
+    /// once every CTA of that kernel has executed `griddepcontrol.launch_dependents` or exited,
+    /// before that kernel completes. Source: CUDA Programming Guide, "Programmatic Dependent
+    /// Launch and Synchronization"; captured into CUDA graphs as a programmatic edge.
+    ///
+    /// # Errors
+    /// The driver's launch errors.
+    ///
+    /// # Safety
+    /// As [`kernel_with_cluster`], and: `func` executes `griddepcontrol.wait` before it touches
+    /// any memory the previous kernel on `stream` writes (or that reads it), since nothing else
+    /// orders the two.
+    pub unsafe fn programmatic_dependent(
+        func: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem_bytes: u32,
+        stream: sys::CUstream,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), DriverError> {
+        // SAFETY: as `cluster_attribute`.
+        let mut attr: [sys::CUlaunchAttribute; 1] = unsafe { std::mem::zeroed() };
+        attr[0].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[0].value.programmaticStreamSerializationAllowed = 1;
+        let config = config(grid, block, shared_mem_bytes, stream, &mut attr);
         unsafe {
             sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
         }

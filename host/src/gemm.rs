@@ -502,16 +502,47 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         smem_bytes: 0,
     };
     let cfg = shape.prepare(&f, gpu.props())?;
-    let (norm, post) = (Param(norm), Param(post));
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&fargs);
-    if in_signature::<N>() {
-        l.arg(&norm);
+    let (mut fargs, mut norm, mut post) = (fargs, Param(norm), Param(post));
+    // On sm_90+ the finishing kernel is the GEMM's programmatic dependent: its CTAs take the SMs
+    // the GEMM's last tiles leave and wait there (`griddepcontrol.wait`) instead of being
+    // launched after the GEMM has drained.
+    let dependent = !current_overrides().serial_finish
+        && spec
+            .ptx
+            .select(gpu.props().compute_capability)?
+            .compute_capability
+            >= 90;
+    if dependent {
+        let mut ptrs = vec![&mut fargs as *mut Param<NormFinishArgs> as *mut std::ffi::c_void];
+        if in_signature::<N>() {
+            ptrs.push(&mut norm as *mut Param<N> as *mut std::ffi::c_void);
+        }
+        ptrs.push(&mut post as *mut Param<Q> as *mut std::ffi::c_void);
+        // SAFETY: as below; the kernel waits for the GEMM before it reads C or the statistics
+        // (`norm_finish::run`, in every module of sm_90 and above), and the values live until
+        // the call returns.
+        unsafe {
+            crate::driver_ext::launch::programmatic_dependent(
+                f.cu_function(),
+                cfg.grid_dim,
+                cfg.block_dim,
+                cfg.shared_mem_bytes,
+                gpu.stream().cu_stream(),
+                &mut ptrs,
+            )
+        }?;
+    } else {
+        let mut l = gpu.stream().launch_builder(&f);
+        l.arg(&fargs);
+        if in_signature::<N>() {
+            l.arg(&norm);
+        }
+        l.arg(&post);
+        // SAFETY: (NormFinishArgs, K::Params, Post::Params) by value; C and the statistics were
+        // validated and sized by the caller.
+        unsafe { l.launch(cfg) }?;
     }
-    l.arg(&post);
-    // SAFETY: (NormFinishArgs, K::Params, Post::Params) by value; C and the statistics were
-    // validated and sized by the caller.
-    unsafe { l.launch(cfg) }?;
+    LAST_DEPENDENT_FINISH.with(|c| c.set(dependent));
     Ok(())
 }
 
@@ -538,6 +569,7 @@ thread_local! {
     static LAST_TMA_STORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static LAST_TMA_RESIDUAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static LAST_TAIL_SPLITS: std::cell::Cell<u32> = const { std::cell::Cell::new(1) };
+    static LAST_DEPENDENT_FINISH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 pub(crate) fn set_last_entry(entry: &'static str) {
@@ -554,12 +586,19 @@ pub(crate) fn set_last_launch(
     LAST_TMA_STORE.with(|c| c.set(tma_store));
     LAST_TMA_RESIDUAL.with(|c| c.set(tma_residual));
     LAST_TAIL_SPLITS.with(|c| c.set(tail_splits));
+    LAST_DEPENDENT_FINISH.with(|c| c.set(false));
 }
 
 /// K pieces per tile of the last, partial round of the last GEMM this thread launched (the
 /// Hopper mainloop's `Sm90Args::tail_splits`), 1 when that round ran whole.
 pub fn last_tail_splits() -> u32 {
     LAST_TAIL_SPLITS.with(|c| c.get())
+}
+
+/// Whether the last GEMM this thread launched had a norm finishing kernel launched as its
+/// programmatic dependent (sm_90+, see [`Overrides::serial_finish`]); false without one.
+pub fn last_finish_dependent() -> bool {
+    LAST_DEPENDENT_FINISH.with(|c| c.get())
 }
 
 /// Whether the last GEMM this thread launched stored C with TMA through shared memory (the
@@ -624,10 +663,13 @@ pub struct Overrides {
     /// choice ([`crate::sm90::tail_splits`]): `Some(1)` runs the last round whole (to compare),
     /// larger values are capped at what the problem allows.
     pub tail_splits: Option<u32>,
+    /// Launch a norm's finishing kernel in plain stream order, after the GEMM has completed,
+    /// instead of as its programmatic dependent (sm_90+; to compare the two).
+    pub serial_finish: bool,
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, serial_finish: false }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

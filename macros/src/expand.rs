@@ -638,6 +638,10 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
                         norm: <#kind as #d::epilogue::stages::RowNorm>::Params,
                         post: <#post_ty as #d::epilogue::Stage>::Params,
                     ) {
+                        // sm_90+: launched as the GEMM's programmatic dependent, so it may start
+                        // before the GEMM has finished writing C and the statistics.
+                        #[cfg(target_feature = "sm_90")]
+                        #d::arch::sync::grid_dependency_wait();
                         unsafe { #d::kernel::norm_finish::run::<#kind, #post_ty, #out_t>(&args, &norm, &post) }
                     }
                 },

@@ -35,8 +35,8 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::cudarc::cublaslt::{result as lt, sys as lts};
 use fused_gemm::host::gemm::{
-    Overrides, last_entry, last_residual_with_tma, last_stored_with_tma, last_tail_splits,
-    with_overrides,
+    Overrides, last_entry, last_finish_dependent, last_residual_with_tma, last_stored_with_tma,
+    last_tail_splits, with_overrides,
 };
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::Plan;
@@ -703,81 +703,99 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             continue;
         }
         // Each epilogue as the launcher plans it (C stored with TMA where it can, the last
-        // partial round of ping-pong tiles split along K where the model says so), with
-        // per-thread stores (`Overrides::direct_store`), with the last round whole
-        // (`Overrides::tail_splits = Some(1)`), and with a residual also with C stored with TMA
-        // but the residual loaded per thread (`Overrides::global_residual`).
+        // partial round of ping-pong tiles split along K where the model says so, a norm's
+        // finishing kernel as the GEMM's programmatic dependent), then with one of those
+        // choices undone: per-thread stores (`Overrides::direct_store`), the last round whole
+        // (`Overrides::tail_splits = Some(1)`), the residual loaded per thread with C still
+        // stored with TMA (`Overrides::global_residual`), the finishing kernel launched after
+        // the GEMM has completed (`Overrides::serial_finish`).
         let mut graphs = Vec::new();
         let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
-            let residual = which.contains("residual");
-            let variants: &[(bool, bool, bool)] = if residual {
-                &[
-                    (false, false, false),
-                    (true, false, false),
-                    (false, false, true),
-                    (false, true, false),
-                ]
-            } else {
-                &[
-                    (false, false, false),
-                    (true, false, false),
-                    (false, false, true),
-                ]
-            };
-            for &(direct_store, global_residual, whole_tail) in variants {
-                let o = Overrides {
-                    direct_store,
-                    global_residual,
-                    tail_splits: whole_tail.then_some(1),
+            let mut variants = vec![
+                Overrides::default(),
+                Overrides {
+                    direct_store: true,
                     ..Default::default()
-                };
+                },
+                Overrides {
+                    tail_splits: Some(1),
+                    ..Default::default()
+                },
+            ];
+            if which.contains("residual") {
+                variants.push(Overrides {
+                    global_residual: true,
+                    ..Default::default()
+                });
+            }
+            if which.contains("norm") {
+                variants.push(Overrides {
+                    serial_finish: true,
+                    ..Default::default()
+                });
+            }
+            for (i, &o) in variants.iter().enumerate() {
                 graphs.push(with_overrides(o, || {
                     capture(gpu, est_ms, |g, i| {
                         launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
                     })
                 })?);
-                if !direct_store && !global_residual && !whole_tail {
+                if i == 0 {
                     kernels.push((
                         which,
-                        variants.len(),
+                        variants.clone(),
                         last_entry().unwrap_or("?"),
                         last_stored_with_tma(),
                         last_residual_with_tma(),
                         last_tail_splits(),
+                        last_finish_dependent(),
                     ));
                 }
             }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
         let mut at = 0;
-        for (which, count, entry, tma, tma_residual, pieces) in kernels {
-            let ms = &ms[at..at + count];
-            at += count;
-            let residual = if count == 4 {
-                format!(
-                    "; residual loaded per thread {:.4} ms{}",
-                    ms[3],
-                    if tma_residual {
-                        ""
-                    } else {
-                        ", no TMA residual here"
-                    }
-                )
+        for (which, variants, entry, tma, tma_residual, pieces, dependent) in kernels {
+            let ms = &ms[at..at + variants.len()];
+            at += variants.len();
+            let mut notes = vec![format!(
+                "direct stores {:.4} ms{}",
+                ms[1],
+                if tma { "" } else { "; no TMA store here" }
+            )];
+            notes.push(if pieces > 1 {
+                format!("last round in {pieces} K pieces, whole {:.4} ms", ms[2])
             } else {
-                String::new()
-            };
-            let tail = if pieces > 1 {
-                format!("; last round in {pieces} K pieces, whole {:.4} ms", ms[2])
-            } else {
-                String::from("; last round not split")
-            };
+                String::from("last round not split")
+            });
+            for (o, t) in variants.iter().zip(ms).skip(3) {
+                if o.global_residual {
+                    notes.push(format!(
+                        "residual loaded per thread {t:.4} ms{}",
+                        if tma_residual {
+                            ""
+                        } else {
+                            ", no TMA residual here"
+                        }
+                    ));
+                }
+                if o.serial_finish {
+                    notes.push(format!(
+                        "finishing kernel after the GEMM {t:.4} ms{}",
+                        if dependent {
+                            ""
+                        } else {
+                            ", no dependent launch here"
+                        }
+                    ));
+                }
+            }
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  (direct stores {:.4} ms{}{tail}{residual})  {entry}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  ({})  {entry}",
                 ms[0],
                 2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
-                ms[1],
-                if tma { "" } else { "; no TMA store here" },
+                notes.join("; "),
             );
         }
     }

@@ -49,3 +49,34 @@ pub fn nanosleep(ns: u32) {
     #[cfg(not(target_arch = "nvptx64"))]
     let _ = ns;
 }
+
+/// `griddepcontrol.wait` (PTX ISA, "Parallel Synchronization and Communication Instructions:
+/// griddepcontrol"; sm_90, PTX 7.8): blocks until every grid this one depends on through a
+/// programmatic dependent launch has completed and its memory operations are visible. Without
+/// such a launch it returns at once. Nothing on the host.
+///
+/// sm_90 and above only: a kernel compiled for older archs must not call it. The `cfg` belongs
+/// in the kernel crate (`target_feature = "sm_90"`), whose device build alone gets the
+/// `-Ctarget-cpu`; in this crate the feature is never set.
+///
+/// Source: CUDA Programming Guide, "Programmatic Dependent Launch and Synchronization".
+#[inline(always)]
+pub fn grid_dependency_wait() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("griddepcontrol.wait;", options(nostack))
+    };
+}
+
+/// `griddepcontrol.launch_dependents` (same PTX ISA section; sm_90, PTX 7.8): lets the grid
+/// launched after this one with programmatic stream serialization start once every CTA of this
+/// grid has called it or exited. The dependent grid must still call [`grid_dependency_wait`]
+/// before it touches this grid's results: the signal only schedules it, it orders no memory.
+/// sm_90 and above only, as [`grid_dependency_wait`]. Nothing on the host.
+#[inline(always)]
+pub fn launch_dependent_grids() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        asm!("griddepcontrol.launch_dependents;", options(nostack))
+    };
+}

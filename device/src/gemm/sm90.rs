@@ -454,6 +454,10 @@ pub unsafe fn run<
     // No split-K here: a constant `splits` lets the epilogue drop its split-K path.
     let args = &GemmArgs { splits: 1, ..*args };
     let stage_bytes = stage_bytes(&tile);
+    // A norm's finishing kernel, launched as this grid's programmatic dependent, may then take
+    // each SM this grid leaves; it waits for the whole grid before it reads C. The grid is
+    // persistent (every CTA resident from the start), so nothing of it waits behind that one.
+    crate::arch::sync::launch_dependent_grids();
 
     let tid = thread_idx_x();
     let wg = tid / 128;

@@ -48,7 +48,9 @@ const MERGE_BATCH: usize = 4;
 pub const COLS_PER_STEP: u32 = 64;
 
 /// Launch: block `(128, 1, 1)`, grid `(ceil(M/64), ceil(N/args.cols_per_cta), 1)`, no shared
-/// memory. `norm` must carry the statistics workspace the GEMM wrote.
+/// memory. `norm` must carry the statistics workspace the GEMM wrote. An entry point launched
+/// as the GEMM's programmatic dependent (sm_90+) calls `arch::sync::grid_dependency_wait`
+/// before this.
 ///
 /// # Safety
 /// As the GEMM that produced C: validated pointers and extents; `Post` holds no row reductions.
