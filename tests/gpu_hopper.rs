@@ -1161,11 +1161,23 @@ fn t10_split_tail_matches_the_whole_last_round() {
                     "{what}: relative error {err:e}; {}",
                     describe_mismatch(&got, &want, m, n, 0.05)
                 );
-                // Element by element against the whole round: within two bf16 steps.
+                // Element by element against the whole round: within two bf16 steps. The
+                // LayerNorm stores its pre-norm values y in bf16 (the finishing kernel reads
+                // them back), and the summation order differs, so y may round one step apart:
+                // 2⁻⁷·|y| at most, which reaches the output times |γ|/σ of its row (|γ| ≤ 1;
+                // the rows' means are near 0 and |y|/σ below 4), on top of the output's own
+                // step. A broken fixup is off by O(1).
+                let tol = |w: f64| {
+                    if label.contains("layer_norm") {
+                        2f64.powi(-7) * (w.abs() + 4.0)
+                    } else {
+                        2.0 * 2f64.powi(-8) * w.abs().max(0.1)
+                    }
+                };
                 let off = got
                     .iter()
                     .zip(&whole)
-                    .position(|(g, w)| !((g - w).abs() <= 2.0 * 2f64.powi(-8) * w.abs().max(0.1)));
+                    .position(|(g, w)| !((g - w).abs() <= tol(*w)));
                 assert!(
                     off.is_none(),
                     "{what}: element {:?} differs from the whole round's",
@@ -1180,7 +1192,7 @@ fn t10_split_tail_matches_the_whole_last_round() {
                     "{what}: a second launch gave different bits"
                 );
                 println!(
-                    "{what}: rel err {err:.2e}, within 2 bf16 steps of the whole round, repeatable"
+                    "{what}: rel err {err:.2e}, within the tolerance of the whole round, repeatable"
                 );
             }
         }
@@ -1202,6 +1214,12 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
     // against the finishing kernel launched after the GEMM has completed, eagerly and replayed
     // from a CUDA graph (where the launch becomes a programmatic edge).
     let bf = DType::Bf16;
+    // A Hopper tile narrower than N, so the norm goes through partials and the finishing kernel
+    // (the planner picks a row-complete sm80 tile at the small shape).
+    let tile = *TILES_SM90
+        .iter()
+        .find(|t| t.warps_m == 4)
+        .expect("a ping-pong tile");
     for &(m, n, k, f64_check) in &[(300, 1000, 1000, true), (4096, 2048, 4096, false)] {
         let a = fx.random(m, k, bf, 1.0);
         let b = fx.random(n, k, bf, 1.0);
@@ -1219,6 +1237,7 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
         let run = |serial: bool| {
             let mut c = fx.poisoned(m, n, bf);
             let o = Overrides {
+                tile: Some(tile),
                 serial_finish: serial,
                 ..Default::default()
             };
@@ -1261,7 +1280,16 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
             same(&run(false), &format!("dependent launch {i}"));
         }
         let mut c = fx.poisoned(m, n, bf);
-        let graph = fx.gpu.capture(|g| launch(g, &mut c).map(|_| ())).unwrap();
+        let o = Overrides {
+            tile: Some(tile),
+            ..Default::default()
+        };
+        let graph =
+            with_overrides(o, || fx.gpu.capture(|g| launch(g, &mut c).map(|_| ()))).unwrap();
+        assert!(
+            last_finish_dependent(),
+            "{m}x{n}x{k}: the captured finish is not dependent"
+        );
         for i in 0..3 {
             c.poison(&fx.gpu).unwrap();
             graph.replay().unwrap();

@@ -424,6 +424,25 @@ where
     Ok(Some(plan))
 }
 
+/// Shared memory bytes per CTA (unused by the kernel) that cap a dependent finishing kernel
+/// at its fair share of `ceil(ctas / SMs)` CTAs per SM, for a grid of `ctas` CTAs.
+///
+/// Launched early, the finishing CTAs go to the first SMs the GEMM leaves, as many per SM as fit
+/// (16 by threads): a grid sized for 4 per SM then sits on a quarter of the SMs, and the
+/// memory-bound pass ran 27 µs slower at 8192² (H200, `bench/results/hopper-pdl-2026-12-03.md`).
+/// Each CTA's share of the SM is rounded down to 1 KiB (allocation granularity is at most that)
+/// and includes the driver's 1 KiB reserve per CTA. 0 where the share is above 16 per SM, which
+/// threads already limit.
+pub fn dependent_finish_smem(ctas: u64, props: &crate::gpu::DeviceProps) -> u32 {
+    const KIB: u32 = 1024;
+    let share = ctas.div_ceil(props.sm_count.max(1) as u64).max(1);
+    if share > 16 {
+        return 0;
+    }
+    let per_cta = props.smem_per_sm / share as u32 / KIB * KIB;
+    per_cta.saturating_sub(KIB).min(props.smem_per_block_optin)
+}
+
 /// Columns per CTA of the norm finishing kernel (`fused_gemm_device::kernel::norm_finish`) for
 /// an M×N output on `sms` SMs, a multiple of its 64-column step.
 ///
@@ -491,27 +510,31 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         cols_per_cta,
         _pad: 0,
     });
-    let shape = LaunchShape {
-        grid: (
-            checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
-            checked.n.div_ceil(cols_per_cta),
-            1,
-        ),
-
-        block: (norm_finish::THREADS, 1, 1),
-        smem_bytes: 0,
-    };
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (mut fargs, mut norm, mut post) = (fargs, Param(norm), Param(post));
-    // On sm_90+ the finishing kernel is the GEMM's programmatic dependent: its CTAs take the SMs
-    // the GEMM's last tiles leave and wait there (`griddepcontrol.wait`) instead of being
-    // launched after the GEMM has drained.
+    // On sm_90+ the finishing kernel is the GEMM's programmatic dependent: it is launched while
+    // the GEMM's last tiles run, its CTAs take the SMs those leave and wait there
+    // (`griddepcontrol.wait`), so no launch gap separates the two kernels.
     let dependent = !current_overrides().serial_finish
         && spec
             .ptx
             .select(gpu.props().compute_capability)?
             .compute_capability
             >= 90;
+    let grid = (
+        checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
+        checked.n.div_ceil(cols_per_cta),
+        1,
+    );
+    let shape = LaunchShape {
+        grid,
+        block: (norm_finish::THREADS, 1, 1),
+        smem_bytes: if dependent {
+            dependent_finish_smem(grid.0 as u64 * grid.1 as u64, gpu.props())
+        } else {
+            0
+        },
+    };
+    let cfg = shape.prepare(&f, gpu.props())?;
+    let (mut fargs, mut norm, mut post) = (fargs, Param(norm), Param(post));
     if dependent {
         let mut ptrs = vec![&mut fargs as *mut Param<NormFinishArgs> as *mut std::ffi::c_void];
         if in_signature::<N>() {
@@ -718,6 +741,27 @@ fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dependent_finish_smem_caps_ctas_at_the_fair_share() {
+        let h200 = crate::gpu::DeviceProps::h200();
+        let fits = |bytes: u32| h200.smem_per_sm / (bytes + 1024);
+        // 8192² LayerNorm: 128 × 4 CTAs on 132 SMs, 4 per SM.
+        for (ctas, share) in [
+            (512u64, 4u32),
+            (132, 1),
+            (133, 2),
+            (64, 1),
+            (1, 1),
+            (2112, 16),
+        ] {
+            let bytes = dependent_finish_smem(ctas, &h200);
+            assert!(bytes <= h200.smem_per_block_optin, "{ctas}: {bytes}");
+            assert_eq!(fits(bytes), share, "{ctas} CTAs: {bytes} bytes");
+        }
+        assert_eq!(dependent_finish_smem(2113, &h200), 0);
+        assert_eq!(dependent_finish_smem(0, &h200), h200.smem_per_block_optin);
+    }
 
     #[test]
     fn norm_finish_keeps_enough_warps_in_flight() {

@@ -443,7 +443,8 @@ impl Moments {
         let val = |x: f32| if squares { x * x } else { x };
         let mut s = [0f32; NI];
         for ni in 0..NI {
-            s[ni] = val(frags[ni][2 * h]) * inv + val(frags[ni][2 * h + 1]) * inv;
+            // Explicit FMAs: Rust never contracts `a·b + c`, and this runs per output value.
+            s[ni] = math::fma(val(frags[ni][2 * h]), inv, val(frags[ni][2 * h + 1]) * inv);
         }
         let mean = pairwise_sum(s);
         let mut q = [0f32; NI];
@@ -452,7 +453,7 @@ impl Moments {
                 val(frags[ni][2 * h]) - mean,
                 val(frags[ni][2 * h + 1]) - mean,
             );
-            q[ni] = a * a + b * b;
+            q[ni] = math::fma(a, a, b * b);
         }
         Moments {
             n: (2 * NI) as f32,
@@ -475,8 +476,8 @@ impl Moments {
         let w = math::div(o.n, n);
         Moments {
             n,
-            mean: self.mean + d * w,
-            m2: self.m2 + o.m2 + d * d * self.n * w,
+            mean: math::fma(d, w, self.mean),
+            m2: math::fma(d * d * self.n, w, self.m2 + o.m2),
         }
     }
 
@@ -552,7 +553,7 @@ impl RowFactors {
     /// every path, so they agree bitwise.
     #[inline(always)]
     pub fn affine(&self, x: f32, gamma: f32, beta: f32) -> f32 {
-        (x - self.shift) * self.scale * gamma + beta
+        math::fma((x - self.shift) * self.scale, gamma, beta)
     }
 }
 
