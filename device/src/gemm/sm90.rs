@@ -121,7 +121,7 @@ use crate::epilogue::{Acc, NormPass, Prefetch, Stage, TileCtx};
 use crate::gemm::finish::{Cta, tile_ctx};
 use crate::gemm::{GemmArgs, TileShape};
 use crate::mma::sm90::{
-    WgmmaInput, commit_group, fence, fence_operands, smem_desc_sw128, wait_group,
+    WgmmaInput, commit_group, fence, fence_operands, smem_desc_offset, smem_desc_sw128, wait_group,
 };
 use crate::params::KernelParam;
 use crate::types::Element;
@@ -724,11 +724,16 @@ pub unsafe fn run<
                 }
                 wait_parity(full(s), ring.phase);
                 fence();
+                // One descriptor per operand and stage; the k-steps and 64-row halves move its
+                // start field by constants.
+                let (desc_a, desc_b) = (
+                    smem_desc_sw128(s_a(s) + wg_row0 * 128),
+                    smem_desc_sw128(s_b(s)),
+                );
                 for kk in 0..BK / 16 {
-                    let b = smem_desc_sw128(s_b(s) + kk * 32);
+                    let b = smem_desc_offset(desc_b, kk * 32);
                     for h in 0..MI {
-                        let row = wg_row0 + 64 * h as u32;
-                        let a = smem_desc_sw128(s_a(s) + row * 128 + kk * 32);
+                        let a = smem_desc_offset(desc_a, 64 * h as u32 * 128 + kk * 32);
                         In::mma::<NI>(&mut acc.v[h], a, b);
                     }
                 }

@@ -38,6 +38,17 @@ pub const fn smem_desc_sw128(addr: u32) -> u64 {
     start | (lbo << 16) | (sbo << 32) | (1u64 << 62)
 }
 
+/// [`smem_desc_sw128`] of `addr + offset`, from the descriptor `desc` of `addr`: the start
+/// field holds `addr >> 4` whole (shared addresses are below 2^18), so moving the address by a
+/// multiple of 16 bytes moves that field alone, with no carry out of it while the new address
+/// stays below 2^18. One 32-bit add per `wgmma` operand instead of a shift, a mask and the
+/// constant fields.
+#[inline(always)]
+pub const fn smem_desc_offset(desc: u64, offset: u32) -> u64 {
+    let lo = (desc as u32).wrapping_add(offset >> 4);
+    (desc & !0xffff_ffff) | lo as u64
+}
+
 /// `wgmma.fence.sync.aligned`: orders earlier register and shared-memory accesses of the
 /// accumulators and operands before the next `wgmma`s.
 ///
@@ -256,6 +267,19 @@ impl_input!(F16, f16_n64, f16_n128, f16_n256);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptor_offsets_match_descriptors_of_the_moved_address() {
+        for base in [0u32, 1024, 0x1_0000, 0x3_0000] {
+            for off in [0u32, 32, 64, 96, 8192, 8192 + 96, 16384] {
+                assert_eq!(
+                    smem_desc_offset(smem_desc_sw128(base), off),
+                    smem_desc_sw128(base + off),
+                    "{base:#x} + {off}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn descriptor_fields() {
