@@ -1224,16 +1224,13 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
         let a = fx.random(m, k, bf, 1.0);
         let b = fx.random(n, k, bf, 1.0);
         let ops = EpilogueOperands::random(&mut fx, m, n);
-        let EpilogueOperands {
-            bias,
-            gamma,
-            beta,
-            r,
-        } = &ops;
-        let launch = |g: &Gpu, c: &mut Tensor| {
-            hopper::h_bias_residual_layer_norm(g, &a.t, &b.t, c, &bias.t, &r.t, &gamma.t, &beta.t)
-                .map(|p| p.expect("Hopper path"))
-        };
+        let (_, stages, ln) = ops
+            .kernels(false)
+            .into_iter()
+            .find(|k| k.0.contains("layer_norm"))
+            .expect("the LayerNorm kernel");
+        let launch =
+            |g: &Gpu, c: &mut Tensor| ln(g, &a.t, &b.t, c).map(|p| p.expect("Hopper path"));
         let run = |serial: bool| {
             let mut c = fx.poisoned(m, n, bf);
             let o = Overrides {
@@ -1252,15 +1249,6 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
         let serial = run(true);
         if f64_check {
             let acc = gemm64(m, n, k, &a.v, &b.v);
-            let stages = vec![
-                RefStage::BiasCol(bias.v.clone()),
-                RefStage::Residual(r.v.clone()),
-                RefStage::LayerNorm {
-                    gamma: gamma.v.clone(),
-                    beta: beta.v.clone(),
-                    eps: 1e-12,
-                },
-            ];
             let want = apply_stages(m, n, &acc, &stages, None).unwrap();
             let err = rel_frobenius_error(&serial, &want);
             assert!(err < threshold(bf), "{m}x{n}x{k}: relative error {err:e}");

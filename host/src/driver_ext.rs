@@ -164,9 +164,7 @@ pub mod launch {
     ) -> Result<(), DriverError> {
         let mut attr = [cluster_attribute(cluster)];
         let config = config(grid, block, shared_mem_bytes, stream, &mut attr);
-        unsafe {
-            sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
-        }
+        unsafe { launch_ex(&config, func, params) }
     }
 
     /// `cuLaunchKernelEx` as a programmatic dependent of the kernel launched before it on
@@ -196,8 +194,20 @@ pub mod launch {
             sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr[0].value.programmaticStreamSerializationAllowed = 1;
         let config = config(grid, block, shared_mem_bytes, stream, &mut attr);
+        unsafe { launch_ex(&config, func, params) }
+    }
+
+    /// `cuLaunchKernelEx` of `func` with `config` and the parameter pointers `params`.
+    ///
+    /// # Safety
+    /// As the public launches above.
+    unsafe fn launch_ex(
+        config: &sys::CUlaunchConfig,
+        func: sys::CUfunction,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), DriverError> {
         unsafe {
-            sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
+            sys::cuLaunchKernelEx(config, func, params.as_mut_ptr(), std::ptr::null_mut()).result()
         }
     }
 }

@@ -541,9 +541,9 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
             ptrs.push(&mut norm as *mut Param<N> as *mut std::ffi::c_void);
         }
         ptrs.push(&mut post as *mut Param<Q> as *mut std::ffi::c_void);
-        // SAFETY: as below; the kernel waits for the GEMM before it reads C or the statistics
-        // (`norm_finish::run`, in every module of sm_90 and above), and the values live until
-        // the call returns.
+        // SAFETY: as below; in modules of sm_90 and above, the `#[fused_gemm]` finishing entry
+        // points wait for the GEMM before they call `norm_finish::run` (tests/ptx.rs checks
+        // it), and the values live until the call returns.
         unsafe {
             crate::driver_ext::launch::programmatic_dependent(
                 f.cu_function(),
