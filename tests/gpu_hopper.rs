@@ -1207,8 +1207,8 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
     if !fx.hopper {
         return;
     }
-    // On sm_90 the norm's finishing kernel is launched as the GEMM's programmatic dependent:
-    // its CTAs may start while the GEMM still writes C (poisoned with NaN before each launch)
+    // Launched as the GEMM's programmatic dependent (`Overrides::dependent_finish`, sm_90), the
+    // norm's finishing kernel's CTAs may start while the GEMM still writes C (poisoned with NaN before each launch)
     // and the row statistics, and must wait for it. Against f64 at an awkward shape, then, on a
     // GEMM long enough for the finishing CTAs to be resident well before it ends, bit for bit
     // against the finishing kernel launched after the GEMM has completed, eagerly and replayed
@@ -1231,11 +1231,11 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
             .expect("the LayerNorm kernel");
         let launch =
             |g: &Gpu, c: &mut Tensor| ln(g, &a.t, &b.t, c).map(|p| p.expect("Hopper path"));
-        let run = |serial: bool| {
+        let run = |dependent: bool| {
             let mut c = fx.poisoned(m, n, bf);
             let o = Overrides {
                 tile: Some(tile),
-                serial_finish: serial,
+                dependent_finish: dependent,
                 ..Default::default()
             };
             let plan = with_overrides(o, || launch(&fx.gpu, &mut c)).unwrap();
@@ -1243,10 +1243,10 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
                 matches!(plan.norm, NormPath::Partials { .. }),
                 "{m}x{n}x{k}: no finishing kernel: {plan:?}"
             );
-            assert_eq!(last_finish_dependent(), !serial, "{m}x{n}x{k}");
+            assert_eq!(last_finish_dependent(), dependent, "{m}x{n}x{k}");
             fx.get(&c)
         };
-        let serial = run(true);
+        let serial = run(false);
         if f64_check {
             let acc = gemm64(m, n, k, &a.v, &b.v);
             let want = apply_stages(m, n, &acc, &stages, None).unwrap();
@@ -1265,11 +1265,12 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
             );
         };
         for i in 0..3 {
-            same(&run(false), &format!("dependent launch {i}"));
+            same(&run(true), &format!("dependent launch {i}"));
         }
         let mut c = fx.poisoned(m, n, bf);
         let o = Overrides {
             tile: Some(tile),
+            dependent_finish: true,
             ..Default::default()
         };
         let graph =

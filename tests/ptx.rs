@@ -251,10 +251,10 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
     &rest[..end]
 }
 
-/// A norm's finishing kernel is launched as its GEMM's programmatic dependent on sm_90+
-/// (`gemm::launch_norm_finish`): there, it must wait for the GEMM (`griddepcontrol.wait`) before
-/// its first global load or store, or it reads C while the GEMM still writes it. Below sm_90 the
-/// instruction does not exist and must not appear. The Hopper mainloop lets its dependent start
+/// A norm's finishing kernel may be launched as its GEMM's programmatic dependent on sm_90+
+/// (`Overrides::dependent_finish`, `gemm::launch_norm_finish`): there, it must wait for the GEMM
+/// (`griddepcontrol.wait`) before its first global load or store, or it reads C while the GEMM
+/// still writes it. Below sm_90 the instruction does not exist and must not appear. The Hopper mainloop lets its dependent start
 /// (`griddepcontrol.launch_dependents`).
 #[test]
 fn finishing_kernels_wait_for_their_gemm_where_launched_as_dependents() {

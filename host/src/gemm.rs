@@ -510,10 +510,10 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         cols_per_cta,
         _pad: 0,
     });
-    // On sm_90+ the finishing kernel is the GEMM's programmatic dependent: it is launched while
-    // the GEMM's last tiles run, its CTAs take the SMs those leave and wait there
-    // (`griddepcontrol.wait`), so no launch gap separates the two kernels.
-    let dependent = !current_overrides().serial_finish
+    // In stream order by default: launched as the GEMM's programmatic dependent (sm_90+) the
+    // finishing kernel measured 0-14 µs slower on the H200 (bench/results/hopper-pdl-2026-12-03.md),
+    // so that launch is kept for comparison only (`Overrides::dependent_finish`).
+    let dependent = current_overrides().dependent_finish
         && spec
             .ptx
             .select(gpu.props().compute_capability)?
@@ -619,7 +619,7 @@ pub fn last_tail_splits() -> u32 {
 }
 
 /// Whether the last GEMM this thread launched had a norm finishing kernel launched as its
-/// programmatic dependent (sm_90+, see [`Overrides::serial_finish`]); false without one.
+/// programmatic dependent (sm_90+, see [`Overrides::dependent_finish`]); false otherwise.
 pub fn last_finish_dependent() -> bool {
     LAST_DEPENDENT_FINISH.with(|c| c.get())
 }
@@ -686,13 +686,15 @@ pub struct Overrides {
     /// choice ([`crate::sm90::tail_splits`]): `Some(1)` runs the last round whole (to compare),
     /// larger values are capped at what the problem allows.
     pub tail_splits: Option<u32>,
-    /// Launch a norm's finishing kernel in plain stream order, after the GEMM has completed,
-    /// instead of as its programmatic dependent (sm_90+; to compare the two).
-    pub serial_finish: bool,
+    /// Launch a norm's finishing kernel as the GEMM's programmatic dependent (sm_90+ modules;
+    /// elsewhere ignored) instead of in plain stream order after the GEMM has completed: it may
+    /// then start while the GEMM's last tiles run and waits for them on the device
+    /// (`griddepcontrol.wait`). Slower on the H200 so far, kept to compare the two.
+    pub dependent_finish: bool,
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, serial_finish: false }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, dependent_finish: false }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

@@ -638,8 +638,9 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
                         norm: <#kind as #d::epilogue::stages::RowNorm>::Params,
                         post: <#post_ty as #d::epilogue::Stage>::Params,
                     ) {
-                        // sm_90+: launched as the GEMM's programmatic dependent, so it may start
-                        // before the GEMM has finished writing C and the statistics.
+                        // sm_90+: when launched as the GEMM's programmatic dependent it may start
+                        // before the GEMM has finished writing C and the statistics; in stream
+                        // order this returns at once.
                         #[cfg(target_feature = "sm_90")]
                         #d::arch::sync::grid_dependency_wait();
                         unsafe { #d::kernel::norm_finish::run::<#kind, #post_ty, #out_t>(&args, &norm, &post) }

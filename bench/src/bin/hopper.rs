@@ -704,11 +704,11 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
         }
         // Each epilogue as the launcher plans it (C stored with TMA where it can, the last
         // partial round of ping-pong tiles split along K where the model says so, a norm's
-        // finishing kernel as the GEMM's programmatic dependent), then with one of those
-        // choices undone: per-thread stores (`Overrides::direct_store`), the last round whole
-        // (`Overrides::tail_splits = Some(1)`), the residual loaded per thread with C still
-        // stored with TMA (`Overrides::global_residual`), the finishing kernel launched after
-        // the GEMM has completed (`Overrides::serial_finish`).
+        // finishing kernel after the GEMM), then with one of those choices changed: per-thread
+        // stores (`Overrides::direct_store`), the last round whole (`Overrides::tail_splits =
+        // Some(1)`), the residual loaded per thread with C still stored with TMA
+        // (`Overrides::global_residual`), the finishing kernel launched as the GEMM's
+        // programmatic dependent (`Overrides::dependent_finish`).
         let mut graphs = Vec::new();
         let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
@@ -731,10 +731,11 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             }
             if which.contains("norm") {
                 variants.push(Overrides {
-                    serial_finish: true,
+                    dependent_finish: true,
                     ..Default::default()
                 });
             }
+            let mut dependent = false;
             for (i, &o) in variants.iter().enumerate() {
                 graphs.push(with_overrides(o, || {
                     capture(gpu, est_ms, |g, i| {
@@ -749,9 +750,13 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                         last_stored_with_tma(),
                         last_residual_with_tma(),
                         last_tail_splits(),
-                        last_finish_dependent(),
+                        false,
                     ));
                 }
+                dependent |= o.dependent_finish && last_finish_dependent();
+            }
+            if let Some(k) = kernels.last_mut() {
+                k.6 = dependent;
             }
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
@@ -780,9 +785,9 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                         }
                     ));
                 }
-                if o.serial_finish {
+                if o.dependent_finish {
                     notes.push(format!(
-                        "finishing kernel after the GEMM {t:.4} ms{}",
+                        "finishing kernel as the GEMM's dependent {t:.4} ms{}",
                         if dependent {
                             ""
                         } else {
