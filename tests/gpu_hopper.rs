@@ -1208,11 +1208,11 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
         return;
     }
     // Launched as the GEMM's programmatic dependent (`Overrides::dependent_finish`, sm_90), the
-    // norm's finishing kernel's CTAs may start while the GEMM still writes C (poisoned with NaN before each launch)
-    // and the row statistics, and must wait for it. Against f64 at an awkward shape, then, on a
-    // GEMM long enough for the finishing CTAs to be resident well before it ends, bit for bit
-    // against the finishing kernel launched after the GEMM has completed, eagerly and replayed
-    // from a CUDA graph (where the launch becomes a programmatic edge).
+    // norm's finishing kernel's CTAs may start while the GEMM still writes C (poisoned with NaN
+    // before each launch) and the row statistics, and must wait for it. The serial launch
+    // against f64 at an awkward shape; then, also on a GEMM long enough for the finishing CTAs
+    // to be resident well before it ends, the dependent launch bit for bit against the serial
+    // one, eagerly and replayed from a CUDA graph (where the launch becomes a programmatic edge).
     let bf = DType::Bf16;
     // A Hopper tile narrower than N, so the norm goes through partials and the finishing kernel
     // (the planner picks a row-complete sm80 tile at the small shape).

@@ -511,8 +511,9 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         _pad: 0,
     });
     // In stream order by default: launched as the GEMM's programmatic dependent (sm_90+) the
-    // finishing kernel measured 0-14 µs slower on the H200 (bench/results/hopper-pdl-2026-12-03.md),
-    // so that launch is kept for comparison only (`Overrides::dependent_finish`).
+    // finishing kernel was never clearly faster on the H200 (within 1 µs at 4096 rows, 6-14 µs
+    // slower at 8192²; bench/results/hopper-pdl-2026-12-03.md), so that launch is kept for
+    // comparison only (`Overrides::dependent_finish`).
     let dependent = current_overrides().dependent_finish
         && spec
             .ptx

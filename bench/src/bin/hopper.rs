@@ -735,29 +735,26 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                     ..Default::default()
                 });
             }
+            // What the launcher's own plan did (the first variant), and whether the variant
+            // that asks for a dependent finishing kernel got one.
+            let mut planned = None;
             let mut dependent = false;
-            for (i, &o) in variants.iter().enumerate() {
+            for &o in &variants {
                 graphs.push(with_overrides(o, || {
                     capture(gpu, est_ms, |g, i| {
                         launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
                     })
                 })?);
-                if i == 0 {
-                    kernels.push((
-                        which,
-                        variants.clone(),
-                        last_entry().unwrap_or("?"),
-                        last_stored_with_tma(),
-                        last_residual_with_tma(),
-                        last_tail_splits(),
-                        false,
-                    ));
-                }
+                planned.get_or_insert((
+                    last_entry().unwrap_or("?"),
+                    last_stored_with_tma(),
+                    last_residual_with_tma(),
+                    last_tail_splits(),
+                ));
                 dependent |= o.dependent_finish && last_finish_dependent();
             }
-            if let Some(k) = kernels.last_mut() {
-                k.6 = dependent;
-            }
+            let (entry, tma, tma_residual, pieces) = planned.expect("at least one variant");
+            kernels.push((which, variants, entry, tma, tma_residual, pieces, dependent));
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
         let mut at = 0;
