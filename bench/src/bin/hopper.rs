@@ -16,7 +16,8 @@
 //! algorithm is chosen once per shape, as a framework caches it). cuBLASLt is column-major, so
 //! row-major `C = A·Bᵀ` (B stored N×K) runs as `Cᵀ = B·Aᵀ` with `transa = T`.
 //!
-//! Environment: `HOPPER_BENCH_QUICK=1` runs three shapes; `HOPPER_BENCH_OUT` is the output
+//! Environment: `HOPPER_BENCH_QUICK=1` runs three shapes; `HOPPER_BENCH_ROWS=<text>` only the
+//! rows whose label contains the text (for a profiler); `HOPPER_BENCH_OUT` is the output
 //! directory (default `bench/results`). Writes `hopper-h200.csv`, `hopper-h200.md` (the
 //! table, the targets met or missed, the command), `hopper-h200.png` (per row, ours ÷ cuBLAS
 //! GEMM and ours ÷ cuBLASLt's fused epilogue) and the sm_90a cubin the process loaded with the
@@ -833,8 +834,10 @@ fn run() -> Result<()> {
     );
     std::fs::create_dir_all(&out_dir).map_err(|e| io(&out_dir, e))?;
 
+    // A profiler's filter: only the rows whose label contains this text.
+    let only = std::env::var("HOPPER_BENCH_ROWS").unwrap_or_default();
     let mut rows = Vec::new();
-    for case in cases(quick) {
+    for case in cases(quick).into_iter().filter(|c| c.label.contains(&only)) {
         print!(
             "{:<22} {:<30} {:>5}x{:>5}x{:>5} ... ",
             case.label,
@@ -919,7 +922,11 @@ fn run() -> Result<()> {
          | layer | op | M×N×K | ours ms | TF/s | cuBLAS GEMM ms | cuBLASLt fused ms | target | {} | check |\n\
          |---|---|---|---:|---:|---:|---:|---|{}---|\n",
         gpu.name(),
-        if quick { " (HOPPER_BENCH_QUICK)" } else { "" },
+        match (quick, only.is_empty()) {
+            (true, _) => " (HOPPER_BENCH_QUICK)".to_string(),
+            (false, false) => format!(" (HOPPER_BENCH_ROWS={only})"),
+            (false, true) => String::new(),
+        },
         TILES_SM90
             .iter()
             .map(tile_name)
