@@ -26,8 +26,9 @@
 //!
 //! A small model in the spirit of [`crate::plan`]: per tile shape, the busiest SM runs
 //! ⌈tiles / CTAs⌉ tiles at [`PEAK_TFLOPS`] times the shape's efficiency; cooperative tiles add
-//! their epilogue (stores at the SM's share of DRAM bandwidth), ping-pong tiles hide it behind
-//! the other warpgroup's mainloop; the whole is at least the DRAM time. On ping-pong tiles a last,
+//! their epilogue (one consumer warpgroup's share of the tile's stores, at the SM's share of
+//! DRAM bandwidth), ping-pong tiles hide it behind the other warpgroup's mainloop; the whole is
+//! at least the DRAM time. On ping-pong tiles a last,
 //! partial round is split along K ([`tail_splits`]): its few tiles are shared by many SMs
 //! instead of leaving the others idle for a whole mainloop. The sm_80 planner's best plan wins
 //! when it predicts less (skinny problems, where split-K pays).
