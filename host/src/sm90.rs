@@ -127,9 +127,9 @@ fn tile_mainloop_us(sms: u32, tile: &TileShape, p: &Problem) -> f64 {
 /// k-step where a 128×256 cooperative warpgroup issues one m64n256) decides where it hides
 /// nothing: one tile per warpgroup, as at 4096×1024×{1024, 4096}, where the 128×256
 /// cooperative tile measured 0.0171 against 0.0192 ms and 0.0540 against 0.0588 ms
-/// (bench/results/hopper-h200.csv). Cooperative 128×256 CTAs have the best figure; 256×128
-/// ones took a median 1.015× its time over the benchmark's 11 plain GEMM rows (0.99-1.05×,
-/// the same file).
+/// (bench/results/hopper-h200.csv at 370738b). Cooperative 128×256 CTAs have the best
+/// figure; 256×128 ones took a median 1.015× its time over the benchmark's 11 plain GEMM rows
+/// (0.99-1.05×, the same file).
 fn tile_efficiency(tile: &TileShape) -> f64 {
     if cluster_m(tile) > 1 {
         0.98
@@ -864,9 +864,10 @@ mod tests {
         assert!((1374.0..1700.0).contains(&t), "{t}");
     }
 
-    /// The model's tile is the one measured fastest at each benchmark shape
-    /// (bench/results/hopper-h200.csv, every tile forced in the same run; row-norm cluster
-    /// occupancy as measured: 30 clusters of 4 CTAs, 15 of 8).
+    /// The model's tile is the one measured fastest at each benchmark shape (the forced-tile
+    /// columns of bench/results/hopper-h200.csv at 370738b, in git history; the table of
+    /// 86d3a2f agrees except at 4096×1024×1024, where 128×128 cooperative beat 128×256 by
+    /// 0.3 µs; row-norm cluster occupancy as measured: 30 clusters of 4 CTAs, 15 of 8).
     #[test]
     fn model_picks_the_measured_fastest_tile_at_the_benchmark_shapes() {
         let (pp, coop) = ((128, 128, true), (128, 256, false));
