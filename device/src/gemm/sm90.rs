@@ -511,6 +511,45 @@ pub unsafe fn run<
         }
         fence_init();
     }
+    // The first tile's first stages, issued by thread 0 (the producer) before the CTA's
+    // barrier, `setmaxnreg` and the scheduler's reads of the constant bank, whose first use
+    // stalled about 3 µs (bench/results/hopper-grid-param-2026-12-03.md): the loads' DRAM
+    // latency overlaps that; the producer below skips these k-tiles of unit 0. Cooperative
+    // tiles without a cluster (a peer's barriers may not exist yet) and without row norms
+    // only: the ping-pong kernels gained nothing (their fused epilogues measured up to 4 %
+    // slower at 8192 rows) and in the LayerNorm kernels ptxas spilled
+    // (bench/results/hopper-early-loads-2026-12-03.md).
+    let early = !pingpong && cluster == 1 && !E::ROW_REDUCTION;
+    if tid == 0 && early {
+        // Plain reads, which LLVM hoists for every thread: all warps then take their first
+        // constant-bank reads before `setmaxnreg`. With `uncached` reads here (thread 0 only)
+        // the gain was gone (bench/results/hopper-early-loads-2026-12-03.md).
+        let (tm_count, tn_count) = (args.m.div_ceil(bm), args.n.div_ceil(bn));
+        let unit0 = block_idx_x();
+        if unit0 < tm_count * tn_count {
+            let group0 = if sm90.group_m == 0 { 1 } else { sm90.group_m };
+            let (tm, tn) = tile_coords(unit0, tm_count, tn_count, group0);
+            fence_tensormap_acquire(sm90.tmap_a);
+            fence_tensormap_acquire(sm90.tmap_b);
+            for kt in 0..args.k.div_ceil(BK).min(STAGES) {
+                arrive_expect_tx(full(kt), stage_bytes);
+                load_2d(
+                    s_a(kt),
+                    sm90.tmap_a,
+                    (kt * BK) as i32,
+                    (tm * bm) as i32,
+                    full(kt),
+                );
+                load_2d(
+                    s_b(kt),
+                    sm90.tmap_b,
+                    (kt * BK) as i32,
+                    (tn * bn) as i32,
+                    full(kt),
+                );
+            }
+        }
+    }
     let rank = if cluster > 1 || cn > 1 {
         // The peers' arrivals, multicast copies and statistics target these barriers.
         cluster_sync();
@@ -601,6 +640,10 @@ pub unsafe fn run<
                 let (k_first, k_end) = k_range(i);
                 for kt in k_first..k_end {
                     let s = ring.stage;
+                    if early && i == 0 && kt < STAGES {
+                        ring.advance();
+                        continue;
+                    }
                     let k0 = (kt * BK) as i32;
                     // CTA-scope acquire also with a cluster: the peers' arrivals only say that
                     // their wgmma reads of the stage completed, and the copies below are
