@@ -32,7 +32,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// A PTX target: the `-C target-cpu` given to rustc's NVPTX backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -251,9 +251,6 @@ impl PtxBuilder {
         for arch in archs {
             let target_dir = out_dir.join("ptx-target").join(arch.name());
             let mut cmd = Command::new(&cargo);
-            // Not the caller's stdin: cargo's probe runs `rustc -`, which compiled whatever a
-            // background shell's stdin held and failed the build.
-            cmd.stdin(Stdio::null());
             cmd.arg("rustc")
                 .arg("--lib")
                 .arg("--release")
