@@ -1289,3 +1289,105 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
         );
     }
 }
+
+#[test]
+fn t12_bias_from_the_tiles_shared_memory_copy() {
+    let Some(mut fx) = Fx::new("staged_bias") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // The first column `bias` of a list reads a copy of the tile's bias that the consumer
+    // warpgroup stored in shared memory after the mainloop. Against f64 on every tile, C staged
+    // and stored directly: a bias one element into its buffer (2-byte aligned), tiles partly
+    // past N (72, 1000, 3000, 33), one row, bias after `scale`, and f16 (whose bias has the
+    // other 16-bit layout).
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 8, 64),
+        (130, 72, 128),
+        (257, 1000, 64),
+        (64, 33, 64),
+        (513, 3000, 192),
+    ];
+    for &tile in TILES_SM90 {
+        for &(m, n, k) in shapes {
+            for dt in [DType::Bf16, DType::F16] {
+                let a = fx.random(m, k, dt, 1.0);
+                let b = fx.random(n, k, dt, 1.0);
+                let buf = fx.random(1, n + 1, dt, 1.0);
+                let bias = buf.t.slice(0..1, 1..n + 1).unwrap();
+                let bv = buf.v[1..].to_vec();
+                let acc = gemm64(m, n, k, &a.v, &b.v);
+                let kernels: Vec<(&str, Vec<RefStage>, Launch<'_>)> = if dt == DType::Bf16 {
+                    vec![
+                        (
+                            "bias+gelu_tanh",
+                            vec![RefStage::BiasCol(bv.clone()), RefStage::GeluTanh],
+                            Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias)),
+                        ),
+                        (
+                            "scale(alpha)+bias+relu",
+                            vec![
+                                RefStage::Scale(-0.75),
+                                RefStage::BiasCol(bv.clone()),
+                                RefStage::Relu,
+                            ],
+                            Box::new(|g, a, b, c| {
+                                hopper::h_scale_bias_relu(g, a, b, c, -0.75, &bias)
+                            }),
+                        ),
+                    ]
+                } else {
+                    vec![
+                        (
+                            "bias (f16)",
+                            vec![RefStage::BiasCol(bv.clone())],
+                            Box::new(|g, a, b, c| hopper::h_bias_f16(g, a, b, c, &bias)),
+                        ),
+                        (
+                            "bias+gelu (f16)",
+                            vec![RefStage::BiasCol(bv.clone()), RefStage::Gelu],
+                            Box::new(|g, a, b, c| hopper::h_bias_gelu_f16(g, a, b, c, &bias)),
+                        ),
+                    ]
+                };
+                for (label, stages, launch) in kernels {
+                    let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+                    for direct in [false, true] {
+                        let what = format!(
+                            "{label} {m}x{n}x{k}, bias one element in, on {}x{} w{} (direct C {direct})",
+                            tile.bm, tile.bn, tile.warps_m
+                        );
+                        let mut c = fx.poisoned(m, n, dt);
+                        let o = Overrides {
+                            tile: Some(tile),
+                            direct_store: direct,
+                            ..Default::default()
+                        };
+                        with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
+                            .unwrap_or_else(|e| panic!("{what}: {e}"))
+                            .expect("Hopper path");
+                        let entry = last_entry().unwrap_or("?");
+                        assert!(entry.contains("__sm90tma_"), "{what}: ran {entry}");
+                        assert_eq!(
+                            last_stored_with_tma(),
+                            !direct && (2 * n) % 16 == 0,
+                            "{what}"
+                        );
+                        let got = fx.get(&c);
+                        let err = rel_frobenius_error(&got, &want);
+                        assert!(
+                            err < threshold(dt),
+                            "{what}: relative error {err:e}; {}",
+                            describe_mismatch(&got, &want, m, n, 0.05)
+                        );
+                        if m > 500 && !direct {
+                            println!("{what}: rel err {err:.2e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -237,6 +237,11 @@ pub struct TileCtx {
     pub staged_residual: u32,
     /// The tile row of this warp's first fragment row in the `staged_residual` tile.
     pub staged_row: u32,
+    /// Byte offset from `scratch` of the column bias value of column `warp_col` (16-bit
+    /// elements, one per column, contiguous over this call's columns, zeros past N) that the
+    /// mainloop copied into shared memory ([`Stage::STAGED_BIAS`]), or 0: `bias` reads global
+    /// memory. The first `bias` of the list takes it and sets it to 0.
+    pub staged_bias: u32,
 }
 
 /// How a row-norm stage runs in one epilogue call.
@@ -373,6 +378,18 @@ pub trait Stage {
     /// Whether the list has a `residual` stage, whose tiles the Hopper mainloop can copy into
     /// shared memory ([`TileCtx::staged_residual`]); lists without one compile no such copies.
     const RESIDUAL: bool = false;
+    /// Whether the list's first column `bias`, with no pair stage before it, may read its
+    /// values from shared memory ([`TileCtx::staged_bias`]); [`Self::staged_bias`] gives its
+    /// vector.
+    const STAGED_BIAS: bool = false;
+
+    /// The address of the vector of the list's first column `bias` (see [`Self::STAGED_BIAS`]),
+    /// or 0.
+    #[inline(always)]
+    fn staged_bias(p: &Self::Params) -> u64 {
+        let _ = p;
+        0
+    }
 
     /// Transforms the tile in registers. `Out` is the kernel's output element type.
     fn apply<Out: Element, const MI: usize, const NI: usize>(
@@ -432,6 +449,17 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
     const RESIDUAL: bool = H::RESIDUAL || T::RESIDUAL;
     const LONG_CHAIN: bool = H::LONG_CHAIN || T::LONG_CHAIN;
+    const STAGED_BIAS: bool = H::STAGED_BIAS || (!H::PAIRS && T::STAGED_BIAS);
+    #[inline(always)]
+    fn staged_bias(p: &Self::Params) -> u64 {
+        if H::STAGED_BIAS {
+            H::staged_bias(&p.head)
+        } else if H::PAIRS {
+            0
+        } else {
+            T::staged_bias(&p.tail)
+        }
+    }
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &Self::Params,

@@ -132,12 +132,34 @@ impl Stage for ScaleCol {
 pub struct BiasCol;
 impl Stage for BiasCol {
     type Params = VectorParams;
+    const STAGED_BIAS: bool = true;
+    #[inline(always)]
+    fn staged_bias(p: &VectorParams) -> u64 {
+        p.ptr
+    }
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &VectorParams,
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
+        if ctx.staged_bias != 0 && !ctx.paired && core::mem::size_of::<Out>() == 2 {
+            // The mainloop's copy: no bounds checks (zeros past N), one 4-byte shared read
+            // per column pair (the 8 row groups of a warp read the same word).
+            for ni in 0..NI {
+                let off = ctx.staged_bias + 2 * (8 * ni as u32 + 2 * ctx.t);
+                let w = unsafe { *(ctx.scratch.add(off as usize) as *const u32) };
+                let (b0, b1) = Out::unpack2(w);
+                for mi in 0..MI {
+                    for h in 0..2 {
+                        acc.v[mi][ni][2 * h] += b0;
+                        acc.v[mi][ni][2 * h + 1] += b1;
+                    }
+                }
+            }
+            ctx.staged_bias = 0;
+            return;
+        }
         let aligned = p.ptr % (2 * core::mem::size_of::<Out>() as u64) == 0;
         if !ctx.paired && aligned && acc.interior(ctx) {
             // One pair load per column pair, shared by every row this thread holds.

@@ -84,6 +84,7 @@ pub(crate) fn tile_ctx(args: &GemmArgs, cta: &Cta, smem: *mut u8, scratch_bytes:
         scratch_bytes,
         staged_residual: 0,
         staged_row: 0,
+        staged_bias: 0,
     }
 }
 

@@ -193,10 +193,24 @@ pub const fn stage_bytes(t: &TileShape) -> u32 {
 }
 
 /// Dynamic shared memory of a CTA, bytes: the ring, then a `full` and an `empty` mbarrier per
-/// stage, the two ping-pong `turn` mbarriers, and 16 bytes that hold a row-norm cluster's two
-/// exchange mbarriers or the consumer warpgroups' flags of a split tail tile (`tail_fixup`).
+/// stage, the two ping-pong `turn` mbarriers, 16 bytes that hold a row-norm cluster's two
+/// exchange mbarriers or the consumer warpgroups' flags of a split tail tile (`tail_fixup`),
+/// the four residual mbarriers ([`residual_bar`]), then the column bias buffers
+/// ([`bias_offset`]).
 pub const fn smem_bytes(t: &TileShape) -> u32 {
-    t.stages * stage_bytes(t) + 16 * t.stages + 32
+    bias_offset(t.stages * stage_bytes(t), t.stages) + BIAS_BYTES
+}
+
+/// Bytes of the column bias buffers ([`crate::epilogue::TileCtx::staged_bias`]), 16-bit
+/// values: the BN ≤ 256 columns of a cooperative tile (its two consumer warpgroups share
+/// them), or BN ≤ 128 per consumer warpgroup on ping-pong tiles. They sit in the padding before
+/// [`staging_offset`], which therefore does not move.
+pub const BIAS_BYTES: u32 = 512;
+
+/// Byte offset of the column bias buffers in dynamic shared memory, after a ring of
+/// `ring_bytes` and its `stages` and the mbarriers that follow it.
+pub const fn bias_offset(ring_bytes: u32, stages: u32) -> u32 {
+    ring_bytes + 16 * stages + 64
 }
 
 /// Bytes of one output staging buffer: a consumer warpgroup's 64 rows × [`EPI_COLS`] columns
@@ -449,6 +463,10 @@ pub unsafe fn run<
             residual_bar(STAGES, 1, 2) <= 1024,
             "the barriers fit in the padding before the staging buffers"
         );
+        assert!(
+            bias_offset(0, STAGES) + BIAS_BYTES <= 1024,
+            "the bias buffers fit there too"
+        );
     };
     let a_bytes = bm * BK * 2;
     // No split-K here: a constant `splits` lets the epilogue drop its split-K path.
@@ -492,6 +510,22 @@ pub unsafe fn run<
         stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
     let staged_residual = E::RESIDUAL && staged && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
+    // The tile's column bias, copied into shared memory by the consumer warpgroup that runs
+    // the epilogue: each thread loads its columns when the tile's mainloop starts and stores
+    // them after it, so no chunk of the epilogue waits on a global load of the bias
+    // (bench/results/hopper-epilogue-sampling-2026-12-02.md). 16-bit C; no row norm (their
+    // kernels spilled with more live values, hopper-bias-copy-2026-12-02.md) and no long chain
+    // (erf GELU: its chunk loop was then written out three times, ptxas of sm_90a).
+    let stage_bias = E::STAGED_BIAS
+        && !E::ROW_REDUCTION
+        && !E::LONG_CHAIN
+        && core::mem::size_of::<Out>() == 2
+        && (!pingpong || bn <= 128);
+    // Ping-pong warpgroups run different tiles: a buffer each, and their own named barrier
+    // (`1 + c`, as the staged stores). Cooperative ones share the tile's columns: one buffer,
+    // each of the 256 consumer threads copies one column, barrier 3 spans both.
+    let bias_buf = |c: u32| bias_offset(ring_bytes, STAGES) + if pingpong { c * 2 * bn } else { 0 };
+    let bias_barrier = |c: u32| if pingpong { (1 + c, 128) } else { (3, 256) };
 
     if tid == 0 {
         for s in 0..STAGES {
@@ -721,6 +755,12 @@ pub unsafe fn run<
                 }
             };
             let (m0, n0) = (tm * bm, tn * bn);
+            let bias_col = if pingpong { tid % 128 } else { tid - 128 };
+            let bias_value = if stage_bias {
+                bias_share(E::staged_bias(epi), args.n, n0, bn, bias_col)
+            } else {
+                0
+            };
             let per_half = (NI / EPI_FRAGS) as u32;
             // The epilogue's chunks: `chunks` per 64-row half (those past N skipped), half by
             // half; `staged_chunks` counts them over this warpgroup's tiles.
@@ -868,6 +908,18 @@ pub unsafe fn run<
                 i += step;
                 continue;
             }
+            if stage_bias {
+                let (id, threads) = bias_barrier(c);
+                // The buffer's readers of the previous tile are past it: on ping-pong tiles
+                // with staged C the chunks' barriers ordered that already.
+                if !(pingpong && staged) {
+                    bulk_read_wait_barrier(false, id, threads);
+                }
+                if bias_col < bn {
+                    *(smem.add((bias_buf(c) + 2 * bias_col) as usize) as *mut u16) = bias_value;
+                }
+                bulk_read_wait_barrier(false, id, threads);
+            }
             // A row norm over rows wider than one chunk (and no cluster): the chunks of each
             // 64-row half merge their row statistics and the last writes one partial per tile
             // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
@@ -944,8 +996,13 @@ pub unsafe fn run<
                         (ctx, NormPass::Local)
                     };
                     let out = if staged { Some(&out) } else { None };
+                    let bias = if stage_bias {
+                        bias_buf(c) + 2 * j * EPI_COLS
+                    } else {
+                        0
+                    };
                     finish_chunk::<Out, E>(
-                        args, epi, $part, &ctx, smem, pass, &mut stats, out, load_next,
+                        args, epi, $part, &ctx, smem, pass, &mut stats, out, bias, load_next,
                     );
                     staged_chunks += staged as u32;
                 }};
@@ -1218,7 +1275,8 @@ unsafe fn store_staged<Out: Element>(
 /// next (the other one) is free once the barrier passes. With a staged residual
 /// (`Staging::residual_bar`), every thread first waits for its copy into the buffer; the
 /// stages read it there, and each thread overwrites only the words it read. `after_apply` runs
-/// between the stages and the store (the next chunk's residual copy).
+/// between the stages and the store (the next chunk's residual copy). `bias`, when not 0, is
+/// [`TileCtx::staged_bias`] for the chunk.
 ///
 /// # Safety
 /// As [`super::finish::finish`]; with [`NormPass::Partial`], the norm's statistics workspace
@@ -1236,9 +1294,11 @@ unsafe fn finish_chunk<Out: Element, E: Stage>(
     pass: NormPass,
     stats: &mut [Moments; 2],
     staged: Option<&Staging>,
+    bias: u32,
     after_apply: impl FnOnce(),
 ) {
     let mut ctx = tile_ctx(args, cta, smem, 0);
+    ctx.staged_bias = bias;
     ctx.norm_pass = pass;
     ctx.row_stats = *stats;
     if let Some(out) = staged.filter(|o| o.residual_bar != 0) {
@@ -1252,6 +1312,21 @@ unsafe fn finish_chunk<Out: Element, E: Stage>(
     match staged {
         Some(out) => store_staged::<Out>(&part, &ctx, smem, out),
         None => store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx),
+    }
+}
+
+/// This thread's column of a tile's bias ([`crate::epilogue::TileCtx::staged_bias`]): the raw
+/// 16-bit value of column `n0 + r` of the vector at `ptr` (length `n`), or 0 past N or past
+/// the tile (`r ≥ bn`).
+///
+/// # Safety
+/// `ptr` holds `n` 16-bit elements.
+#[inline(always)]
+unsafe fn bias_share(ptr: u64, n: u32, n0: u32, bn: u32, r: u32) -> u16 {
+    if r < bn && n0 + r < n {
+        crate::arch::global::ld_u16((ptr as *const u16).add((n0 + r) as usize))
+    } else {
+        0
     }
 }
 

@@ -177,6 +177,7 @@ pub unsafe fn run<K: RowNorm, Post: Stage, Out: Element>(
             scratch_bytes: 0,
             staged_residual: 0,
             staged_row: 0,
+            staged_bias: 0,
         };
         let mut acc = Acc::<1, 8>::zero();
         if affine_pairs && acc.interior(&ctx) {
