@@ -510,9 +510,9 @@ pub unsafe fn run<
         stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
     let staged_residual = E::RESIDUAL && staged && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
-    // The tile's column bias, copied into shared memory by the consumer warpgroup that runs
-    // the epilogue: each thread loads its columns when the tile's mainloop starts and stores
-    // them after it, so no chunk of the epilogue waits on a global load of the bias
+    // The tile's column bias, copied into shared memory by the consumer warpgroups that run
+    // the epilogue: each thread loads one column when the tile's mainloop starts and stores
+    // it after the mainloop, so no chunk of the epilogue waits on a global load of the bias
     // (bench/results/hopper-epilogue-sampling-2026-12-02.md). 16-bit C; no row norm (their
     // kernels spilled with more live values, hopper-bias-copy-2026-12-02.md) and no long chain
     // (erf GELU: its chunk loop was then written out three times, ptxas of sm_90a).
