@@ -67,6 +67,12 @@
 //! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
 //! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
 //!
+//! The list's first column `bias` ([`Stage::STAGED_BIAS`]; 16-bit C, no row norm, no long
+//! chain) reads the tile's bias from shared memory: each consumer thread loads one column when
+//! the tile's mainloop starts and stores it after, in a buffer in the padding before the
+//! staging buffers ([`bias_offset`]). Loaded per chunk from global memory, the bias was the
+//! GELU epilogue's top wait (`bench/results/hopper-bias-smem-2026-12-04.md`).
+//!
 //! # Row-norm clusters
 //!
 //! An epilogue with a row norm on a cooperative 128-row tile may run with
