@@ -1391,3 +1391,90 @@ fn t12_bias_from_the_tiles_shared_memory_copy() {
         }
     }
 }
+
+#[test]
+fn t13_staged_c_copied_out_by_threads_into_a_strided_view() {
+    let Some(mut fx) = Fx::new("staged_copy_out") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // C inside a larger poisoned buffer: its first element 2-byte aligned, its row stride
+    // N + 3 elements. TMA cannot store it, so kernels without a row norm copy their staged
+    // chunks out thread by thread (element stores where a 16-byte piece is misaligned or
+    // crosses N). Against f64 on every tile; every element outside C must keep its poison.
+    let bf = DType::Bf16;
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 8, 64),
+        (130, 72, 128),
+        (257, 1000, 64),
+        (64, 33, 64),
+        (300, 200, 96),
+    ];
+    for &tile in TILES_SM90 {
+        for &(m, n, k) in shapes {
+            let a = fx.random(m, k, bf, 1.0);
+            let b = fx.random(n, k, bf, 1.0);
+            let ops = EpilogueOperands::random(&mut fx, m, n);
+            let acc = gemm64(m, n, k, &a.v, &b.v);
+            let kernels: Vec<(&str, Vec<RefStage>, Launch<'_>)> = ops
+                .kernels(false)
+                .into_iter()
+                .filter(|(label, _, _)| !label.contains("layer_norm"))
+                .collect();
+            for (label, stages, _) in kernels {
+                let what = format!(
+                    "{label} {m}x{n}x{k} into a view (ld {}), on {}x{} w{}",
+                    n + 3,
+                    tile.bm,
+                    tile.bn,
+                    tile.warps_m
+                );
+                let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+                let (rows, ld) = (m + 2, n + 3);
+                let mut buf = fx.poisoned(rows, ld, bf);
+                let o = Overrides {
+                    tile: Some(tile),
+                    ..Default::default()
+                };
+                {
+                    let mut c = buf.slice_mut(1..m + 1, 1..n + 1).unwrap();
+                    let g = &fx.gpu;
+                    let run = || match label {
+                        "gemm" => hopper::h_gemm_bf16(g, &a.t, &b.t, &mut c),
+                        "residual+silu" => hopper::h_residual_silu(g, &a.t, &b.t, &mut c, &ops.r.t),
+                        _ => hopper::h_bias_gelu_tanh(g, &a.t, &b.t, &mut c, &ops.bias.t),
+                    };
+                    with_overrides(o, run)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"))
+                        .expect("Hopper path");
+                }
+                let entry = last_entry().unwrap_or("?");
+                assert!(entry.contains("__sm90tma_"), "{what}: ran {entry}");
+                assert!(
+                    !last_stored_with_tma(),
+                    "{what}: TMA cannot store this view"
+                );
+                let all = fx.get(&buf);
+                let mut got = Vec::with_capacity(m * n);
+                for r in 0..rows {
+                    for col in 0..ld {
+                        let x = all[r * ld + col];
+                        if (1..=m).contains(&r) && (1..=n).contains(&col) {
+                            got.push(x);
+                        } else {
+                            assert!(x.is_nan(), "{what}: wrote {x} at ({r}, {col}) outside C");
+                        }
+                    }
+                }
+                let err = rel_frobenius_error(&got, &want);
+                assert!(
+                    err < threshold(bf),
+                    "{what}: relative error {err:e}; {}",
+                    describe_mismatch(&got, &want, m, n, 0.05)
+                );
+            }
+        }
+    }
+}

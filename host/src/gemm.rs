@@ -626,7 +626,8 @@ pub fn last_finish_dependent() -> bool {
 }
 
 /// Whether the last GEMM this thread launched stored C with TMA through shared memory (the
-/// Hopper mainloop with a C tensor map, `Sm90Args::tmap_c`) rather than with per-thread stores.
+/// Hopper mainloop with a C tensor map, `Sm90Args::tmap_c`) rather than with per-thread stores
+/// (from the accumulators, or from the staging buffers).
 pub fn last_stored_with_tma() -> bool {
     LAST_TMA_STORE.with(|c| c.get())
 }
@@ -677,8 +678,9 @@ pub struct Overrides {
     pub tile: Option<TileShape>,
     /// Launch with this many K splits.
     pub splits: Option<u32>,
-    /// Store C with per-thread stores even where the Hopper mainloop could stage it for TMA
-    /// (to compare the two store paths).
+    /// Store C with per-thread stores even where the Hopper mainloop could store it with TMA
+    /// (to compare the store paths): kernels without a row norm still stage C in shared
+    /// memory, and their threads copy it out; others store from the accumulators.
     pub direct_store: bool,
     /// Read `residual` from global memory even where the Hopper mainloop could copy it into
     /// its staging buffers with TMA (`Sm90Args::tmap_r`; to compare the two paths).

@@ -334,8 +334,8 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
             stats_bytes: p.m as u64 * tiles_n_stats as u64 * NORM_STATS_BYTES,
         },
     };
-    // Room to stage C where the kernel stores it with TMA (the launch passes C's tensor map
-    // when C allows one).
+    // Room to stage C: the kernel stores it with TMA when C allows a tensor map (the launch
+    // passes one), and otherwise, without a row norm, its threads copy it out of the buffers.
     let smem_bytes = if matches!(norm, NormPath::Cluster { .. }) {
         sm90::smem_bytes_row_norm(tile)
     } else if stages_c(p) {
@@ -370,6 +370,16 @@ pub fn stages_c(p: &Problem) -> bool {
         row_reduction: p.row_norm,
     };
     sm90::stages_c(p.out_dtype.size(), e)
+}
+
+/// Whether the kernel for `p` stages C in shared memory even without C's tensor map
+/// ([`sm90::always_stages_c`]): it needs [`sm90::smem_bytes_staged`].
+pub fn always_stages_c(p: &Problem) -> bool {
+    let e = EpilogueTraits {
+        pairs: p.pairs,
+        row_reduction: p.row_norm,
+    };
+    sm90::always_stages_c(p.out_dtype.size(), e)
 }
 
 /// The variant and plan the Hopper path would launch for `call`, or `None` to use the sm_80
@@ -424,6 +434,10 @@ pub fn choose(
         let mut p = plan_fit(sms, &v.tile, &problem, fit);
         let optin = gpu.props().smem_per_block_optin;
         if p.smem_bytes == sm90::smem_bytes_staged(&v.tile) && p.smem_bytes > optin {
+            if always_stages_c(&problem) {
+                // The kernel has no other way to store C.
+                continue;
+            }
             // No room to stage C: threads store it directly.
             p.smem_bytes = sm90::smem_bytes(&v.tile);
         }

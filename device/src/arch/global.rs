@@ -152,6 +152,39 @@ pub unsafe fn st_f32x4(p: *mut [f32; 4], v: [f32; 4]) {
     }
 }
 
+/// Stores the eight 16-bit values packed in `v` (element `2i` in the low half of `v[i]`) at
+/// `p`: as one 16-byte `st.global.v4.b32` when `vector`, else the first `count` (at most 8)
+/// with `st.global.b16` each. One `asm` block of predicated stores, so the code is the same
+/// few instructions whatever the compiler knows about `count`.
+///
+/// # Safety
+/// With `vector`, `p` is a valid, 16-byte aligned global address of 16 bytes; otherwise the
+/// `count` elements from `p` are valid 2-byte aligned global addresses.
+#[inline(always)]
+pub unsafe fn st_u16x8(p: u64, v: [u32; 4], vector: bool, count: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "{{ .reg .pred pv, p0, p1, p2, p3, p4, p5, p6, p7; .reg .b16 h<8>;",
+        "setp.ne.u32 pv, {vec}, 0;",
+        "@pv st.global.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}};",
+        "setp.gt.u32 p0, {n}, 0; setp.gt.u32 p1, {n}, 1; setp.gt.u32 p2, {n}, 2; setp.gt.u32 p3, {n}, 3;",
+        "setp.gt.u32 p4, {n}, 4; setp.gt.u32 p5, {n}, 5; setp.gt.u32 p6, {n}, 6; setp.gt.u32 p7, {n}, 7;",
+        "mov.b32 {{h0, h1}}, {a}; mov.b32 {{h2, h3}}, {b}; mov.b32 {{h4, h5}}, {c}; mov.b32 {{h6, h7}}, {d};",
+        "@p0 st.global.b16 [{p}], h0; @p1 st.global.b16 [{p}+2], h1;",
+        "@p2 st.global.b16 [{p}+4], h2; @p3 st.global.b16 [{p}+6], h3;",
+        "@p4 st.global.b16 [{p}+8], h4; @p5 st.global.b16 [{p}+10], h5;",
+        "@p6 st.global.b16 [{p}+12], h6; @p7 st.global.b16 [{p}+14], h7; }}",
+        p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+        vec = in(reg32) vector as u32, n = in(reg32) if vector { 0 } else { count },
+        options(nostack, preserves_flags)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (p, v, vector, count);
+        super::host_unreachable("st_u16x8")
+    }
+}
+
 /// Brings the 128-byte line holding global address `p` into L2 (tiles the epilogue reads once,
 /// too large for the L1 left beside a Hopper kernel's shared memory).
 ///

@@ -62,3 +62,41 @@ pub unsafe fn st_cluster_f32x4(addr: u32, rank: u32, v: [f32; 4]) {
         super::host_unreachable("shared::st_cluster_f32x4")
     }
 }
+
+/// `ld.shared.v4.b32`: the 16 bytes at `.shared` window address `addr` (PTX ISA §9.7.9.8).
+///
+/// # Safety
+/// `addr` is 16-byte aligned, inside this CTA's shared memory, and no thread writes those
+/// bytes until a barrier orders this load before the write.
+#[inline(always)]
+pub unsafe fn ld_shared_u32x4(addr: u32) -> [u32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        core::arch::asm!(
+            "ld.shared.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(readonly, nostack, preserves_flags)
+        );
+        [a, b, c, d]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = addr;
+        super::host_unreachable("shared::ld_shared_u32x4")
+    }
+}
+
+/// `%dynamic_smem_size`: bytes of dynamic shared memory this CTA was launched with (PTX ISA,
+/// special registers).
+#[inline(always)]
+pub fn dynamic_shared_size() -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        let v: u32;
+        core::arch::asm!("mov.u32 {v}, %dynamic_smem_size;", v = out(reg32) v, options(pure, nomem, nostack));
+        v
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    super::host_unreachable("shared::dynamic_shared_size")
+}

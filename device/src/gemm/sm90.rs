@@ -39,14 +39,19 @@
 //!
 //! # Storing C
 //!
-//! With a tensor map of C ([`Sm90Args::tmap_c`]) where [`stages_c`] allows it, each consumer
-//! warpgroup writes its finished 64×64 chunks into one of two 128-byte-swizzled staging buffers
-//! in shared memory, and its thread 0 stores each chunk with one bulk tensor copy
+//! Where [`stages_c`] allows it, each consumer warpgroup writes its finished 64×64 chunks into
+//! one of two 128-byte-swizzled staging buffers in shared memory. With a tensor map of C
+//! ([`Sm90Args::tmap_c`]) its thread 0 stores each chunk with one bulk tensor copy
 //! ([`finish_chunk`], the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
 //! per thread instead of 16 scattered 4-byte global stores, and the copy overlaps the next
-//! chunk's epilogue. A row norm that writes partial statistics stages its pre-norm C the same
-//! way. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide output, row-norm
-//! clusters).
+//! chunk's epilogue. Without one (C's start or row stride not 16-byte aligned) the
+//! warpgroup's threads copy the chunk out row by row ([`copy_out_staged`]). Kernels without a
+//! row norm always stage, so they carry no per-thread stores of the accumulators, which were
+//! written out for every chunk and skipped whenever C had a map: the ping-pong
+//! bias+GELU(tanh) kernel went from 5 432 to 4 136 SASS instructions, and ran 2.6 % faster at
+//! 4096×3072×768 (bench/results/hopper-staged-c-2026-12-04.md). A row norm that writes
+//! partial statistics stages its pre-norm C only with C's map. Otherwise threads store C
+//! themselves (f32 C, a pair stage's N/2-wide output, row-norm clusters).
 //!
 //! A staged epilogue with a `residual` ([`Sm90Args::tmap_r`]) also reads it through the
 //! staging buffers: thread 0 copies each chunk's residual into the buffer that chunk's C will
@@ -99,18 +104,19 @@
 //! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
 //! `args.splits == 1` (with [`Sm90Args::tail_splits`], `args.workspace` and `args.counters`
 //! hold the split tail's partials), K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
-//! cluster; [`smem_bytes_staged`] with C's map). Edge tiles need no special case: TMA writes
-//! zeros for rows and K columns outside the tensor, a bulk store skips elements past M and N,
-//! and the direct store is predicated on M and N.
+//! cluster). [`smem_bytes_staged`] with C's map, and always where [`stages_c`] holds and the
+//! epilogue has no row norm (the kernel traps with less). Edge tiles need no special case: TMA
+//! writes zeros for rows and K columns outside the tensor, a bulk store skips elements past M
+//! and N, and the threads' stores are predicated on M and N.
 
 use crate::arch::atomic::atomic_add_acq_rel_u32;
-use crate::arch::global::st_u32;
+use crate::arch::global::{st_u16x8, st_u32};
 use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, arrive_remote_cta, cluster_ctarank, cluster_sync,
     fence_init, init, wait_parity, wait_parity_cluster,
 };
 use crate::arch::shared::st_cluster_f32x4;
-use crate::arch::shared::{dynamic_shared_base, shared_addr};
+use crate::arch::shared::{dynamic_shared_base, dynamic_shared_size, ld_shared_u32x4, shared_addr};
 use crate::arch::sync::{sync_threads, sync_warp, thread_fence};
 use crate::arch::thread::{
     block_and_grid_x_uncached, block_idx_x, grid_dim_x, thread_idx_x, uncached,
@@ -238,6 +244,13 @@ pub const fn stages_c(out_bytes: usize, e: EpilogueTraits) -> bool {
     out_bytes == 2 && !e.pairs
 }
 
+/// Whether a kernel stages C in shared memory even without C's tensor map: [`stages_c`] and no
+/// row norm. Such a kernel must be launched with [`smem_bytes_staged`]; its threads copy the
+/// staged chunks to C when [`Sm90Args::tmap_c`] is 0.
+pub const fn always_stages_c(out_bytes: usize, e: EpilogueTraits) -> bool {
+    stages_c(out_bytes, e) && !e.row_reduction
+}
+
 /// The [`Stage`] constants of an epilogue that its launcher needs ([`stages_c`] reads `pairs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EpilogueTraits {
@@ -341,8 +354,9 @@ pub struct Sm90Args {
     /// Generic address of C's tensor map (16-bit C, dimensions (N, M), box 64 × 64, 128-byte
     /// swizzle), or 0. When set and [`stages_c`] holds, each consumer warpgroup stages its
     /// 64×64 chunks in shared memory and stores them with TMA (rows and columns past M and N
-    /// are clipped by the copy): launched with [`smem_bytes_staged`]. Otherwise, and with 0,
-    /// threads store C directly (`st.global`).
+    /// are clipped by the copy): launched with [`smem_bytes_staged`]. With 0, kernels without
+    /// a row norm still stage the chunks and their threads copy them to C; others, and every
+    /// kernel where [`stages_c`] does not hold, store C directly from the accumulators.
     pub tmap_c: u64,
     /// Generic address of the `residual` matrix's tensor map (16-bit, dimensions (N, M), box
     /// 64 × 64, 128-byte swizzle, like C's), or 0. Only with [`Sm90Args::tmap_c`], for an
@@ -510,11 +524,20 @@ pub unsafe fn run<
     // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
     let xbar = |p: u32| base + ring_bytes + 8 * (2 * STAGES + 2 + p);
     let xbuf = ring_bytes + 16 * STAGES + 32;
-    // C through shared memory and TMA (see `stages_c`), and with it the residual
-    // (`Sm90Args::tmap_r`); thread 0 of each consumer warpgroup issues the bulk copies.
-    let staged =
-        stages_c(core::mem::size_of::<Out>(), EpilogueTraits::of::<E>()) && sm90.tmap_c != 0;
-    let staged_residual = E::RESIDUAL && staged && sm90.tmap_r != 0;
+    // C through shared memory (see `stages_c`): with C's tensor map thread 0 of each consumer
+    // warpgroup stores a staged chunk with TMA, and the residual (`Sm90Args::tmap_r`) comes in
+    // the same way; without it the warpgroup's threads copy the chunk out. Kernels without a
+    // row norm always stage (a compile-time choice: the per-thread stores of the accumulators,
+    // written out for every chunk, are not in them); a row norm's cluster has no staging
+    // buffers, so its kernels stage only when given C's map.
+    let (out_bytes, traits) = (core::mem::size_of::<Out>(), EpilogueTraits::of::<E>());
+    let always_staged = always_stages_c(out_bytes, traits);
+    let tma_c = stages_c(out_bytes, traits) && sm90.tmap_c != 0;
+    let staged = always_staged || tma_c;
+    if always_staged && dynamic_shared_size() < smem_bytes_staged(&tile) {
+        crate::arch::trap();
+    }
+    let staged_residual = E::RESIDUAL && tma_c && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
     // The tile's column bias, copied into shared memory by the consumer warpgroups that run
     // the epilogue: each thread loads one column when the tile's mainloop starts and stores
@@ -716,7 +739,7 @@ pub unsafe fn run<
         let lane = tid & 31;
         let w = (tid / 32) % 4;
         let leader = tid % 128 == 0;
-        if staged && leader {
+        if tma_c && leader {
             fence_tensormap_acquire(sm90.tmap_c);
             prefetch_tensormap(sm90.tmap_c);
         }
@@ -873,7 +896,7 @@ pub unsafe fn run<
                 if !last {
                     // A piece is a CTA's last unit: its earlier tiles' bulk stores must be done
                     // before it exits.
-                    if staged && leader {
+                    if tma_c && leader {
                         bulk_wait_group::<0>();
                     }
                     i += step;
@@ -961,8 +984,10 @@ pub unsafe fn run<
                     let q = staged_chunks - first_chunk;
                     let out = Staging {
                         tmap: sm90.tmap_c,
+                        copy_out: always_staged && !tma_c,
                         buf: staging_offset(&tile) + (2 * c + (staged_chunks & 1)) * STAGING_BYTES,
                         warp: w,
+                        thread: tid % 128,
                         barrier: 1 + c,
                         leader,
                         x: col0,
@@ -1061,7 +1086,7 @@ pub unsafe fn run<
                 chunk!(1, 3);
             }
             i += step;
-            if staged && leader && i >= my_tiles {
+            if tma_c && leader && i >= my_tiles {
                 // The bulk stores read shared memory and write C after they are issued: both
                 // must be done before the CTA exits. Waiting here, not after the loop: any
                 // instruction after the loop makes ptxas keep the consumer code within the
@@ -1222,10 +1247,15 @@ unsafe fn tail_fixup<const MI: usize, const NI: usize>(
 struct Staging {
     /// C's tensor map ([`Sm90Args::tmap_c`]).
     tmap: u64,
+    /// No tensor map of C: the warpgroup's threads copy the chunk out ([`copy_out_staged`]).
+    /// A constant `false` in kernels that stage only with C's map.
+    copy_out: bool,
     /// Byte offset of the staging buffer in dynamic shared memory.
     buf: u32,
     /// This thread's warp within its warpgroup (rows `16·warp..` of the chunk).
     warp: u32,
+    /// This thread within its warpgroup (0..128).
+    thread: u32,
     /// The warpgroup's named barrier (1 or 2; 0 is the CTA's).
     barrier: u32,
     /// Whether this thread issues the warpgroup's bulk stores (thread 0 of the warpgroup).
@@ -1240,7 +1270,8 @@ struct Staging {
 }
 
 /// The store half of [`finish_chunk`] with a staging buffer: `part` (already through the
-/// epilogue) into the buffer, then the warpgroup's bulk tensor store of it.
+/// epilogue) into the buffer, then the warpgroup's bulk tensor store of it, or with
+/// [`Staging::copy_out`] its threads' copy ([`copy_out_staged`]).
 ///
 /// # Safety
 /// As [`finish_chunk`] with `staged`.
@@ -1259,10 +1290,45 @@ unsafe fn store_staged<Out: Element>(
             *(smem.add(off as usize) as *mut u32) = Out::pack2(v[2 * h], v[2 * h + 1]);
         }
     }
-    fence_proxy_async_shared();
-    bulk_read_wait_barrier(out.leader, out.barrier, 128);
+    let tma = !out.copy_out;
+    if tma {
+        fence_proxy_async_shared();
+    }
+    bulk_read_wait_barrier(out.leader && tma, out.barrier, 128);
     let src = shared_addr(smem) + out.buf;
-    store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
+    if tma {
+        store_2d_commit_if(out.leader, out.tmap, src, out.x as i32, out.y as i32);
+    } else {
+        copy_out_staged(ctx, src, out);
+    }
+}
+
+/// Copies the warpgroup's staged 64×64 chunk of 16-bit C at `.shared` address `src` (128-byte
+/// swizzle) to C at row `out.y`, column `out.x`: thread `t` takes the 16-byte pieces
+/// `t + 128i`, so 8 neighbouring threads write one row's 128 bytes. A piece wholly inside N at
+/// a 16-byte aligned address is one vector store; others are stored element by element up to
+/// N (C's start or row stride not 16-byte aligned, the last columns); rows past M are skipped.
+/// The next write into this buffer comes two chunks later, after the barrier of the chunk
+/// between, which every thread reaches only once it has copied this one.
+///
+/// # Safety
+/// As [`store_staged`]; every thread of the warpgroup has passed the barrier after writing
+/// the chunk, and C (`ctx.c`, `ctx.ldc`) is an M × N 16-bit matrix.
+#[inline(always)]
+unsafe fn copy_out_staged(ctx: &TileCtx, src: u32, out: &Staging) {
+    for i in 0..4 {
+        let piece = out.thread + 128 * i;
+        let (row, col) = (piece / 8, 8 * (piece % 8));
+        let (r, c) = (out.y + row, out.x + col);
+        let count = if r < ctx.m && c < ctx.n {
+            (ctx.n - c).min(8)
+        } else {
+            0
+        };
+        let to = ctx.c + 2 * (r as u64 * ctx.ldc as u64 + c as u64);
+        let v = ld_shared_u32x4(src + swizzle_128b_offset(row, col));
+        st_u16x8(to, v, count == 8 && to % 16 == 0, count);
+    }
 }
 
 /// [`super::finish::finish`] for one consumer warpgroup's 64-column chunk `part`
