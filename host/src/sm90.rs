@@ -365,21 +365,21 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
 /// stage). A row norm's plan stages C on the partial-statistics and in-chunk paths only:
 /// [`plan_fit`] gives a row-norm cluster its exchange instead of the staging buffers.
 pub fn stages_c(p: &Problem) -> bool {
-    let e = EpilogueTraits {
-        pairs: p.pairs,
-        row_reduction: p.row_norm,
-    };
-    sm90::stages_c(p.out_dtype.size(), e)
+    sm90::stages_c(p.out_dtype.size(), epilogue_traits(p))
 }
 
 /// Whether the kernel for `p` stages C in shared memory even without C's tensor map
 /// ([`sm90::always_stages_c`]): it needs [`sm90::smem_bytes_staged`].
 pub fn always_stages_c(p: &Problem) -> bool {
-    let e = EpilogueTraits {
+    sm90::always_stages_c(p.out_dtype.size(), epilogue_traits(p))
+}
+
+/// The epilogue constants of `p`'s kernel that decide how it stores C.
+fn epilogue_traits(p: &Problem) -> EpilogueTraits {
+    EpilogueTraits {
         pairs: p.pairs,
         row_reduction: p.row_norm,
-    };
-    sm90::always_stages_c(p.out_dtype.size(), e)
+    }
 }
 
 /// The variant and plan the Hopper path would launch for `call`, or `None` to use the sm_80
@@ -944,13 +944,14 @@ mod tests {
             assert!(staged <= 227 * 1024, "{t:?}: {staged} bytes");
             let gemm = plan(132, t, &problem(4096, 4096, 1024));
             assert_eq!(gemm.smem_bytes, staged, "{t:?}");
+            assert!(always_stages_c(&problem(4096, 4096, 1024)));
             // f32 C and a pair stage (N/2-wide output) store C directly.
             let mut f32_out = problem(4096, 4096, 1024);
             f32_out.out_dtype = DType::F32;
             let mut pairs = problem(4096, 4096, 1024);
             pairs.pairs = true;
             for p in [f32_out, pairs] {
-                assert!(!stages_c(&p), "{t:?} {p:?}");
+                assert!(!stages_c(&p) && !always_stages_c(&p), "{t:?} {p:?}");
                 assert_ne!(plan(132, t, &p).smem_bytes, staged, "{t:?} {p:?}");
             }
             // A row norm wider than any row-norm cluster (16+ tiles along N) stages its
@@ -958,6 +959,8 @@ mod tests {
             // except where a cluster of one CTA finishes it (cooperative 128-row tiles).
             let mut norm = problem(4096, 4096, 1024);
             norm.row_norm = true;
+            // Its kernel stages only with C's tensor map: a cluster has no staging buffers.
+            assert!(stages_c(&norm) && !always_stages_c(&norm));
             let np = plan(132, t, &norm);
             assert!(matches!(np.norm, NormPath::Partials { .. }), "{t:?}");
             assert_eq!(np.smem_bytes, staged, "{t:?}");
