@@ -17,7 +17,7 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::gemm::{
-    Overrides, RopeArgs, last_entry, last_finish_dependent, last_residual_with_tma,
+    NormExchange, Overrides, RopeArgs, last_entry, last_finish_dependent, last_residual_with_tma,
     last_stored_with_tma, with_overrides,
 };
 use fused_gemm::host::plan::{NormPath, Plan};
@@ -44,6 +44,8 @@ struct Fx {
     gpu: Gpu,
     rng: StdRng,
     hopper: bool,
+    /// The row-statistics exchange [`case`] asks for.
+    norm_exchange: NormExchange,
 }
 
 /// A device tensor and the f64 values it holds (after rounding to its dtype).
@@ -64,6 +66,7 @@ impl Fx {
             gpu,
             rng: rng(test),
             hopper,
+            norm_exchange: NormExchange::Auto,
         })
     }
 
@@ -181,6 +184,7 @@ fn case(
     };
     let o = Overrides {
         tile,
+        norm_exchange: fx.norm_exchange,
         ..Default::default()
     };
     let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
@@ -821,10 +825,13 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
     if !fx.hopper {
         return;
     }
-    // Cooperative 128-row tiles: clusters of ⌈N/BN⌉ ≤ 8 CTAs along N swap row statistics
-    // through distributed shared memory. Shapes: one column; an edge tile of a cluster of one;
-    // a last CTA partly (1000) and wholly (1100 on 128×128: 9 tiles, partials) past N; BERT's
-    // widths with several tiles per cluster (both exchange buffers, both barrier phases).
+    // Cooperative 128-row tiles: groups of ⌈N/BN⌉ ≤ 8 CTAs along N swap row statistics, as a
+    // cluster through distributed shared memory or, in a cooperative launch, through global
+    // memory. Shapes: one column; an edge tile of a group of one; a last CTA partly (1000) and
+    // wholly (1100 on 128×128: 9 tiles, partials) past N; BERT's widths with several tiles
+    // per group (both exchange buffers, both barrier phases; more row blocks than groups that
+    // fit at once, so CTAs take several). The global exchange's self-resetting counters are
+    // reused across these launches with 1, 3, 4 and 8 CTAs per row block.
     let bf = DType::Bf16;
     let shapes: &[(usize, usize, usize)] = &[
         (1, 1, 64),
@@ -835,60 +842,63 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
         (8191, 1024, 64),
         (9000, 768, 128),
     ];
-    for tile in [TILES_SM90[0], TILES_SM90[2]] {
-        for &(m, n, k) in shapes {
-            let ctas = n.div_ceil(tile.bn as usize) as u32;
-            let want = if ctas <= 8 {
-                NormPath::Cluster { ctas }
-            } else {
-                NormPath::Partials {
-                    tiles_n: ctas,
-                    stats_bytes: (m * ctas as usize * 16) as u64,
+    for exchange in [NormExchange::Cluster, NormExchange::Global] {
+        fx.norm_exchange = exchange;
+        for tile in [TILES_SM90[0], TILES_SM90[2]] {
+            for &(m, n, k) in shapes {
+                let ctas = n.div_ceil(tile.bn as usize) as u32;
+                let want = match (ctas <= 8, exchange) {
+                    (true, NormExchange::Global) => NormPath::GlobalExchange { ctas },
+                    (true, _) => NormPath::Cluster { ctas },
+                    (false, _) => NormPath::Partials {
+                        tiles_n: ctas,
+                        stats_bytes: (m * ctas as usize * 16) as u64,
+                    },
+                };
+                let label = format!("norm {exchange:?}: b+res+LN");
+                let plan = bias_residual_layer_norm_case(&mut fx, &label, (m, n, k), tile);
+                assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
+                if m * n <= 300 * 1100 {
+                    let gamma = fx.random(1, n, bf, 1.0);
+                    case(
+                        &mut fx,
+                        &format!("norm {exchange:?}: rms_norm"),
+                        (m, n, k),
+                        bf,
+                        bf,
+                        vec![RefStage::RmsNorm {
+                            gamma: gamma.v.clone(),
+                            eps: 1e-6,
+                        }],
+                        None,
+                        Some(tile),
+                        Some(true),
+                        |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
+                    );
                 }
-            };
-            let plan =
-                bias_residual_layer_norm_case(&mut fx, "norm cluster: b+res+LN", (m, n, k), tile);
-            assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
-            if m * n <= 300 * 1100 {
-                let gamma = fx.random(1, n, bf, 1.0);
-                case(
-                    &mut fx,
-                    "norm cluster: rms_norm",
-                    (m, n, k),
-                    bf,
-                    bf,
-                    vec![RefStage::RmsNorm {
-                        gamma: gamma.v.clone(),
-                        eps: 1e-6,
-                    }],
-                    None,
-                    Some(tile),
-                    Some(true),
-                    |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
-                );
             }
         }
     }
     // known-faults #5 across CTAs: constant rows (also where an f32 sum overflows) give exactly
-    // β in every CTA of the cluster; a NaN stays in its row.
+    // β in every CTA of the group; a NaN stays in its row.
     let (m, n, k) = (200usize, 1024usize, 64usize);
     let b = fx.random(n, k, bf, 1.0);
     let a = fx.upload(m, k, bf, vec![0.0; m * k]);
     let zero_bias = fx.upload(1, n, bf, vec![0.0; n]);
     let (gamma, beta) = (fx.random(1, n, bf, 1.0), fx.random(1, n, bf, 1.0));
-    for tile in [TILES_SM90[0], TILES_SM90[2]] {
-        for (what, v) in [("1234.0", 1234.0), ("zeros", 0.0), ("8.5e37", 8.5e37)] {
-            let mut res = vec![v; m * n];
-            res[130 * n + 1000] = f64::NAN;
-            let r = fx.upload(m, n, bf, res);
-            let mut c = fx.poisoned(m, n, bf);
-            let plan = with_overrides(
-                Overrides {
+    for exchange in [NormExchange::Cluster, NormExchange::Global] {
+        for tile in [TILES_SM90[0], TILES_SM90[2]] {
+            for (what, v) in [("1234.0", 1234.0), ("zeros", 0.0), ("8.5e37", 8.5e37)] {
+                let mut res = vec![v; m * n];
+                res[130 * n + 1000] = f64::NAN;
+                let r = fx.upload(m, n, bf, res);
+                let mut c = fx.poisoned(m, n, bf);
+                let o = Overrides {
                     tile: Some(tile),
-                    splits: None,
+                    norm_exchange: exchange,
                     ..Default::default()
-                },
-                || {
+                };
+                let plan = with_overrides(o, || {
                     hopper::h_bias_residual_layer_norm(
                         &fx.gpu,
                         &a.t,
@@ -899,25 +909,30 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                         &gamma.t,
                         &beta.t,
                     )
-                },
-            )
-            .unwrap()
-            .expect("Hopper path");
-            assert!(matches!(plan.norm, NormPath::Cluster { .. }), "{plan:?}");
-            let got = fx.get(&c);
-            for i in 0..m {
-                let row = &got[i * n..(i + 1) * n];
-                if i == 130 {
-                    assert!(row.iter().all(|x| x.is_nan()), "{what}: NaN row");
-                } else {
-                    assert_eq!(row, &beta.v[..], "{what} on {tile:?}: row {i} must be β");
+                })
+                .unwrap()
+                .expect("Hopper path");
+                let ctas = (n as u32).div_ceil(tile.bn);
+                let want = match exchange {
+                    NormExchange::Global => NormPath::GlobalExchange { ctas },
+                    _ => NormPath::Cluster { ctas },
+                };
+                assert_eq!(plan.norm, want);
+                let got = fx.get(&c);
+                for i in 0..m {
+                    let row = &got[i * n..(i + 1) * n];
+                    if i == 130 {
+                        assert!(row.iter().all(|x| x.is_nan()), "{what}: NaN row");
+                    } else {
+                        assert_eq!(row, &beta.v[..], "{what} on {tile:?}: row {i} must be β");
+                    }
                 }
             }
+            println!(
+                "norm {exchange:?} {}x{}: constant rows give β exactly, NaN stays in its row",
+                tile.bm, tile.bn
+            );
         }
-        println!(
-            "norm cluster {}x{}: constant rows give β exactly, NaN stays in its row",
-            tile.bm, tile.bn
-        );
     }
 }
 
@@ -1056,10 +1071,13 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                         .unwrap_or_else(|e| panic!("{what}: {e}"))
                         .expect("Hopper path");
                     let staged = last_stored_with_tma();
-                    // TMA stores need a 16-byte row stride; row-norm clusters store directly.
+                    // TMA stores need a 16-byte row stride; row-norm groups store directly.
                     let expect = !direct
                         && (2 * n) % 16 == 0
-                        && !matches!(plan.norm, NormPath::Cluster { .. });
+                        && !matches!(
+                            plan.norm,
+                            NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
+                        );
                     assert_eq!(
                         staged, expect,
                         "{what} (direct override {direct}): {plan:?}"

@@ -303,9 +303,9 @@ pub struct Workspace {
     pub(crate) stats: Option<CudaSlice<u8>>,
     /// TMA descriptors of the Hopper path ([`crate::sm90`]).
     pub(crate) tensor_maps: crate::sm90::TensorMapCache,
-    /// Clusters the device runs at once, per (entry point, shared-memory bytes, CTAs per
-    /// cluster) of the Hopper row-norm clusters ([`crate::sm90`]).
-    pub(crate) cluster_fit: std::collections::HashMap<(&'static str, u32, u32), u32>,
+    /// Row-norm CTA groups the device runs at once, per (entry point, shared-memory bytes,
+    /// CTAs per group, whether the group is a cluster) of the Hopper path ([`crate::sm90`]).
+    pub(crate) cluster_fit: std::collections::HashMap<(&'static str, u32, u32, bool), u32>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -694,10 +694,27 @@ pub struct Overrides {
     /// then start while the GEMM's last tiles run and waits for them on the device
     /// (`griddepcontrol.wait`). Slower on the H200 so far, kept to compare the two.
     pub dependent_finish: bool,
+    /// How the CTAs of a Hopper row norm that spans several tiles swap row statistics, instead
+    /// of the choice of [`crate::sm90::choose`] (to compare the two; a path that cannot run
+    /// leaves the partial-statistics path).
+    pub norm_exchange: NormExchange,
+}
+
+/// The row-statistics exchange of a Hopper row norm over several tiles
+/// ([`Overrides::norm_exchange`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NormExchange {
+    /// Whichever runs more row blocks at once; a cluster on a tie.
+    #[default]
+    Auto,
+    /// A thread-block cluster, distributed shared memory ([`NormPath::Cluster`]).
+    Cluster,
+    /// A cooperative launch, global memory ([`NormPath::GlobalExchange`]).
+    Global,
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, dependent_finish: false }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, dependent_finish: false, norm_exchange: NormExchange::Auto }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

@@ -46,7 +46,7 @@ use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
 
 use crate::driver_ext::tensor_map::{self, DataType, Interleave, L2Promotion, OobFill, Swizzle};
-use crate::gemm::{GemmKernelSpec, KernelVariant, Param};
+use crate::gemm::{GemmKernelSpec, KernelVariant, NormExchange, Param};
 use crate::plan::model::{Bound, ModelTerms};
 use crate::plan::{NORM_STATS_BYTES, NormPath, Plan, Problem};
 use crate::tensor::MatrixDesc;
@@ -195,10 +195,12 @@ pub fn predict(gpu_sms: u32, tile: &TileShape, p: &Problem) -> (f64, ModelTerms)
     predict_fit(gpu_sms, tile, p, None)
 }
 
-/// The model's time for `tile` on `p`, and its terms. `fit`: how many row-norm clusters
-/// ([`norm_cluster`]) the device runs at once, when known (`cuOccupancyMaxActiveClusters`;
-/// clusters must sit in one GPC, so fewer fit than SMs ÷ CTAs: 30 of 4 and 15 of 8 on an H200,
-/// measured); `Some(0)` when none can run (the partial-statistics path is modelled).
+/// The model's time for `tile` on `p`, and its terms. `fit`: how many row-norm groups
+/// ([`norm_cluster`]) the device runs at once, when known: clusters
+/// (`cuOccupancyMaxActiveClusters`; they must sit in one GPC, so fewer fit than SMs ÷ CTAs: 30
+/// of 4 and 15 of 8 on an H200, measured) or the groups of a cooperative grid
+/// ([`NormPath::GlobalExchange`], 33 of 4); `Some(0)` when none can run (the
+/// partial-statistics path is modelled).
 pub fn predict_fit(
     gpu_sms: u32,
     tile: &TileShape,
@@ -424,14 +426,16 @@ pub fn choose(
             continue;
         }
         let row_smem = sm90::smem_bytes_row_norm(&v.tile);
-        let fit = match norm_cluster(&v.tile, &problem) {
+        let (fit, global) = match norm_cluster(&v.tile, &problem) {
             // The exchange does not fit next to this tile's ring: partial statistics instead.
-            Some(_) if row_smem > gpu.props().smem_per_block_optin => Some(0),
-            // A driver that cannot place (or answer for) such a cluster: partial statistics.
-            Some(ctas) if ctas > 1 => Some(cluster_fit(gpu, spec, v, row_smem, ctas).unwrap_or(0)),
-            _ => None,
+            Some(_) if row_smem > gpu.props().smem_per_block_optin => (Some(0), false),
+            Some(ctas) => norm_fit(gpu, spec, v, row_smem, ctas, o.norm_exchange),
+            None => (None, false),
         };
         let mut p = plan_fit(sms, &v.tile, &problem, fit);
+        if let (NormPath::Cluster { ctas }, true) = (p.norm, global) {
+            p.norm = NormPath::GlobalExchange { ctas };
+        }
         let optin = gpu.props().smem_per_block_optin;
         if p.smem_bytes == sm90::smem_bytes_staged(&v.tile) && p.smem_bytes > optin {
             if always_stages_c(&problem) {
@@ -468,7 +472,12 @@ pub fn choose(
         // here vs 0.039 there; at 4096×1024×4096 (256 tiles) 0.144 here vs 0.544 there.
         let planner = spec.planner(gpu, true);
         if let Ok(p80) = planner.plan(&problem) {
-            let in_cta = |p: &Plan| matches!(p.norm, NormPath::InCta | NormPath::Cluster { .. });
+            let in_cta = |p: &Plan| {
+                matches!(
+                    p.norm,
+                    NormPath::InCta | NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
+                )
+            };
             let tiles = problem.m.div_ceil(best.0.tile.bm) * problem.n.div_ceil(best.0.tile.bn);
             let underfilled = tiles < sms;
             if p80.predicted_us < best.1.predicted_us
@@ -481,19 +490,53 @@ pub fn choose(
     Ok(Some(best))
 }
 
-/// How many clusters of `ctas` CTAs of `variant`, with `smem_bytes` of shared memory each, the
-/// device runs at once (`cuOccupancyMaxActiveClusters`), cached per (entry point, bytes, CTAs).
-///
-/// # Errors
-/// Driver errors from loading the function or the query.
-fn cluster_fit(
+/// How many row blocks a row norm over `ctas` tiles of `variant` (with `smem_bytes` of shared
+/// memory per CTA) runs at once, and whether its CTAs swap statistics through global memory
+/// ([`NormPath::GlobalExchange`]) rather than in a cluster: the way `exchange` asks for, or
+/// ([`NormExchange::Auto`]) whichever runs more at once, a cluster on a tie and for one CTA.
+/// `Some(0)` when the asked-for way cannot run (a driver that cannot place or answer for such
+/// a cluster, or a grid that could not be co-resident): partial statistics then.
+fn norm_fit(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
     variant: &'static KernelVariant,
     smem_bytes: u32,
     ctas: u32,
+    exchange: NormExchange,
+) -> (Option<u32>, bool) {
+    let fit = |global| group_fit(gpu, spec, variant, smem_bytes, ctas, global).unwrap_or(0);
+    match exchange {
+        NormExchange::Cluster => (Some(fit(false)), false),
+        NormExchange::Global => (Some(fit(true)), true),
+        NormExchange::Auto if ctas == 1 => (None, false),
+        NormExchange::Auto => {
+            let (c, g) = (fit(false), fit(true));
+            if g > c {
+                (Some(g), true)
+            } else {
+                (Some(c), false)
+            }
+        }
+    }
+}
+
+/// How many groups of `ctas` CTAs of `variant`, with `smem_bytes` of shared memory each, the
+/// device runs at once: as clusters (`cuOccupancyMaxActiveClusters`), or with `global` as
+/// consecutive CTAs of a cooperative grid (`cuOccupancyMaxActiveBlocksPerMultiprocessor` ×
+/// SMs ÷ `ctas`, the most a cooperative launch accepts). Cached per (entry point, bytes, CTAs,
+/// `global`).
+///
+/// # Errors
+/// Driver errors from loading the function or the query.
+fn group_fit(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    variant: &'static KernelVariant,
+    smem_bytes: u32,
+    ctas: u32,
+    global: bool,
 ) -> Result<u32> {
-    let key = (variant.entry, smem_bytes, ctas);
+    let key = (variant.entry, smem_bytes, ctas, global);
     let mut ws = gpu
         .workspace()
         .lock()
@@ -510,15 +553,24 @@ fn cluster_fit(
     };
     // Sets the function's dynamic shared-memory limit, which the query takes into account.
     shape.prepare(&func, gpu.props())?;
-    // SAFETY: the function is loaded and allows `smem_bytes` of dynamic shared memory.
-    let fit = unsafe {
-        crate::driver_ext::launch::max_active_clusters(
-            func.cu_function(),
-            block,
-            smem_bytes,
-            (ctas, 1, 1),
-        )
-    }?;
+    let fit = if global {
+        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(
+            sm90::THREADS,
+            smem_bytes as usize,
+            None,
+        )?;
+        per_sm * gpu.props().sm_count / ctas
+    } else {
+        // SAFETY: the function is loaded and allows `smem_bytes` of dynamic shared memory.
+        unsafe {
+            crate::driver_ext::launch::max_active_clusters(
+                func.cu_function(),
+                block,
+                smem_bytes,
+                (ctas, 1, 1),
+            )?
+        }
+    };
     ws.cluster_fit.insert(key, fit);
     Ok(fit)
 }
@@ -573,10 +625,17 @@ where
         } => (crate::gemm::grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
         _ => (0, 0),
     };
-    // A split tail's partial tiles and counters (self-resetting, as split-K's: shared with it).
+    // A split tail's partial tiles and counters (self-resetting, as split-K's: shared with it);
+    // or a global row-statistics exchange's slots and counters (self-resetting too).
     let (workspace, counters) = if plan.tail_splits > 1 {
         let w = crate::gemm::grow(gpu, &mut ws.partials, plan.workspace_bytes)?;
         let c = crate::gemm::grow(gpu, &mut ws.counters, plan.counter_bytes)?;
+        (w, c)
+    } else if let NormPath::GlobalExchange { ctas } = plan.norm {
+        let blocks = m.div_ceil(t.bm as u64);
+        let slots = blocks * ctas as u64 * t.bm as u64 * NORM_STATS_BYTES;
+        let w = crate::gemm::grow(gpu, &mut ws.stats, slots)?;
+        let c = crate::gemm::grow(gpu, &mut ws.counters, blocks * 4)?;
         (w, c)
     } else {
         (0, 0)
@@ -597,9 +656,10 @@ where
         splits: 1,
         k_per_split: plan.k_per_split,
     });
-    let norm_cluster = match plan.norm {
-        NormPath::Cluster { ctas } => ctas,
-        _ => 0,
+    let (norm_cluster, norm_exchange) = match plan.norm {
+        NormPath::Cluster { ctas } => (ctas, 0),
+        NormPath::GlobalExchange { ctas } => (ctas, 1),
+        _ => (0, 0),
     };
     let tma = Param(Sm90Args {
         tmap_a,
@@ -609,7 +669,7 @@ where
         tmap_c,
         tmap_r,
         tail_splits: plan.tail_splits,
-        _pad: 0,
+        norm_exchange,
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
@@ -617,12 +677,12 @@ where
     let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
     // CTAs per cluster: pairs along M, a row-norm cluster along N (launched as a cluster even
     // of one, so that its distributed shared-memory accesses have a cluster to address), or 1.
-    let cluster = if norm_cluster > 0 {
+    let cluster = if norm_exchange == 0 && norm_cluster > 0 {
         norm_cluster
     } else {
         cluster
     };
-    if cluster > 1 || norm_cluster > 0 {
+    if cluster > 1 || (norm_cluster > 0 && norm_exchange == 0) {
         let (mut args, mut tma) = (args, tma);
         let mut ptrs = vec![&mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void];
         if crate::gemm::in_signature::<P>() {
@@ -652,7 +712,13 @@ where
         // SAFETY: the entry point takes (GemmArgs, E::Params, Sm90Args) by value; `check_gemm`
         // validated every operand, `ineligible` checked what TMA needs, the maps describe A and
         // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
-        unsafe { l.launch(cfg) }?;
+        // A global exchange spins on its group's CTAs: a cooperative launch makes them all
+        // resident together (or fails), and `choose` sized the grid to what fits.
+        if norm_exchange != 0 {
+            unsafe { l.launch_cooperative(cfg) }?;
+        } else {
+            unsafe { l.launch(cfg) }?;
+        }
     }
     crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0, plan.tail_splits);
     if stats != 0 {

@@ -59,7 +59,9 @@ fn assert_launchable(p: &Problem, plan: &Plan, props: &DeviceProps) {
             assert_eq!(tiles_n, plan.grid.0);
             assert_eq!(stats_bytes, p.m as u64 * tiles_n as u64 * 16);
         }
-        NormPath::Cluster { .. } => panic!("the sm_80 planner never plans row-norm clusters"),
+        NormPath::Cluster { .. } | NormPath::GlobalExchange { .. } => {
+            panic!("the sm_80 planner never plans row-norm clusters")
+        }
     }
     assert!(plan.predicted_us.is_finite() && plan.predicted_us > 0.0);
     assert!(plan.model.ctas_per_sm >= 1 && plan.model.waves >= 1);

@@ -88,6 +88,12 @@
 //! memory, and normalizes and stores in the same kernel: no partial-statistics workspace and no
 //! second pass over C (CODA's partial statistics, exchanged on chip instead of through DRAM).
 //!
+//! A cluster's CTAs must sit in one GPC, so fewer clusters fit at once than SMs ÷ `cn`: 30
+//! of 4 on an H200, which ran BERT-large's 32 row blocks (M = 4096, N = 1024) in two waves.
+//! With [`Sm90Args::norm_exchange`] the `cn` CTAs of a row block are consecutive CTAs of a
+//! cooperative launch instead (33 groups of 4), and swap the statistics through global
+//! memory ([`exchange_global`]): a few hundred bytes per row block through L2.
+//!
 //! # Fragments
 //!
 //! Warp `w` of a consumer warpgroup holds, for each 64-row half `h` it owns, rows
@@ -103,13 +109,14 @@
 //! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
 //! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
 //! `args.splits == 1` (with [`Sm90Args::tail_splits`], `args.workspace` and `args.counters`
-//! hold the split tail's partials), K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
+//! hold the split tail's partials; with [`Sm90Args::norm_exchange`], the row-statistics
+//! slots and counters, and the launch is cooperative), K ≥ 1, and the tensor maps of [`Sm90Args`] (B's box has BN/2 rows with a
 //! cluster). [`smem_bytes_staged`] with C's map, and always where [`stages_c`] holds and the
 //! epilogue has no row norm (the kernel traps with less). Edge tiles need no special case: TMA
 //! writes zeros for rows and K columns outside the tensor, a bulk store skips elements past M
 //! and N, and the threads' stores are predicated on M and N.
 
-use crate::arch::atomic::atomic_add_acq_rel_u32;
+use crate::arch::atomic::{atomic_add_acq_rel_u32, load_acquire_u32};
 use crate::arch::global::{st_u16x8, st_u32};
 use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, arrive_remote_cta, cluster_ctarank, cluster_sync,
@@ -117,7 +124,7 @@ use crate::arch::mbarrier::{
 };
 use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, dynamic_shared_size, ld_shared_u32x4, shared_addr};
-use crate::arch::sync::{sync_threads, sync_warp, thread_fence};
+use crate::arch::sync::{nanosleep, sync_threads, sync_warp, thread_fence};
 use crate::arch::thread::{
     block_and_grid_x_uncached, block_idx_x, grid_dim_x, thread_idx_x, uncached,
 };
@@ -375,8 +382,14 @@ pub struct Sm90Args {
     /// `(T mod G)·s` partial tiles (f32, 128 threads × MI·NI fragments of 16 bytes each) and
     /// `T mod G` zeroed `u32` counters (`tail_fixup`); ignored on other schedules.
     pub tail_splits: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// With [`Sm90Args::norm_cluster`] = `c` > 0: 0 when the `c` CTAs of a row block are a
+    /// cluster that swaps row statistics through distributed shared memory; 1 when they are
+    /// `c` consecutive CTAs of a grid launched without clusters but cooperatively (all CTAs
+    /// resident at once), which swap them through global memory: [`GemmArgs::workspace`]
+    /// holds `⌈M/128⌉·c·128` slots of 16 bytes and [`GemmArgs::counters`] `⌈M/128⌉` zeroed
+    /// `u32` counters, left zeroed again ([`exchange_global`]). A cluster's CTAs must sit in
+    /// one GPC, so fewer such groups fit at once than SMs ÷ `c` (30 of 4 on an H200).
+    pub norm_exchange: u32,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -518,7 +531,12 @@ pub unsafe fn run<
     let cn = if row_norm { sm90.norm_cluster } else { 1 };
     // A row wider than the cluster would be normalized over part of its columns: a broken
     // launch contract, stopped here rather than answered wrongly.
-    if cn > MAX_NORM_CLUSTER || (row_norm && args.n.div_ceil(bn) > cn) {
+    // Row statistics through global memory: CTAs `cn·u .. cn·u + cn` form the group.
+    let global_x = row_norm && sm90.norm_exchange != 0;
+    if cn > MAX_NORM_CLUSTER
+        || (row_norm && args.n.div_ceil(bn) > cn)
+        || (global_x && (args.workspace == 0 || args.counters == 0))
+    {
         crate::arch::trap();
     }
     // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
@@ -563,7 +581,7 @@ pub unsafe fn run<
         }
         init(turn(0), 4);
         init(turn(1), 4);
-        if row_norm {
+        if row_norm && !global_x {
             init(xbar(0), 64 * cn);
             init(xbar(1), 64 * cn);
         }
@@ -613,7 +631,10 @@ pub unsafe fn run<
             }
         }
     }
-    let rank = if cluster > 1 || cn > 1 {
+    let rank = if global_x {
+        sync_threads();
+        block_idx_x() % cn
+    } else if cluster > 1 || cn > 1 {
         // The peers' arrivals, multicast copies and statistics target these barriers.
         cluster_sync();
         cluster_ctarank()
@@ -929,6 +950,7 @@ pub unsafe fn run<
                         rank: rank_n,
                         cn,
                         iter: i,
+                        global: global_x,
                     },
                     smem,
                     xbuf,
@@ -1421,6 +1443,8 @@ struct RowNormCta {
     cn: u32,
     /// The tile's index in this CTA's sequence (the same in every CTA of the cluster).
     iter: u32,
+    /// The CTAs are not a cluster: statistics go through global memory ([`exchange_global`]).
+    global: bool,
 }
 
 /// The epilogue of a row-norm cluster ([`Sm90Args::norm_cluster`]) for one tile and one
@@ -1436,11 +1460,15 @@ struct RowNormCta {
 ///    bitwise-identical statistics;
 /// 4. every chunk runs the norm and the later stages ([`NormPass::Apply`]) and is stored.
 ///
+/// Steps 2 and 3 are [`exchange_cluster`]; CTAs that are not a cluster ([`RowNormCta::global`])
+/// swap the statistics through global memory instead ([`exchange_global`]).
+///
 /// Two buffers suffice: a CTA writes buffer `b` again (tile `iter + 2`) only after every CTA
 /// arrived for tile `iter + 1`, which each does after reading buffer `b` for tile `iter`.
 ///
 /// # Safety
-/// The kernel's launch contract with `norm_cluster = cn`; `xbuf` is the byte offset of the
+/// The kernel's launch contract with `norm_cluster = cn` (and [`Sm90Args::norm_exchange`]);
+/// without [`RowNormCta::global`], `xbuf` is the byte offset of the
 /// exchange in dynamic shared memory and `xbar` the barrier of buffer `iter % 2`, initialised
 /// for `64·cn` arrivals and made visible to the cluster.
 #[inline(always)]
@@ -1499,6 +1527,47 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     collect!(2);
     collect!(3);
 
+    let row = if w.global {
+        exchange_global(args, w, stats)
+    } else {
+        exchange_cluster(w, stats, smem, xbuf, xbar)
+    };
+
+    macro_rules! apply {
+        ($j:literal) => {
+            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
+                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
+                ctx.norm_pass = NormPass::Apply;
+                ctx.row_stats = row;
+                let mut part = Acc::<1, EPI_FRAGS>::zero();
+                for f in 0..EPI_FRAGS {
+                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
+                }
+                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+                store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+            }
+        };
+    }
+    apply!(0);
+    apply!(1);
+    apply!(2);
+    apply!(3);
+}
+
+/// Row-statistics exchange of a row-norm cluster: step 2 and 3 of [`row_norm_epilogue`].
+/// `stats`: this CTA's (count, mean, M2) of the calling thread's two rows; returns the rows'
+/// statistics merged over the cluster's `w.cn` tiles.
+///
+/// # Safety
+/// As [`row_norm_epilogue`] without [`RowNormCta::global`].
+#[inline(always)]
+unsafe fn exchange_cluster(
+    w: &RowNormCta,
+    stats: [Moments; 2],
+    smem: *mut u8,
+    xbuf: u32,
+    xbar: u32,
+) -> [Moments; 2] {
     let buf = w.iter & 1;
     let slot = |rank: u32, h: u32| {
         xbuf + ((buf * MAX_NORM_CLUSTER + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) * 16
@@ -1528,26 +1597,76 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
             });
         }
     }
+    row
+}
 
-    macro_rules! apply {
-        ($j:literal) => {
-            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
-                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
-                ctx.norm_pass = NormPass::Apply;
-                ctx.row_stats = row;
-                let mut part = Acc::<1, EPI_FRAGS>::zero();
-                for f in 0..EPI_FRAGS {
-                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
-                }
-                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-                store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
-            }
-        };
+/// The named barrier of the 256 consumer threads around [`exchange_global`] (0 is the CTA's,
+/// 1 and 2 the ping-pong warpgroups', 3 the cooperative bias copy's).
+const EXCHANGE_BARRIER: u32 = 4;
+
+/// Row-statistics exchange of `w.cn` CTAs that are not a cluster ([`Sm90Args::norm_exchange`]
+/// = 1), through global memory, as the serial fixup of split-K (CUTLASS's semaphore):
+///
+/// 1. the lanes holding column pair 0 of a row store its (count, mean, M2) in slot
+///    `(tile_m·cn + rank)·128 + row` of [`GemmArgs::workspace`] (L2 only);
+/// 2. after the consumers' barrier, thread 0 makes them visible GPU-wide (fence, then an
+///    acquire-release add on the row block's counter in [`GemmArgs::counters`]) and spins
+///    until all `cn` CTAs have arrived;
+/// 3. then it adds once more: the last of the `2·cn` adds finds `2·cn − 1` and zeroes the
+///    counter for the next launch (every CTA has passed its wait by then);
+/// 4. after a second barrier every thread merges its rows' `cn` slots in rank order (L2
+///    reads), as [`exchange_cluster`] does: every CTA gets bitwise-identical statistics.
+///
+/// Slots and counters are used once per launch (one tile per row block and CTA group), so
+/// nothing waits for readers. The spin needs every CTA of the group resident together: the
+/// launch is cooperative, and a CTA's later tiles never hold up a group's earlier ones.
+///
+/// # Safety
+/// All 256 consumer threads call it together; the workspace and counters are as
+/// [`Sm90Args::norm_exchange`] describes; all CTAs of the grid are resident at once.
+#[inline(always)]
+unsafe fn exchange_global(args: &GemmArgs, w: &RowNormCta, stats: [Moments; 2]) -> [Moments; 2] {
+    let slots = args.workspace as *mut [f32; 4];
+    let slot = |rank: u32, h: u32| {
+        slots.add(((w.tile_m * w.cn + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) as usize)
+    };
+    if w.lane & 3 == 0 {
+        for h in 0..2 {
+            let st = stats[h as usize];
+            st_global_cg_v4(slot(w.rank, h), [st.n, st.mean, st.m2, 0.0]);
+        }
     }
-    apply!(0);
-    apply!(1);
-    apply!(2);
-    apply!(3);
+    bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
+    if w.tid == 0 {
+        let count = (args.counters as *mut u32).add(w.tile_m as usize);
+        thread_fence();
+        atomic_add_acq_rel_u32(count, 1);
+        // A peer that never arrives (a broken launch contract) traps after seconds, not hangs.
+        let mut spins = 0u32;
+        while load_acquire_u32(count) < w.cn {
+            spins += 1;
+            if spins == 1 << 24 {
+                crate::arch::trap();
+            }
+            nanosleep(32);
+        }
+        if atomic_add_acq_rel_u32(count, 1) == 2 * w.cn - 1 {
+            st_u32(count, 0);
+        }
+    }
+    bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
+    let mut row = [Moments::default(); 2];
+    for r in 0..w.cn {
+        for h in 0..2 {
+            let v = ld_global_cg_v4(slot(r, h));
+            row[h as usize] = row[h as usize].merge(Moments {
+                n: v[0],
+                mean: v[1],
+                m2: v[2],
+            });
+        }
+    }
+    row
 }
 
 #[cfg(test)]

@@ -148,6 +148,16 @@ pub enum NormPath {
         /// CTAs per cluster, 1 to `sm90::MAX_NORM_CLUSTER`.
         ctas: u32,
     },
+    /// Hopper cooperative tiles as [`NormPath::Cluster`], but the `ctas` CTAs of a row block
+    /// are consecutive CTAs of a cooperative launch without clusters (every CTA resident at
+    /// once), and swap row statistics through global memory
+    /// (`fused_gemm_device::gemm::sm90::Sm90Args::norm_exchange`): `⌈M/128⌉·ctas·128` slots
+    /// of [`NORM_STATS_BYTES`] and `⌈M/128⌉` zeroed `u32` counters. Chosen where more such
+    /// groups than clusters fit at once (clusters must sit in one GPC).
+    GlobalExchange {
+        /// CTAs per row block, 1 to `sm90::MAX_NORM_CLUSTER`.
+        ctas: u32,
+    },
 }
 
 /// A launch configuration for one GEMM.

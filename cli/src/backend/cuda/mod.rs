@@ -259,7 +259,10 @@ impl WorkspaceWatch {
         let split = plan.splits > 1;
         let stats = match plan.norm {
             NormPath::Partials { stats_bytes, .. } => stats_bytes,
-            NormPath::None | NormPath::InCta | NormPath::Cluster { .. } => 0,
+            NormPath::None
+            | NormPath::InCta
+            | NormPath::Cluster { .. }
+            | NormPath::GlobalExchange { .. } => 0,
         };
         let need = [
             if split { plan.workspace_bytes } else { 0 },
