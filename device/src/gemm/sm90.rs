@@ -1503,7 +1503,9 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         }
     };
     let mut stats = [Moments::default(); 2];
-    // Written out per chunk (not a loop) so every accumulator index is a constant.
+    // Collect, written out per chunk (constant accumulator indices): the chunk's values after
+    // the stages before the norm go back into `frags`, in place, so nothing more is live than
+    // the accumulators.
     macro_rules! collect {
         ($j:literal) => {
             if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
@@ -1533,25 +1535,33 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         exchange_cluster(w, stats, smem, xbuf, xbar)
     };
 
-    macro_rules! apply {
-        ($j:literal) => {
-            if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
-                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
-                ctx.norm_pass = NormPass::Apply;
-                ctx.row_stats = row;
-                let mut part = Acc::<1, EPI_FRAGS>::zero();
-                for f in 0..EPI_FRAGS {
-                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
-                }
-                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-                store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
-            }
-        };
+    // Apply, as a loop over the chunks inside N: one copy of the chain (written out, the eight
+    // chains made an 18.7 K-instruction kernel whose epilogue waited on the instruction cache
+    // for half of its samples, bench/results/hopper-norm-exchange-2026-12-04.md). Each turn
+    // takes the first chunk and shifts the others down (moves between constant indices). The
+    // counter goes through `uncached` each turn, so LLVM cannot write the loop out by its bound
+    // (NI/8 turns).
+    let chunks = (args.n - w.n0)
+        .div_ceil(EPI_COLS)
+        .min((NI / EPI_FRAGS) as u32);
+    let mut rest = Acc::<1, NI> { v: [*frags] };
+    let mut j = 0;
+    while j < chunks {
+        let mut part = rest.first_chunk::<EPI_FRAGS>();
+        rest.shift_chunks::<EPI_FRAGS>();
+        let mut ctx = tile_ctx(args, &cta(j), smem, 0);
+        ctx.norm_pass = NormPass::Apply;
+        ctx.row_stats = row;
+        E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+        store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+        // Rotated to the back (its values are spent): after a plain shift the last chunks
+        // stop changing, and LLVM peeled three turns to make them loop-invariant, which wrote
+        // the chain out four times again.
+        for f in 0..EPI_FRAGS {
+            rest.v[0][NI - EPI_FRAGS + f] = part.v[0][f];
+        }
+        j = uncached(j + 1);
     }
-    apply!(0);
-    apply!(1);
-    apply!(2);
-    apply!(3);
 }
 
 /// Row-statistics exchange of a row-norm cluster: step 2 and 3 of [`row_norm_epilogue`].
