@@ -46,6 +46,8 @@ struct Fx {
     hopper: bool,
     /// The row-statistics exchange [`case`] asks for.
     norm_exchange: NormExchange,
+    /// Whether [`case`] asks for a `residual` read from global memory (`Overrides::global_residual`).
+    global_residual: bool,
 }
 
 /// A device tensor and the f64 values it holds (after rounding to its dtype).
@@ -67,6 +69,7 @@ impl Fx {
             rng: rng(test),
             hopper,
             norm_exchange: NormExchange::Auto,
+            global_residual: false,
         })
     }
 
@@ -185,6 +188,7 @@ fn case(
     let o = Overrides {
         tile,
         norm_exchange: fx.norm_exchange,
+        global_residual: fx.global_residual,
         ..Default::default()
     };
     let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
@@ -831,7 +835,9 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
     // wholly (1100 on 128×128: 9 tiles, partials) past N; BERT's widths with several tiles
     // per group (both exchange buffers, both barrier phases; more row blocks than groups that
     // fit at once, so CTAs take several). The global exchange's self-resetting counters are
-    // reused across these launches with 1, 3, 4 and 8 CTAs per row block.
+    // reused across these launches with 1, 3, 4 and 8 CTAs per row block. Each CTA's last tile
+    // reads its residual from the ring (TMA), earlier ones from global memory; the global
+    // exchange runs once more with every tile reading global memory.
     let bf = DType::Bf16;
     let shapes: &[(usize, usize, usize)] = &[
         (1, 1, 64),
@@ -842,8 +848,13 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
         (8191, 1024, 64),
         (9000, 768, 128),
     ];
-    for exchange in [NormExchange::Cluster, NormExchange::Global] {
+    for (exchange, global_residual) in [
+        (NormExchange::Cluster, false),
+        (NormExchange::Global, false),
+        (NormExchange::Global, true),
+    ] {
         fx.norm_exchange = exchange;
+        fx.global_residual = global_residual;
         for tile in [TILES_SM90[0], TILES_SM90[2]] {
             for &(m, n, k) in shapes {
                 let ctas = n.div_ceil(tile.bn as usize) as u32;
@@ -855,14 +866,22 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                         stats_bytes: (m * ctas as usize * 16) as u64,
                     },
                 };
-                let label = format!("norm {exchange:?}: b+res+LN");
+                let label = format!("norm {exchange:?} (global residual {global_residual}): b+res+LN");
                 let plan = bias_residual_layer_norm_case(&mut fx, &label, (m, n, k), tile);
                 assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
+                // TMA needs 16-byte row strides (one row has none).
+                if ctas <= 8 {
+                    assert_eq!(
+                        last_residual_with_tma(),
+                        !global_residual && (n % 8 == 0 || m == 1),
+                        "{label} {m}x{n}x{k} on {tile:?}: residual's tensor map"
+                    );
+                }
                 if m * n <= 300 * 1100 {
                     let gamma = fx.random(1, n, bf, 1.0);
                     case(
                         &mut fx,
-                        &format!("norm {exchange:?}: rms_norm"),
+                        &format!("norm {exchange:?} (global residual {global_residual}): rms_norm"),
                         (m, n, k),
                         bf,
                         bf,

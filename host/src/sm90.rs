@@ -617,7 +617,13 @@ where
         None => 0,
     };
     let residual = residual_map_key(call, checked).filter(|_| !overrides.global_residual);
-    let tmap_r = match residual.filter(|_| tmap_c != 0) {
+    // With staged C, or in a row-norm group (which copies its last tile's residual into the
+    // ring, `sm90::ring_residual_offset`).
+    let groups = matches!(
+        plan.norm,
+        NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
+    );
+    let tmap_r = match residual.filter(|_| tmap_c != 0 || groups) {
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
     };

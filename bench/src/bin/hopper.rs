@@ -26,6 +26,8 @@
 //! epilogue after another on the same operands (what each stage costs on this mainloop), each
 //! with C stored by TMA and with per-thread stores;
 //! with `HOPPER_BENCH_ONCE=1` it launches each kernel once, untimed, for a profiler.
+//! `HOPPER_BENCH_GLOBAL_RESIDUAL=1` runs the forced tiles with `Overrides::global_residual`
+//! (every `residual` read from global memory, to compare with a run without it).
 
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
@@ -482,10 +484,12 @@ fn run_case(gpu: &Gpu, case: &Case) -> Result<Row> {
     // interleaved rounds: timed one after another, long rows drift by up to 10 % with the
     // clocks, more than the tiles differ. A tile that cannot run gets NaN.
     let mut tile_graphs = Vec::new();
+    let global_residual = std::env::var_os("HOPPER_BENCH_GLOBAL_RESIDUAL").is_some();
     for &t in TILES_SM90 {
         let o = Overrides {
             tile: Some(t),
             splits: None,
+            global_residual,
             ..Default::default()
         };
         let g = with_overrides(o, || {

@@ -85,6 +85,19 @@ impl<const MI: usize, const NI: usize> Acc<MI, NI> {
         }
     }
 
+    /// Writes `chunk` over the last `F` fragments (in (mi, ni) order). After
+    /// [`Self::first_chunk`] and [`Self::shift_chunks`] this rotates the spent chunk to the
+    /// back, so no fragment stays unchanged over a loop's turns (which LLVM would peel turns
+    /// to hoist). All indices are constants.
+    #[inline(always)]
+    pub fn set_last_chunk<const F: usize>(&mut self, chunk: &Acc<1, F>) {
+        const { assert!(F > 0 && NI % F == 0, "NI is a multiple of the chunk width") };
+        for f in 0..F {
+            let i = MI * NI - F + f;
+            self.v[i / NI][i % NI] = chunk.v[0][f];
+        }
+    }
+
     /// Calls `f(row, col, &mut v0, &mut v1)` for every in-bounds pair this thread holds
     /// (`row < M`, `col < N`; `v1` belongs to `col + 1`, which may be ≥ N: check `ctx.n`).
     /// Before a pair-reducing stage only.

@@ -298,6 +298,26 @@ pub const fn residual_bar(stages: u32, c: u32, b: u32) -> u32 {
     8 * (2 * stages + 4 + 2 * c + b)
 }
 
+/// Whether a row-norm group's kernel ([`Sm90Args::norm_cluster`] > 0) can take the residual of
+/// each CTA's last tile into its ring ([`ring_residual_offset`]): two stages, each with room
+/// for a consumer warpgroup's BN/64 boxes of 64×64 16-bit values and more (so that no box sits
+/// at offset 0, which [`crate::epilogue::TileCtx::staged_residual`] reads as none).
+pub const fn ring_residual_fits(t: &TileShape) -> bool {
+    t.stages >= 2 && stage_bytes(t) > (t.bn / EPI_COLS) * STAGING_BYTES
+}
+
+/// Byte offset in dynamic shared memory of consumer warpgroup `c`'s residual tile (its 64 rows,
+/// BN/64 boxes of 64 × 64 16-bit values [`STAGING_BYTES`] apart, 128-byte swizzle) for the last
+/// tile of a row-norm group's CTA, where `pos` is the ring position after that tile's last
+/// k-tile. The producer copies it with TMA ([`Sm90Args::tmap_r`]) into the stages at ring
+/// positions `pos` and `pos + 1` (one per warpgroup), at their end, as soon as their last
+/// k-tiles are consumed: the copy overlaps the mainloop's last k-tiles, and nothing else
+/// needs the ring afterwards.
+pub const fn ring_residual_offset(t: &TileShape, pos: u64, c: u32) -> u32 {
+    let stage = ((pos + c as u64) % t.stages as u64) as u32;
+    (stage + 1) * stage_bytes(t) - (t.bn / EPI_COLS) * STAGING_BYTES
+}
+
 /// Whether tiles of shape `t` can finish row norms in a cluster along N: cooperative tiles of
 /// 128 rows (each consumer warp holds one m16 fragment row).
 pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
@@ -366,11 +386,13 @@ pub struct Sm90Args {
     /// kernel where [`stages_c`] does not hold, store C directly from the accumulators.
     pub tmap_c: u64,
     /// Generic address of the `residual` matrix's tensor map (16-bit, dimensions (N, M), box
-    /// 64 × 64, 128-byte swizzle, like C's), or 0. Only with [`Sm90Args::tmap_c`], for an
+    /// 64 × 64, 128-byte swizzle, like C's), or 0. With [`Sm90Args::tmap_c`], for an
     /// epilogue whose one `residual` stage runs in this kernel: each consumer warpgroup then
     /// copies the residual of each 64×64 chunk into the staging buffer that chunk's C goes
     /// out through, and the stage reads it there ([`crate::epilogue::TileCtx::staged_residual`]):
-    /// one bulk copy per chunk instead of 16 half-sector loads per thread.
+    /// one bulk copy per chunk instead of 16 half-sector loads per thread. A row-norm group
+    /// ([`Sm90Args::norm_cluster`] > 0, launched without C's map) takes it too: the producer
+    /// copies each CTA's last tile's residual into the ring ([`ring_residual_offset`]).
     pub tmap_r: u64,
     /// K pieces of each tile of the last, partial round on ping-pong tiles (0 or 1: none).
     /// With `s` ≥ 2 and `T` tiles on `G` CTAs (grid), every CTA first computes its
@@ -557,6 +579,12 @@ pub unsafe fn run<
     }
     let staged_residual = E::RESIDUAL && tma_c && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
+    // A row-norm group has no staging buffers: the residual of each CTA's last tile comes into
+    // the ring instead (`ring_residual_offset`), completing on barrier `rbar(c, 0)` of each
+    // consumer warpgroup `c`. Its earlier tiles (rows wider than one round) read global memory.
+    let ring_residual =
+        row_norm && E::RESIDUAL && sm90.tmap_r != 0 && !tma_c && ring_residual_fits(&tile);
+    let per_half = (NI / EPI_FRAGS) as u32;
     // The tile's column bias, copied into shared memory by the consumer warpgroups that run
     // the epilogue: each thread loads one column when the tile's mainloop starts and stores
     // it after the mainloop, so no chunk of the epilogue waits on a global load of the bias
@@ -585,7 +613,7 @@ pub unsafe fn run<
             init(xbar(0), 64 * cn);
             init(xbar(1), 64 * cn);
         }
-        if staged_residual {
+        if staged_residual || ring_residual {
             for q in 0..4 {
                 init(rbar(q / 2, q % 2), 1);
             }
@@ -715,6 +743,10 @@ pub unsafe fn run<
             fence_tensormap_acquire(sm90.tmap_b);
             prefetch_tensormap(sm90.tmap_a);
             prefetch_tensormap(sm90.tmap_b);
+            if ring_residual {
+                fence_tensormap_acquire(sm90.tmap_r);
+                prefetch_tensormap(sm90.tmap_r);
+            }
             let mut ring = Ring::<STAGES>::at(0);
             for i in 0..my_tiles {
                 let (tm, tn) = coords(i);
@@ -741,6 +773,27 @@ pub unsafe fn run<
                         load_2d_multicast(dst, sm90.tmap_b, k0, row_b, full(s), 0b11);
                     } else {
                         load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
+                    }
+                    ring.advance();
+                }
+            }
+            if ring_residual && my_tiles > 0 {
+                let (tm, tn) = coords(my_tiles - 1);
+                let pos = my_tiles as u64 * k_tiles() as u64;
+                for c in 0..2 {
+                    // The stage's last k-tile is consumed (TMA fills boxes past M and N with
+                    // zeros and counts their bytes).
+                    wait_parity(empty(ring.stage), ring.phase ^ 1);
+                    arrive_expect_tx(rbar(c, 0), per_half * STAGING_BYTES);
+                    let dst = base + ring_residual_offset(&tile, pos, c);
+                    for j in 0..per_half {
+                        load_2d(
+                            dst + j * STAGING_BYTES,
+                            sm90.tmap_r,
+                            (tn * bn + j * EPI_COLS) as i32,
+                            (tm * bm + 64 * c) as i32,
+                            rbar(c, 0),
+                        );
                     }
                     ring.advance();
                 }
@@ -811,7 +864,6 @@ pub unsafe fn run<
             } else {
                 0
             };
-            let per_half = (NI / EPI_FRAGS) as u32;
             // The epilogue's chunks: `chunks` per 64-row half (those past N skipped), half by
             // half; `staged_chunks` counts them over this warpgroup's tiles.
             let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
@@ -933,6 +985,13 @@ pub unsafe fn run<
             }
 
             if row_norm {
+                // The CTA's last tile reads its residual from the ring (`ring_residual`).
+                let residual = if ring_residual && i + 1 == my_tiles {
+                    wait_parity(rbar(c, 0), 0);
+                    ring_residual_offset(&tile, my_tiles as u64 * k_tiles() as u64, c)
+                } else {
+                    0
+                };
                 row_norm_epilogue::<Out, NI, E>(
                     args,
                     epi,
@@ -955,6 +1014,7 @@ pub unsafe fn run<
                     smem,
                     xbuf,
                     xbar(i & 1),
+                    residual,
                 );
                 i += step;
                 continue;
@@ -1463,6 +1523,11 @@ struct RowNormCta {
 /// Steps 2 and 3 are [`exchange_cluster`]; CTAs that are not a cluster ([`RowNormCta::global`])
 /// swap the statistics through global memory instead ([`exchange_global`]).
 ///
+/// `residual`, when not 0, is the byte offset in dynamic shared memory of the warpgroup's
+/// 64-row residual tile, one 64×64 box per chunk [`STAGING_BYTES`] apart, copied there by TMA
+/// and complete ([`ring_residual_offset`]): step 1's `residual` stage reads it there instead of
+/// global memory.
+///
 /// Two buffers suffice: a CTA writes buffer `b` again (tile `iter + 2`) only after every CTA
 /// arrived for tile `iter + 1`, which each does after reading buffer `b` for tile `iter`.
 ///
@@ -1480,6 +1545,7 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     smem: *mut u8,
     xbuf: u32,
     xbar: u32,
+    residual: u32,
 ) {
     let cta = |j: u32| {
         let col0 = w.n0 + j * EPI_COLS;
@@ -1512,6 +1578,10 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
                 let mut ctx = tile_ctx(args, &cta($j), smem, 0);
                 ctx.norm_pass = NormPass::Collect;
                 ctx.row_stats = stats;
+                if residual != 0 {
+                    ctx.staged_residual = residual + $j * STAGING_BYTES;
+                    ctx.staged_row = w.row % 64;
+                }
                 let mut part = Acc::<1, EPI_FRAGS>::zero();
                 for f in 0..EPI_FRAGS {
                     part.v[0][f] = frags[$j * EPI_FRAGS + f];
@@ -1557,9 +1627,7 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         // Rotated to the back (its values are spent): after a plain shift the last chunks
         // stop changing, and LLVM peeled three turns to make them loop-invariant, which wrote
         // the chain out four times again.
-        for f in 0..EPI_FRAGS {
-            rest.v[0][NI - EPI_FRAGS + f] = part.v[0][f];
-        }
+        rest.set_last_chunk(&part);
         j = uncached(j + 1);
     }
 }
