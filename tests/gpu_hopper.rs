@@ -46,8 +46,10 @@ struct Fx {
     hopper: bool,
     /// The row-statistics exchange [`case`] asks for.
     norm_exchange: NormExchange,
-    /// Whether [`case`] asks for a `residual` read from global memory (`Overrides::global_residual`).
+    /// Whether [`case`] asks for a `residual` read from global memory (`Overrides::global_residual`)
+    /// and for C stored per thread (`Overrides::direct_store`).
     global_residual: bool,
+    direct_store: bool,
 }
 
 /// A device tensor and the f64 values it holds (after rounding to its dtype).
@@ -70,6 +72,7 @@ impl Fx {
             hopper,
             norm_exchange: NormExchange::Auto,
             global_residual: false,
+            direct_store: false,
         })
     }
 
@@ -189,6 +192,7 @@ fn case(
         tile,
         norm_exchange: fx.norm_exchange,
         global_residual: fx.global_residual,
+        direct_store: fx.direct_store,
         ..Default::default()
     };
     let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
@@ -836,8 +840,8 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
     // per group (both exchange buffers, both barrier phases; more row blocks than groups that
     // fit at once, so CTAs take several). The global exchange's self-resetting counters are
     // reused across these launches with 1, 3, 4 and 8 CTAs per row block. Each CTA's last tile
-    // reads its residual from the ring (TMA), earlier ones from global memory; the global
-    // exchange runs once more with every tile reading global memory.
+    // reads its residual from the ring and stores C from there (TMA), earlier ones read global
+    // memory and store per thread; the global exchange runs once more with every tile doing so.
     let bf = DType::Bf16;
     let shapes: &[(usize, usize, usize)] = &[
         (1, 1, 64),
@@ -855,6 +859,7 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
     ] {
         fx.norm_exchange = exchange;
         fx.global_residual = global_residual;
+        fx.direct_store = global_residual;
         for tile in [TILES_SM90[0], TILES_SM90[2]] {
             for &(m, n, k) in shapes {
                 let ctas = n.div_ceil(tile.bn as usize) as u32;
@@ -866,22 +871,27 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                         stats_bytes: (m * ctas as usize * 16) as u64,
                     },
                 };
-                let label = format!("norm {exchange:?} (global residual {global_residual}): b+res+LN");
+                let label = format!(
+                    "norm {exchange:?} (residual and C per thread: {global_residual}): b+res+LN"
+                );
                 let plan = bias_residual_layer_norm_case(&mut fx, &label, (m, n, k), tile);
                 assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
                 // TMA needs 16-byte row strides (one row has none).
                 if ctas <= 8 {
+                    let tma = !global_residual && (n % 8 == 0 || m == 1);
                     assert_eq!(
-                        last_residual_with_tma(),
-                        !global_residual && (n % 8 == 0 || m == 1),
-                        "{label} {m}x{n}x{k} on {tile:?}: residual's tensor map"
+                        (last_residual_with_tma(), last_stored_with_tma()),
+                        (tma, tma),
+                        "{label} {m}x{n}x{k} on {tile:?}: residual's and C's tensor maps"
                     );
                 }
                 if m * n <= 300 * 1100 {
                     let gamma = fx.random(1, n, bf, 1.0);
                     case(
                         &mut fx,
-                        &format!("norm {exchange:?} (global residual {global_residual}): rms_norm"),
+                        &format!(
+                            "norm {exchange:?} (residual and C per thread: {global_residual}): rms_norm"
+                        ),
                         (m, n, k),
                         bf,
                         bf,
@@ -1041,8 +1051,8 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
         return;
     }
     // C staged in shared memory and stored with TMA (the default where C's row stride is a
-    // multiple of 16 bytes, except in row-norm clusters) against per-thread stores, on every
-    // tile: bitwise the same output, and both within the f64 reference's tolerance. A row norm
+    // multiple of 16 bytes; row-norm groups stage their CTAs' last tiles) against per-thread
+    // stores, on every tile: bitwise the same output, and both within the f64 reference's tolerance. A row norm
     // stages its pre-norm C for the finishing kernel (partials) or its normalized C (N ≤ 64).
     // With C staged, a `residual` is copied into the staging buffers with TMA too (zeros past
     // M and N), against the same kernel reading it from global memory.
@@ -1090,20 +1100,21 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                         .unwrap_or_else(|e| panic!("{what}: {e}"))
                         .expect("Hopper path");
                     let staged = last_stored_with_tma();
-                    // TMA stores need a 16-byte row stride; row-norm groups store directly.
-                    let expect = !direct
-                        && (2 * n) % 16 == 0
-                        && !matches!(
-                            plan.norm,
-                            NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
-                        );
+                    // TMA stores need a 16-byte row stride. Row-norm groups stage C in their
+                    // ring and take the residual by TMA there even when C is stored per thread.
+                    let aligned = (2 * n) % 16 == 0;
+                    let group = matches!(
+                        plan.norm,
+                        NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
+                    );
                     assert_eq!(
-                        staged, expect,
+                        staged,
+                        !direct && aligned,
                         "{what} (direct override {direct}): {plan:?}"
                     );
                     assert_eq!(
                         last_residual_with_tma(),
-                        staged && has_residual && !global_residual,
+                        (staged || (group && aligned)) && has_residual && !global_residual,
                         "{what} (direct {direct}, global residual {global_residual}): {plan:?}"
                     );
                     let got = fx.get(&c);

@@ -245,6 +245,15 @@ pub fn predict_fit(
     } else {
         0.0
     };
+    // Each CTA's last tile reads its residual from the ring and stores C from there with TMA
+    // (`sm90::ring_epilogue_offset`): 4.4-4.7 µs less than the per-thread path at those two
+    // shapes (bench/results/hopper-ring-epilogue-2026-12-04.md), taken off the last round.
+    // Unaligned C or residual (no tensor map) keeps the per-thread path: the model ignores it.
+    let ring_saving_us = if cluster_norm.is_some() && sm90::ring_epilogue_fits(tile) {
+        4.5
+    } else {
+        0.0
+    };
     // A split tail's last round takes one piece's mainloop and the fixup's reads.
     let pieces = tail_splits(gpu_sms, tile, p);
     let sm_us = if pingpong && pieces > 1 {
@@ -253,7 +262,7 @@ pub fn predict_fit(
     } else if pingpong {
         rounds as f64 * tile_us.max(epi_us) + epi_us
     } else {
-        rounds as f64 * (tile_us + epi_us + cluster_epi_us)
+        rounds as f64 * (tile_us + epi_us + cluster_epi_us) - ring_saving_us
     };
     let in_size = p.in_dtype.size() as f64;
     let dram_us = ((m * k + n * k) as f64 * in_size + (m * p.n_out() as u64) as f64 * out_bytes)
@@ -618,12 +627,8 @@ where
     };
     let residual = residual_map_key(call, checked).filter(|_| !overrides.global_residual);
     // With staged C, or in a row-norm group (which copies its last tile's residual into the
-    // ring, `sm90::ring_residual_offset`).
-    let groups = matches!(
-        plan.norm,
-        NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
-    );
-    let tmap_r = match residual.filter(|_| tmap_c != 0 || groups) {
+    // ring, `sm90::ring_epilogue_offset`).
+    let tmap_r = match residual.filter(|_| tmap_c != 0 || row_norm_group(&plan)) {
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
     };
@@ -738,12 +743,23 @@ where
 
 /// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
 /// direct stores: a plan with the staging buffers (which [`plan_fit`] gives only where
-/// [`stages_c`] holds) and a C that [`output_map_key`] takes.
+/// [`stages_c`] holds) or a row-norm group ([`row_norm_group`]), and a C that
+/// [`output_map_key`] takes.
 pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
-    if plan.smem_bytes != sm90::smem_bytes_staged(&plan.tile) {
+    if plan.smem_bytes != sm90::smem_bytes_staged(&plan.tile) && !row_norm_group(plan) {
         return None;
     }
     output_map_key(&call.c, call.out_dtype, checked)
+}
+
+/// Whether `plan` finishes a row norm in groups of CTAs ([`NormPath::Cluster`],
+/// [`NormPath::GlobalExchange`]): their kernels stage the CTA's last tile's C (and residual) in
+/// the ring (`fused_gemm_device::gemm::sm90::ring_epilogue_offset`), not in staging buffers.
+fn row_norm_group(plan: &Plan) -> bool {
+    matches!(
+        plan.norm,
+        NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
+    )
 }
 
 /// The key of an M×N matrix of `dtype` shaped like the output (C or `residual`), moved in boxes
@@ -1059,9 +1075,10 @@ mod tests {
     }
 
     #[test]
-    fn one_round_of_row_norm_groups_is_modelled_slower_than_pingpong_partials_at_bert_large() {
-        // Measured on the H200: 128×256 groups of 4 in one round (global exchange) 34.9 and
-        // 70.8 µs, ping-pong tiles with partial statistics 30.9 and 65.1 µs.
+    fn one_round_of_row_norm_groups_is_modelled_faster_than_pingpong_partials_at_bert_large() {
+        // Measured on the H200: 128×256 groups of 4 in one round (global exchange, the
+        // epilogue through the ring) 29.3 and 65.4 µs, ping-pong tiles with partial statistics
+        // 31.6 and 67.9-68.4 µs (bench/results/hopper-ring-epilogue-2026-12-04.md).
         for k in [1024, 4096] {
             let mut p = problem(4096, 1024, k);
             p.row_norm = true;
@@ -1073,7 +1090,7 @@ mod tests {
             let pingpong = plan(132, &TILES_SM90[1], &p);
             assert!(matches!(pingpong.norm, NormPath::Partials { .. }));
             assert!(
-                pingpong.predicted_us < groups.predicted_us,
+                groups.predicted_us < pingpong.predicted_us,
                 "K = {k}: {} vs {}",
                 pingpong.predicted_us,
                 groups.predicted_us

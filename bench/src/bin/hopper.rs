@@ -27,7 +27,8 @@
 //! with C stored by TMA and with per-thread stores;
 //! with `HOPPER_BENCH_ONCE=1` it launches each kernel once, untimed, for a profiler.
 //! `HOPPER_BENCH_GLOBAL_RESIDUAL=1` runs the forced tiles with `Overrides::global_residual`
-//! (every `residual` read from global memory, to compare with a run without it).
+//! (every `residual` read from global memory) and `HOPPER_BENCH_DIRECT_STORE=1` with
+//! `Overrides::direct_store` (C stored per thread), to compare with a run without them.
 
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
@@ -485,11 +486,13 @@ fn run_case(gpu: &Gpu, case: &Case) -> Result<Row> {
     // clocks, more than the tiles differ. A tile that cannot run gets NaN.
     let mut tile_graphs = Vec::new();
     let global_residual = std::env::var_os("HOPPER_BENCH_GLOBAL_RESIDUAL").is_some();
+    let direct_store = std::env::var_os("HOPPER_BENCH_DIRECT_STORE").is_some();
     for &t in TILES_SM90 {
         let o = Overrides {
             tile: Some(t),
             splits: None,
             global_residual,
+            direct_store,
             ..Default::default()
         };
         let g = with_overrides(o, || {

@@ -245,8 +245,9 @@ pub const fn staging_offset(t: &TileShape) -> u32 {
 /// Whether a kernel stores C through shared memory with TMA when it is given C's tensor map
 /// ([`Sm90Args::tmap_c`]): a 16-bit C (`out_bytes`) and an epilogue with no pair stage (its
 /// output is N/2 wide), on any tile. A row norm stages C when it finishes in one chunk or
-/// writes partial statistics (the pre-norm C goes out the same way); a row-norm cluster
-/// ([`Sm90Args::norm_cluster`] > 0) stores C itself and is launched without C's map.
+/// writes partial statistics (the pre-norm C goes out the same way); a row-norm group
+/// ([`Sm90Args::norm_cluster`] > 0) has no staging buffers and stages only its last tile's C,
+/// in the ring ([`ring_epilogue_offset`]).
 pub const fn stages_c(out_bytes: usize, e: EpilogueTraits) -> bool {
     out_bytes == 2 && !e.pairs
 }
@@ -298,22 +299,24 @@ pub const fn residual_bar(stages: u32, c: u32, b: u32) -> u32 {
     8 * (2 * stages + 4 + 2 * c + b)
 }
 
-/// Whether a row-norm group's kernel ([`Sm90Args::norm_cluster`] > 0) can take the residual of
-/// each CTA's last tile into its ring ([`ring_residual_offset`]): two stages, each with room
+/// Whether a row-norm group's kernel ([`Sm90Args::norm_cluster`] > 0) can run the epilogue of
+/// each CTA's last tile through its ring ([`ring_epilogue_offset`]): two stages, each with room
 /// for a consumer warpgroup's BN/64 boxes of 64×64 16-bit values and more (so that no box sits
 /// at offset 0, which [`crate::epilogue::TileCtx::staged_residual`] reads as none).
-pub const fn ring_residual_fits(t: &TileShape) -> bool {
+pub const fn ring_epilogue_fits(t: &TileShape) -> bool {
     t.stages >= 2 && stage_bytes(t) > (t.bn / EPI_COLS) * STAGING_BYTES
 }
 
-/// Byte offset in dynamic shared memory of consumer warpgroup `c`'s residual tile (its 64 rows,
-/// BN/64 boxes of 64 × 64 16-bit values [`STAGING_BYTES`] apart, 128-byte swizzle) for the last
-/// tile of a row-norm group's CTA, where `pos` is the ring position after that tile's last
-/// k-tile. The producer copies it with TMA ([`Sm90Args::tmap_r`]) into the stages at ring
-/// positions `pos` and `pos + 1` (one per warpgroup), at their end, as soon as their last
-/// k-tiles are consumed: the copy overlaps the mainloop's last k-tiles, and nothing else
-/// needs the ring afterwards.
-pub const fn ring_residual_offset(t: &TileShape, pos: u64, c: u32) -> u32 {
+/// Byte offset in dynamic shared memory of consumer warpgroup `c`'s epilogue buffers (its 64
+/// rows, BN/64 boxes of 64 × 64 16-bit values [`STAGING_BYTES`] apart, 128-byte swizzle) for
+/// the last tile of a row-norm group's CTA, where `pos` is the ring position after that tile's
+/// last k-tile: at the end of the stages at ring positions `pos` and `pos + 1` (one per
+/// warpgroup), which the producer hands over as soon as their last k-tiles are consumed
+/// (nothing else needs the ring afterwards). The producer copies the residual there with TMA
+/// ([`Sm90Args::tmap_r`]), overlapping the mainloop's last k-tiles; each thread reads its
+/// residual values where it then writes its C values, which go out with TMA
+/// ([`Sm90Args::tmap_c`]).
+pub const fn ring_epilogue_offset(t: &TileShape, pos: u64, c: u32) -> u32 {
     let stage = ((pos + c as u64) % t.stages as u64) as u32;
     (stage + 1) * stage_bytes(t) - (t.bn / EPI_COLS) * STAGING_BYTES
 }
@@ -381,7 +384,9 @@ pub struct Sm90Args {
     /// Generic address of C's tensor map (16-bit C, dimensions (N, M), box 64 × 64, 128-byte
     /// swizzle), or 0. When set and [`stages_c`] holds, each consumer warpgroup stages its
     /// 64×64 chunks in shared memory and stores them with TMA (rows and columns past M and N
-    /// are clipped by the copy): launched with [`smem_bytes_staged`]. With 0, kernels without
+    /// are clipped by the copy): launched with [`smem_bytes_staged`], except a row-norm group
+    /// ([`Sm90Args::norm_cluster`] > 0), which stages its CTA's last tile in the ring
+    /// ([`ring_epilogue_offset`]) and stores earlier tiles per thread. With 0, kernels without
     /// a row norm still stage the chunks and their threads copy them to C; others, and every
     /// kernel where [`stages_c`] does not hold, store C directly from the accumulators.
     pub tmap_c: u64,
@@ -392,7 +397,7 @@ pub struct Sm90Args {
     /// out through, and the stage reads it there ([`crate::epilogue::TileCtx::staged_residual`]):
     /// one bulk copy per chunk instead of 16 half-sector loads per thread. A row-norm group
     /// ([`Sm90Args::norm_cluster`] > 0, launched without C's map) takes it too: the producer
-    /// copies each CTA's last tile's residual into the ring ([`ring_residual_offset`]).
+    /// copies each CTA's last tile's residual into the ring ([`ring_epilogue_offset`]).
     pub tmap_r: u64,
     /// K pieces of each tile of the last, partial round on ping-pong tiles (0 or 1: none).
     /// With `s` ≥ 2 and `T` tiles on `G` CTAs (grid), every CTA first computes its
@@ -572,18 +577,21 @@ pub unsafe fn run<
     // buffers, so its kernels stage only when given C's map.
     let (out_bytes, traits) = (core::mem::size_of::<Out>(), EpilogueTraits::of::<E>());
     let always_staged = always_stages_c(out_bytes, traits);
-    let tma_c = stages_c(out_bytes, traits) && sm90.tmap_c != 0;
+    let tma_c = stages_c(out_bytes, traits) && sm90.tmap_c != 0 && !row_norm;
     let staged = always_staged || tma_c;
     if always_staged && dynamic_shared_size() < smem_bytes_staged(&tile) {
         crate::arch::trap();
     }
     let staged_residual = E::RESIDUAL && tma_c && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
-    // A row-norm group has no staging buffers: the residual of each CTA's last tile comes into
-    // the ring instead (`ring_residual_offset`), completing on barrier `rbar(c, 0)` of each
-    // consumer warpgroup `c`. Its earlier tiles (rows wider than one round) read global memory.
-    let ring_residual =
-        row_norm && E::RESIDUAL && sm90.tmap_r != 0 && !tma_c && ring_residual_fits(&tile);
+    // A row-norm group has no staging buffers: each CTA's last tile reads its residual and
+    // stages C in the ring instead (`ring_epilogue_offset`), which the producer hands over
+    // (with the residual in it) on barrier `rbar(c, 0)` of each consumer warpgroup `c`. Earlier
+    // tiles (rows wider than one round) read global memory and store C per thread.
+    let ring_residual = row_norm && E::RESIDUAL && sm90.tmap_r != 0;
+    let ring_store = row_norm && stages_c(out_bytes, traits) && sm90.tmap_c != 0;
+    let ring_epilogue = (ring_residual || ring_store) && ring_epilogue_fits(&tile);
+    let (ring_residual, ring_store) = (ring_residual && ring_epilogue, ring_store && ring_epilogue);
     let per_half = (NI / EPI_FRAGS) as u32;
     // The tile's column bias, copied into shared memory by the consumer warpgroups that run
     // the epilogue: each thread loads one column when the tile's mainloop starts and stores
@@ -613,7 +621,7 @@ pub unsafe fn run<
             init(xbar(0), 64 * cn);
             init(xbar(1), 64 * cn);
         }
-        if staged_residual || ring_residual {
+        if staged_residual || ring_epilogue {
             for q in 0..4 {
                 init(rbar(q / 2, q % 2), 1);
             }
@@ -777,16 +785,21 @@ pub unsafe fn run<
                     ring.advance();
                 }
             }
-            if ring_residual && my_tiles > 0 {
+            if ring_epilogue && my_tiles > 0 {
                 let (tm, tn) = coords(my_tiles - 1);
                 let pos = my_tiles as u64 * k_tiles() as u64;
                 for c in 0..2 {
                     // The stage's last k-tile is consumed (TMA fills boxes past M and N with
                     // zeros and counts their bytes).
                     wait_parity(empty(ring.stage), ring.phase ^ 1);
-                    arrive_expect_tx(rbar(c, 0), per_half * STAGING_BYTES);
-                    let dst = base + ring_residual_offset(&tile, pos, c);
-                    for j in 0..per_half {
+                    let bytes = if ring_residual {
+                        per_half * STAGING_BYTES
+                    } else {
+                        0
+                    };
+                    arrive_expect_tx(rbar(c, 0), bytes);
+                    let dst = base + ring_epilogue_offset(&tile, pos, c);
+                    for j in 0..per_half * ring_residual as u32 {
                         load_2d(
                             dst + j * STAGING_BYTES,
                             sm90.tmap_r,
@@ -813,7 +826,7 @@ pub unsafe fn run<
         let lane = tid & 31;
         let w = (tid / 32) % 4;
         let leader = tid % 128 == 0;
-        if tma_c && leader {
+        if (tma_c || ring_store) && leader {
             fence_tensormap_acquire(sm90.tmap_c);
             prefetch_tensormap(sm90.tmap_c);
         }
@@ -985,12 +998,16 @@ pub unsafe fn run<
             }
 
             if row_norm {
-                // The CTA's last tile reads its residual from the ring (`ring_residual`).
-                let residual = if ring_residual && i + 1 == my_tiles {
+                // The CTA's last tile runs its epilogue through the ring (`ring_epilogue`).
+                let (residual, stage_c) = if ring_epilogue && i + 1 == my_tiles {
                     wait_parity(rbar(c, 0), 0);
-                    ring_residual_offset(&tile, my_tiles as u64 * k_tiles() as u64, c)
+                    let buf = ring_epilogue_offset(&tile, my_tiles as u64 * k_tiles() as u64, c);
+                    (
+                        if ring_residual { buf } else { 0 },
+                        if ring_store { buf } else { 0 },
+                    )
                 } else {
-                    0
+                    (0, 0)
                 };
                 row_norm_epilogue::<Out, NI, E>(
                     args,
@@ -1015,6 +1032,8 @@ pub unsafe fn run<
                     xbuf,
                     xbar(i & 1),
                     residual,
+                    stage_c,
+                    sm90.tmap_c,
                 );
                 i += step;
                 continue;
@@ -1525,8 +1544,10 @@ struct RowNormCta {
 ///
 /// `residual`, when not 0, is the byte offset in dynamic shared memory of the warpgroup's
 /// 64-row residual tile, one 64×64 box per chunk [`STAGING_BYTES`] apart, copied there by TMA
-/// and complete ([`ring_residual_offset`]): step 1's `residual` stage reads it there instead of
-/// global memory.
+/// and complete ([`ring_epilogue_offset`]): step 1's `residual` stage reads it there instead of
+/// global memory. With `stage_c` not 0 (the same buffers), step 4 stages each chunk in its box
+/// and stores it with TMA (C's tensor map `tmap_c`), and the warpgroup's leader waits for the
+/// stores (the tile is the CTA's last); else each thread stores its values.
 ///
 /// Two buffers suffice: a CTA writes buffer `b` again (tile `iter + 2`) only after every CTA
 /// arrived for tile `iter + 1`, which each does after reading buffer `b` for tile `iter`.
@@ -1546,6 +1567,8 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     xbuf: u32,
     xbar: u32,
     residual: u32,
+    stage_c: u32,
+    tmap_c: u64,
 ) {
     let cta = |j: u32| {
         let col0 = w.n0 + j * EPI_COLS;
@@ -1623,7 +1646,32 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         ctx.norm_pass = NormPass::Apply;
         ctx.row_stats = row;
         E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-        store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+        if stage_c != 0 {
+            // Built here from what the loop keeps live anyway rather than carried through the
+            // collect pass and the exchange.
+            let leader = w.tid % 128 == 0;
+            let out = Staging {
+                tmap: tmap_c,
+                copy_out: false,
+                buf: stage_c + j * STAGING_BYTES,
+                warp: (w.row % 64) / 16,
+                thread: w.tid % 128,
+                barrier: 1 + w.tid / 128,
+                leader,
+                x: w.n0 + j * EPI_COLS,
+                y: w.m0 + w.row / 64 * 64,
+                residual_bar: 0,
+                residual_phase: 0,
+            };
+            store_staged::<Out>(&part, &ctx, smem, &out);
+            if leader && j + 1 == chunks {
+                // The bulk stores read shared memory and write C after they are issued: both
+                // must be done before the CTA exits (the tile is its last).
+                bulk_wait_group::<0>();
+            }
+        } else {
+            store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+        }
         // Rotated to the back (its values are spent): after a plain shift the last chunks
         // stop changing, and LLVM peeled three turns to make them loop-invariant, which wrote
         // the chain out four times again.
