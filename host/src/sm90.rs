@@ -246,8 +246,9 @@ pub fn predict_fit(
         0.0
     };
     // Each CTA's last tile reads its residual from the ring and stores C from there with TMA
-    // (`sm90::ring_epilogue_offset`): 4.4-4.7 µs less than the per-thread path at those two
-    // shapes (bench/results/hopper-ring-epilogue-2026-12-04.md), taken off the last round.
+    // (`sm90::ring_epilogue_offset`): 3.3-4.7 µs less than the per-thread path at those two
+    // shapes over two builds (bench/results/hopper-ring-epilogue-2026-12-04.md); 4.5 µs is
+    // taken off the last round.
     // Unaligned C or residual (no tensor map) keeps the per-thread path: the model ignores it.
     let ring_saving_us = if cluster_norm.is_some() && sm90::ring_epilogue_fits(tile) {
         4.5
@@ -1077,8 +1078,8 @@ mod tests {
     #[test]
     fn one_round_of_row_norm_groups_is_modelled_faster_than_pingpong_partials_at_bert_large() {
         // Measured on the H200: 128×256 groups of 4 in one round (global exchange, the
-        // epilogue through the ring) 29.3 and 65.4 µs, ping-pong tiles with partial statistics
-        // 31.6 and 67.9-68.4 µs (bench/results/hopper-ring-epilogue-2026-12-04.md).
+        // epilogue through the ring) 30.0 and 64.9-65.4 µs, ping-pong tiles with partial
+        // statistics 31.2-32.1 and 67.0-68.4 µs (bench/results/hopper-ring-epilogue-2026-12-04.md).
         for k in [1024, 4096] {
             let mut p = problem(4096, 1024, k);
             p.row_norm = true;

@@ -396,8 +396,8 @@ pub struct Sm90Args {
     /// copies the residual of each 64×64 chunk into the staging buffer that chunk's C goes
     /// out through, and the stage reads it there ([`crate::epilogue::TileCtx::staged_residual`]):
     /// one bulk copy per chunk instead of 16 half-sector loads per thread. A row-norm group
-    /// ([`Sm90Args::norm_cluster`] > 0, launched without C's map) takes it too: the producer
-    /// copies each CTA's last tile's residual into the ring ([`ring_epilogue_offset`]).
+    /// ([`Sm90Args::norm_cluster`] > 0) takes it with or without C's map: the producer copies
+    /// each CTA's last tile's residual into the ring ([`ring_epilogue_offset`]).
     pub tmap_r: u64,
     /// K pieces of each tile of the last, partial round on ping-pong tiles (0 or 1: none).
     /// With `s` ≥ 2 and `T` tiles on `G` CTAs (grid), every CTA first computes its
