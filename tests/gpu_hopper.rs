@@ -852,14 +852,14 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
         (8191, 1024, 64),
         (9000, 768, 128),
     ];
-    for (exchange, global_residual) in [
+    for (exchange, per_thread) in [
         (NormExchange::Cluster, false),
         (NormExchange::Global, false),
         (NormExchange::Global, true),
     ] {
         fx.norm_exchange = exchange;
-        fx.global_residual = global_residual;
-        fx.direct_store = global_residual;
+        fx.global_residual = per_thread;
+        fx.direct_store = per_thread;
         for tile in [TILES_SM90[0], TILES_SM90[2]] {
             for &(m, n, k) in shapes {
                 let ctas = n.div_ceil(tile.bn as usize) as u32;
@@ -872,13 +872,13 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                     },
                 };
                 let label = format!(
-                    "norm {exchange:?} (residual and C per thread: {global_residual}): b+res+LN"
+                    "norm {exchange:?} (residual and C per thread: {per_thread}): b+res+LN"
                 );
                 let plan = bias_residual_layer_norm_case(&mut fx, &label, (m, n, k), tile);
                 assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
                 // TMA needs 16-byte row strides (one row has none).
                 if ctas <= 8 {
-                    let tma = !global_residual && (n % 8 == 0 || m == 1);
+                    let tma = !per_thread && (n % 8 == 0 || m == 1);
                     assert_eq!(
                         (last_residual_with_tma(), last_stored_with_tma()),
                         (tma, tma),
@@ -890,7 +890,7 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                     case(
                         &mut fx,
                         &format!(
-                            "norm {exchange:?} (residual and C per thread: {global_residual}): rms_norm"
+                            "norm {exchange:?} (residual and C per thread: {per_thread}): rms_norm"
                         ),
                         (m, n, k),
                         bf,
@@ -1052,8 +1052,9 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
     }
     // C staged in shared memory and stored with TMA (the default where C's row stride is a
     // multiple of 16 bytes; row-norm groups stage their CTAs' last tiles) against per-thread
-    // stores, on every tile: bitwise the same output, and both within the f64 reference's tolerance. A row norm
-    // stages its pre-norm C for the finishing kernel (partials) or its normalized C (N ≤ 64).
+    // stores, on every tile: bitwise the same output, and both within the f64 reference's
+    // tolerance. A row norm stages its pre-norm C for the finishing kernel (partials) or its
+    // normalized C (N ≤ 64).
     // With C staged, a `residual` is copied into the staging buffers with TMA too (zeros past
     // M and N), against the same kernel reading it from global memory.
     // Widths: one 8-column box, chunks partly past N (72, 1000, 3000), past M (1, 130, 4095),
