@@ -230,7 +230,7 @@ pub struct TileCtx {
     pub deferred: bool,
     /// Which part of a row norm this call runs.
     pub norm_pass: NormPass,
-    /// With [`NormPass::Collect`] / [`NormPass::Apply`]: the statistics of this thread's two rows
+    /// With [`NormPass::Stats`] / [`NormPass::Apply`]: the statistics of this thread's two rows
     /// (`row_of(0, h)`, h = 0, 1; one m16 fragment row per call) over the columns seen so far,
     /// respectively over the whole row.
     pub row_stats: [stages::Moments; 2],
@@ -263,16 +263,21 @@ pub enum NormPass {
     /// In one call: the norm finishes when the CTA tile spans the row, else it writes partial
     /// statistics and defers itself and the later stages to the finishing kernel.
     Local,
-    /// First pass of a row-complete mainloop over a chunk of a row: the stages before the norm
-    /// run, the norm merges the chunk's statistics into `row_stats` and defers the rest; the
-    /// caller keeps the values for [`NormPass::Apply`].
-    Collect,
-    /// Second pass over the same values: the stages before the norm are skipped (the
-    /// collecting pass applied them), the norm normalizes with the complete `row_stats`, and the
+    /// First pass of a row-complete mainloop over a chunk of a row: only the stages before the
+    /// norm run (the norm defers itself and the rest); the caller keeps the values for
+    /// [`NormPass::Stats`] and [`NormPass::Apply`].
+    Pre,
+    /// Over the values [`NormPass::Pre`] left, all of the tile's columns in one call: the
+    /// stages before the norm are skipped, and the norm merges the values' row statistics into
+    /// `row_stats` and defers the rest.
+    Stats,
+    /// Last pass over the same values: the stages before the norm are skipped
+    /// ([`NormPass::Pre`] applied them), the norm normalizes with the complete `row_stats`, and the
     /// later stages run.
     Apply,
     /// One chunk of a tile whose rows continue in other tiles (mainloops that run the epilogue
-    /// per chunk, `gemm::sm90`): as [`NormPass::Collect`], and the caller stores the pre-norm
+    /// per chunk, `gemm::sm90`): the stages before the norm run, the norm merges the chunk's
+    /// row statistics into `row_stats` and defers the rest, and the caller stores the pre-norm
     /// values for the finishing kernel. On the tile's `last` chunk the merged `row_stats` are
     /// written as the tile's partial statistics (slot `tile_n` of `tiles_n` per row): one
     /// partial per tile, not one per chunk, so the finishing kernel merges fewer.
@@ -479,7 +484,7 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
-        if ctx.norm_pass != NormPass::Apply || H::ROW_REDUCTION {
+        if !matches!(ctx.norm_pass, NormPass::Apply | NormPass::Stats) || H::ROW_REDUCTION {
             H::apply::<Out, MI, NI>(&p.head, acc, ctx);
         }
         if !ctx.deferred {

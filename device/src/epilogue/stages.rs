@@ -453,13 +453,15 @@ impl Moments {
     /// each m16n8 fragment), or of their squares: two passes with pairwise sums, the mean as a sum
     /// of `x/(2·NI)`. With `NI` a power of two the scaling is exact and a constant row gives
     /// its constant as the mean and M2 = 0 exactly, even where a plain sum overflows
-    /// (known-faults #5); callers use it only then. No division and no dependency chain through all values, unlike
-    /// [`Self::push`].
+    /// (known-faults #5); callers use it only then. No division and no dependency chain through
+    /// all values, unlike [`Self::push`]. Without `with_m2` the second pass is skipped and M2 is
+    /// 0 (RMSNorm needs only the mean square).
     #[inline(always)]
     pub fn of_row_half<const NI: usize>(
         frags: &[[f32; 4]; NI],
         h: usize,
         squares: bool,
+        with_m2: bool,
     ) -> Moments {
         let inv = 1.0 / (2 * NI) as f32;
         let val = |x: f32| if squares { x * x } else { x };
@@ -469,6 +471,13 @@ impl Moments {
             s[ni] = math::fma(val(frags[ni][2 * h]), inv, val(frags[ni][2 * h + 1]) * inv);
         }
         let mean = pairwise_sum(s);
+        if !with_m2 {
+            return Moments {
+                n: (2 * NI) as f32,
+                mean,
+                m2: 0.0,
+            };
+        }
         let mut q = [0f32; NI];
         for ni in 0..NI {
             let (a, b) = (
@@ -517,14 +526,19 @@ impl Moments {
     }
 }
 
-/// Sum of `v` as a balanced tree: sums of equal values stay exact at every level.
+/// Sum of `v` as a balanced tree of adjacent pairs: sums of equal values stay exact at every
+/// level. Adjacent pairs let each sum start as soon as its two leaves exist, so a caller
+/// computing the leaves in order keeps about log2(NI) partial sums live, not NI/2.
 #[inline(always)]
 fn pairwise_sum<const NI: usize>(mut v: [f32; NI]) -> f32 {
     let mut n = NI;
     while n > 1 {
         let half = n / 2;
         for i in 0..half {
-            v[i] += v[i + n - half];
+            v[i] = v[2 * i] + v[2 * i + 1];
+        }
+        if n % 2 == 1 {
+            v[half] = v[n - 1];
         }
         n -= half;
     }
@@ -537,6 +551,9 @@ pub trait RowNorm {
     type Params: KernelParam;
     /// Whether the statistics are of x (LayerNorm) or of x² (RMSNorm).
     const OF_SQUARES: bool;
+    /// Whether [`Self::row_factors`] reads M2 (LayerNorm's variance); without it the epilogue
+    /// may leave M2 at 0 in statistics it computes pairwise.
+    const NEEDS_M2: bool;
     /// The partial-statistics workspace (`ceil(N/BN)` entries of 16 bytes per row), or 0.
     fn stats(p: &Self::Params) -> u64;
     /// Per-row factors `(shift, scale)` from the row's full statistics, so that the normalized
@@ -615,6 +632,7 @@ pub struct LayerNorm;
 impl RowNorm for LayerNorm {
     type Params = LayerNormParams;
     const OF_SQUARES: bool = false;
+    const NEEDS_M2: bool = true;
     #[inline(always)]
     fn stats(p: &LayerNormParams) -> u64 {
         p.stats
@@ -660,6 +678,7 @@ pub struct RmsNorm;
 impl RowNorm for RmsNorm {
     type Params = RmsNormParams;
     const OF_SQUARES: bool = true;
+    const NEEDS_M2: bool = false;
     #[inline(always)]
     fn stats(p: &RmsNormParams) -> u64 {
         p.stats
@@ -693,10 +712,11 @@ impl RowNorm for RmsNorm {
 /// A row-norm stage. With [`NormPass::Local`]: finished in the CTA when the CTA tile spans the
 /// row (N ≤ BN); otherwise it writes this CTA's partial statistics (CODA's per-tile partials) to
 /// `stats` and defers itself and every later stage to the finishing kernel
-/// (`kernel::norm_finish`). With [`NormPass::Collect`] / [`NormPass::Apply`] (a row-complete
-/// mainloop that calls the epilogue twice per chunk, `gemm::sm90`): merges the chunk's row
-/// statistics into `ctx.row_stats`, respectively normalizes with them. With
-/// [`NormPass::Partial`]: merges like `Collect` and writes one partial per tile.
+/// (`kernel::norm_finish`). A row-complete mainloop (`gemm::sm90`) makes three passes:
+/// [`NormPass::Pre`] per chunk (the norm only defers itself), [`NormPass::Stats`] over all of
+/// the tile's columns (merges their row statistics into `ctx.row_stats`), and after the
+/// exchange [`NormPass::Apply`] per chunk (normalizes with them). With [`NormPass::Partial`]:
+/// merges the chunk's statistics and writes one partial per tile.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Norm<K>(core::marker::PhantomData<K>);
 
@@ -710,7 +730,11 @@ impl<K: RowNorm> Stage for Norm<K> {
         ctx: &mut TileCtx,
     ) {
         match ctx.norm_pass {
-            NormPass::Collect => {
+            NormPass::Pre => {
+                ctx.deferred = true;
+                return;
+            }
+            NormPass::Stats => {
                 if MI != 1 {
                     // Row-complete mainloops hand over one m16 fragment row per call.
                     crate::arch::trap();
@@ -851,7 +875,7 @@ unsafe fn cta_row_moments<K: RowNorm, const MI: usize, const NI: usize>(
         for h in 0..2 {
             let mut st = Moments::default();
             if pairwise {
-                st = Moments::of_row_half::<NI>(&acc.v[mi], h, K::OF_SQUARES);
+                st = Moments::of_row_half::<NI>(&acc.v[mi], h, K::OF_SQUARES, K::NEEDS_M2);
             } else if ctx.row_of(mi, h) < ctx.m {
                 for ni in 0..NI {
                     let c = ctx.col_of(ni);
@@ -929,8 +953,8 @@ mod tests {
         let small = [-1234.5f32; 16];
         let f = frags_of::<8>([&big, &small]);
         let (a, b) = (
-            Moments::of_row_half(&f, 0, false),
-            Moments::of_row_half(&f, 1, false),
+            Moments::of_row_half(&f, 0, false, true),
+            Moments::of_row_half(&f, 1, false, true),
         );
         assert_eq!((a.n, a.mean, a.m2), (16.0, 8.5e37, 0.0));
         assert_eq!((b.n, b.mean, b.m2), (16.0, -1234.5, 0.0));
@@ -949,7 +973,7 @@ mod tests {
                 .collect();
             let mean = vals.iter().sum::<f64>() / 32.0;
             let m2 = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>();
-            let st = Moments::of_row_half(&f, 1, squares);
+            let st = Moments::of_row_half(&f, 1, squares, true);
             assert!(
                 (st.mean as f64 - mean).abs() < 1e-5 * mean.abs().max(1.0),
                 "{squares}"
@@ -961,11 +985,16 @@ mod tests {
                     .collect::<Vec<_>>(),
             );
             assert!((st.m2 - w.m2).abs() <= 1e-5 * w.m2);
+            let mean_only = Moments::of_row_half(&f, 1, squares, false);
+            assert_eq!(
+                (mean_only.n, mean_only.mean, mean_only.m2),
+                (32.0, st.mean, 0.0)
+            );
         }
         let mut nan_row = [1.0f32; 16];
         nan_row[5] = f32::NAN;
         assert!(
-            Moments::of_row_half(&frags_of::<8>([&nan_row, &nan_row]), 0, false)
+            Moments::of_row_half(&frags_of::<8>([&nan_row, &nan_row]), 0, false, true)
                 .mean
                 .is_nan()
         );

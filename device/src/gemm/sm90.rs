@@ -1012,13 +1012,12 @@ pub unsafe fn run<
                 row_norm_epilogue::<Out, NI, E>(
                     args,
                     epi,
-                    &mut acc.v[0],
+                    &acc.v[0],
                     &RowNormCta {
                         tid: tid - 128,
                         lane,
                         row: wg_row0 + 16 * w,
                         tile_m: tm,
-                        tile_n: tn,
                         m0,
                         n0,
                         bm,
@@ -1512,7 +1511,6 @@ struct RowNormCta {
     /// First of the warp's 16 rows within the tile.
     row: u32,
     tile_m: u32,
-    tile_n: u32,
     m0: u32,
     n0: u32,
     bm: u32,
@@ -1529,8 +1527,8 @@ struct RowNormCta {
 /// The epilogue of a row-norm cluster ([`Sm90Args::norm_cluster`]) for one tile and one
 /// consumer warp's 16 rows (`frags`, BN/8 m16n8 fragments):
 ///
-/// 1. every 64-column chunk runs the stages before the norm ([`NormPass::Collect`]), keeps the
-///    values, and merges its row statistics;
+/// 1. every 64-column chunk runs the stages before the norm ([`NormPass::Pre`]) and keeps the
+///    values; then the norm takes the row statistics of all of them ([`NormPass::Stats`]);
 /// 2. the lanes holding column pair 0 of a row (`lane % 4 == 0`) store its (count, mean, M2) in
 ///    slot `rank` of exchange buffer `iter % 2` of every CTA of the cluster (distributed shared
 ///    memory) and arrive on that CTA's exchange barrier `xbar` (`64·cn` arrivals per phase);
@@ -1561,7 +1559,7 @@ struct RowNormCta {
 unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     args: &GemmArgs,
     epi: &E::Params,
-    frags: &mut [[f32; 4]; NI],
+    frags: &[[f32; 4]; NI],
     w: &RowNormCta,
     smem: *mut u8,
     xbuf: u32,
@@ -1570,57 +1568,61 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     stage_c: u32,
     tmap_c: u64,
 ) {
-    let cta = |j: u32| {
-        let col0 = w.n0 + j * EPI_COLS;
-        Cta {
-            tid: w.tid,
-            threads: 256,
-            lane: w.lane,
-            warp_m: w.row / 16,
-            warp_n: 0,
-            warps_n: 1,
-            tile_m: w.tile_m,
-            tile_n: w.tile_n * (w.bn / EPI_COLS) + j,
-            split: 0,
-            tiles_n: args.n.div_ceil(EPI_COLS),
-            m0: w.m0,
-            n0: col0,
-            bm: w.bm,
-            bn: EPI_COLS,
-            warp_row: w.m0 + w.row,
-            warp_col: col0,
-        }
+    // The context of `cols` columns from `col0`: one 64-column chunk, or the whole tile.
+    let cta = |col0: u32, cols: u32| Cta {
+        tid: w.tid,
+        threads: 256,
+        lane: w.lane,
+        warp_m: w.row / 16,
+        warp_n: 0,
+        warps_n: 1,
+        tile_m: w.tile_m,
+        tile_n: col0 / cols,
+        split: 0,
+        tiles_n: args.n.div_ceil(cols),
+        m0: w.m0,
+        n0: col0,
+        bm: w.bm,
+        bn: cols,
+        warp_row: w.m0 + w.row,
+        warp_col: col0,
     };
-    let mut stats = [Moments::default(); 2];
-    // Collect, written out per chunk (constant accumulator indices): the chunk's values after
-    // the stages before the norm go back into `frags`, in place, so nothing more is live than
-    // the accumulators.
-    macro_rules! collect {
+    // Step 1a, the stages before the norm, written out per chunk (constant accumulator
+    // indices; as a rotating loop like the apply pass below, ptxas spilled 140 words): each
+    // chunk's values go back into `all`, in place.
+    let mut all = Acc::<1, NI> { v: [*frags] };
+    macro_rules! pre {
         ($j:literal) => {
             if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
-                let mut ctx = tile_ctx(args, &cta($j), smem, 0);
-                ctx.norm_pass = NormPass::Collect;
-                ctx.row_stats = stats;
+                let mut ctx = tile_ctx(args, &cta(w.n0 + $j * EPI_COLS, EPI_COLS), smem, 0);
+                ctx.norm_pass = NormPass::Pre;
                 if residual != 0 {
                     ctx.staged_residual = residual + $j * STAGING_BYTES;
                     ctx.staged_row = w.row % 64;
                 }
                 let mut part = Acc::<1, EPI_FRAGS>::zero();
                 for f in 0..EPI_FRAGS {
-                    part.v[0][f] = frags[$j * EPI_FRAGS + f];
+                    part.v[0][f] = all.v[0][$j * EPI_FRAGS + f];
                 }
                 E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-                stats = ctx.row_stats;
                 for f in 0..EPI_FRAGS {
-                    frags[$j * EPI_FRAGS + f] = part.v[0][f];
+                    all.v[0][$j * EPI_FRAGS + f] = part.v[0][f];
                 }
             }
         };
     }
-    collect!(0);
-    collect!(1);
-    collect!(2);
-    collect!(3);
+    pre!(0);
+    pre!(1);
+    pre!(2);
+    pre!(3);
+    // Step 1b, the rows' statistics over all BN columns at once: one pairwise sum per row half
+    // instead of one per chunk and a merge (with a division) after each.
+    let stats = {
+        let mut ctx = tile_ctx(args, &cta(w.n0, w.bn), smem, 0);
+        ctx.norm_pass = NormPass::Stats;
+        E::apply::<Out, 1, NI>(epi, &mut all, &mut ctx);
+        ctx.row_stats
+    };
 
     let row = if w.global {
         exchange_global(args, w, stats)
@@ -1637,12 +1639,12 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     let chunks = (args.n - w.n0)
         .div_ceil(EPI_COLS)
         .min((NI / EPI_FRAGS) as u32);
-    let mut rest = Acc::<1, NI> { v: [*frags] };
+    let mut rest = all;
     let mut j = 0;
     while j < chunks {
         let mut part = rest.first_chunk::<EPI_FRAGS>();
         rest.shift_chunks::<EPI_FRAGS>();
-        let mut ctx = tile_ctx(args, &cta(j), smem, 0);
+        let mut ctx = tile_ctx(args, &cta(w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
         ctx.norm_pass = NormPass::Apply;
         ctx.row_stats = row;
         E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
@@ -1695,9 +1697,11 @@ unsafe fn exchange_cluster(
     xbar: u32,
 ) -> [Moments; 2] {
     let buf = w.iter & 1;
-    let slot = |rank: u32, h: u32| {
-        xbuf + ((buf * MAX_NORM_CLUSTER + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) * 16
-    };
+    // Computed here, not hoisted to the kernel's start: held through the mainloop and the
+    // epilogue, these addresses spilled.
+    let row = uncached(w.row + (w.lane >> 2));
+    let slot =
+        |rank: u32, h: u32| xbuf + ((buf * MAX_NORM_CLUSTER + rank) * 128 + row + 8 * h) * 16;
     // Lanes 1-3 of each quad read the slots of the previous tile in this buffer too: the warp
     // barrier orders their reads before lane 0's release arrival that lets peers overwrite them.
     sync_warp();
@@ -1753,9 +1757,10 @@ const EXCHANGE_BARRIER: u32 = 4;
 #[inline(always)]
 unsafe fn exchange_global(args: &GemmArgs, w: &RowNormCta, stats: [Moments; 2]) -> [Moments; 2] {
     let slots = args.workspace as *mut [f32; 4];
-    let slot = |rank: u32, h: u32| {
-        slots.add(((w.tile_m * w.cn + rank) * 128 + w.row + (w.lane >> 2) + 8 * h) as usize)
-    };
+    // As in [`exchange_cluster`]: not hoisted.
+    let row = uncached(w.row + (w.lane >> 2));
+    let slot =
+        |rank: u32, h: u32| slots.add(((w.tile_m * w.cn + rank) * 128 + row + 8 * h) as usize);
     if w.lane & 3 == 0 {
         for h in 0..2 {
             let st = stats[h as usize];
