@@ -186,6 +186,7 @@ pub fn gate(
         row_norm: false,
         epilogue_read_bytes_per_output: 0.0,
         vector: true,
+        epilogue_tma: true,
     };
     Ok(OpSpec {
         name: name.to_owned(),

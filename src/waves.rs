@@ -489,6 +489,7 @@ pub fn lstm_cell(
         row_norm: false,
         epilogue_read_bytes_per_output: 2.0,
         vector: true,
+        epilogue_tma: true,
     };
     let params = Cons {
         head: LstmParams {

@@ -248,13 +248,14 @@ pub fn predict_fit(
     // Each CTA's last tile reads its residual from the ring and stores C from there with TMA
     // (`sm90::ring_epilogue_offset`): 3.3-4.7 µs less than the per-thread path at those two
     // shapes over two builds (bench/results/hopper-ring-epilogue-2026-12-04.md); 4.5 µs is
-    // taken off the last round.
-    // Unaligned C or residual (no tensor map) keeps the per-thread path: the model ignores it.
-    let ring_saving_us = if cluster_norm.is_some() && sm90::ring_epilogue_fits(tile) {
-        4.5
-    } else {
-        0.0
-    };
+    // taken off the last round. Without both tensor maps nothing is: the kernel then moves C
+    // or the residual per thread, and only the path with both was measured against none.
+    let ring_saving_us =
+        if cluster_norm.is_some() && sm90::ring_epilogue_fits(tile) && p.epilogue_tma {
+            4.5
+        } else {
+            0.0
+        };
     // A split tail's last round takes one piece's mainloop and the fixup's reads.
     let pieces = tail_splits(gpu_sms, tile, p);
     let sm_us = if pingpong && pieces > 1 {
@@ -786,6 +787,18 @@ fn output_map_key(mat: &MatrixDesc, dtype: DType, checked: &Checked) -> Option<M
     })
 }
 
+/// Whether C and the epilogue's `residual` operands (none, or one) can each be moved with TMA
+/// ([`output_map_key`], [`residual_map_key`]): what a row-norm group needs to take its last
+/// tile's epilogue through the ring. `false` for two residuals, which are read per thread.
+pub fn epilogue_tma(call: &GemmCall<'_>, checked: &Checked) -> bool {
+    let residual = call
+        .epilogue
+        .iter()
+        .any(|e| matches!(e.operand, Operand::Residual(_)));
+    output_map_key(&call.c, call.out_dtype, checked).is_some()
+        && (!residual || residual_map_key(call, checked).is_some())
+}
+
 /// The tensor map key of the `residual` matrix for [`Sm90Args::tmap_r`] (used only with C's
 /// map), or `None`: exactly one `residual` operand, no row norm before it (that stage would run
 /// in the finishing kernel), and a matrix [`output_map_key`] takes.
@@ -1100,6 +1113,26 @@ mod tests {
     }
 
     #[test]
+    fn row_norm_groups_without_tensor_maps_lose_the_ring_saving() {
+        let mut p = problem(4096, 1024, 1024);
+        p.row_norm = true;
+        p.epilogue_read_bytes_per_output = 2.0;
+        let with = plan_fit(132, &TILES_SM90[0], &p, Some(33));
+        p.epilogue_tma = false;
+        let without = plan_fit(132, &TILES_SM90[0], &p, Some(33));
+        assert_eq!(without.norm, NormPath::Cluster { ctas: 4 });
+        let lost = without.predicted_us - with.predicted_us;
+        assert!((lost - 4.5).abs() < 1e-9, "{lost}");
+        // Paths without groups do not use the ring.
+        let pingpong = |tma| {
+            let mut q = p;
+            q.epilogue_tma = tma;
+            plan(132, &TILES_SM90[1], &q).predicted_us
+        };
+        assert_eq!(pingpong(true), pingpong(false));
+    }
+
+    #[test]
     fn plans_are_persistent_and_never_split() {
         let t = TILES_SM90[0];
         let p = plan(132, &t, &problem(4096, 3072, 768));
@@ -1220,12 +1253,13 @@ mod tests {
         };
         let residual = |ptr| Operand::Residual(MatrixDesc::new(ptr, m, n, n + 8, bf));
         let gamma = Operand::Gamma(VectorDesc::new(0x9000_0000, n, bf));
-        let key = |epilogue: &[EpilogueArg], norm: Option<usize>| {
+        // The residual's map key, and whether C and the residual both take maps.
+        let keys_at = |c: u64, epilogue: &[EpilogueArg], norm: Option<usize>| {
             let call = GemmCall {
                 a: mat(0x1000_0000, m, k),
                 b: mat(0x2000_0000, n, k),
                 b_layout: BLayout::NxK,
-                c: mat(0x3000_0000, m, n),
+                c: mat(c, m, n),
                 in_dtype: bf,
                 out_dtype: bf,
                 epilogue,
@@ -1233,33 +1267,39 @@ mod tests {
                 row_norm_stage: norm,
             };
             let checked = check_gemm(&call).expect("a valid call");
-            residual_map_key(&call, &checked)
+            let tma = epilogue_tma(&call, &checked);
+            assert_eq!(tma, Problem::from_call(&call, &checked, false).epilogue_tma);
+            (residual_map_key(&call, &checked), tma)
         };
+        let key = |epilogue: &[EpilogueArg], norm| keys_at(0x3000_0000, epilogue, norm);
         let want = MapKey::new(0x4000_0000, bf, n as u64, m as u64, (n + 8) as u64, 64);
         let one = [arg("residual", 0, residual(0x4000_0000))];
-        assert_eq!(key(&one, None), Some(want));
+        assert_eq!(key(&one, None), (Some(want), true));
         // After the norm, the residual runs in the finishing kernel; before it, here.
         let norm_first = [
             arg("gamma", 0, gamma),
             arg("residual", 1, residual(0x4000_0000)),
         ];
-        assert_eq!(key(&norm_first, Some(0)), None);
+        assert_eq!(key(&norm_first, Some(0)), (None, false));
         let norm_last = [
             arg("residual", 0, residual(0x4000_0000)),
             arg("gamma", 1, gamma),
         ];
-        assert_eq!(key(&norm_last, Some(1)), Some(want));
+        assert_eq!(key(&norm_last, Some(1)), (Some(want), true));
         // Not 16-byte aligned, or two residuals: loaded per thread.
         assert_eq!(
             key(&[arg("residual", 0, residual(0x4000_0008))], None),
-            None
+            (None, false)
         );
         let two = [
             arg("residual", 0, residual(0x4000_0000)),
             arg("residual", 1, residual(0x5000_0000)),
         ];
-        assert_eq!(key(&two, None), None);
-        assert_eq!(key(&[], None), None);
+        assert_eq!(key(&two, None), (None, false));
+        assert_eq!(key(&[], None), (None, true));
+        // C 8 bytes off 16: no map for C, so the ring is off whatever the residual.
+        assert_eq!(keys_at(0x3000_0008, &one, None), (Some(want), false));
+        assert_eq!(keys_at(0x3000_0008, &[], None), (None, false));
     }
 
     #[test]

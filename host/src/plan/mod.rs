@@ -72,6 +72,10 @@ pub struct Problem {
     pub epilogue_read_bytes_per_output: f64,
     /// Whether the 16-byte vector path is allowed ([`crate::validate::VectorPath::mainloop`]).
     pub vector: bool,
+    /// Whether C, and the `residual` when the epilogue reads one, can be moved with TMA
+    /// ([`crate::sm90::epilogue_tma`]): sm_90's row-norm groups then take each CTA's last tile
+    /// through the ring instead of per-thread loads and stores. Only the sm_90 model reads it.
+    pub epilogue_tma: bool,
 }
 
 impl Problem {
@@ -88,12 +92,14 @@ impl Problem {
             row_norm: false,
             epilogue_read_bytes_per_output: 0.0,
             vector: true,
+            epilogue_tma: true,
         }
     }
 
     /// The problem of a validated call: dimensions and vector path from `checked`, dtypes and
-    /// layout from `call`, pair and row-norm stages, and the epilogue's matrix reads (one output
-    /// element per `residual`, and one when `accumulate` reads C).
+    /// layout from `call`, pair and row-norm stages, the epilogue's matrix reads (one output
+    /// element per `residual`, and one when `accumulate` reads C), and whether C and the
+    /// residual take tensor maps.
     pub fn from_call(call: &GemmCall<'_>, checked: &Checked, accumulate: bool) -> Self {
         let out = call.out_dtype.size() as f64;
         let residuals = call
@@ -112,6 +118,7 @@ impl Problem {
             row_norm: call.row_norm_stage.is_some(),
             epilogue_read_bytes_per_output: out * (residuals + accumulate as u8 as f64),
             vector: checked.vector.mainloop(),
+            epilogue_tma: crate::sm90::epilogue_tma(call, checked),
         }
     }
 

@@ -1304,6 +1304,7 @@ mod tests {
                 row_norm: false,
                 epilogue_read_bytes_per_output: 0.0,
                 vector: true,
+                epilogue_tma: true,
             },
             args: GemmArgs {
                 a: a.ptr,
