@@ -107,62 +107,14 @@ macro_rules! wave_family {
             impl persistent::Dispatch for Arms {
                 #[inline(always)]
                 unsafe fn tile(arm: u32, args: &GemmArgs, epi: *const u64, tile: TileCoord) {
-                    $(
-                        if arm == const { arm_index(NAMES, stringify!($grid)) as u32 } {
-                            unsafe {
-                                let params =
-                                    persistent::read_params::<<$kind as Stage>::Params>(epi);
-                                sm80::run_tile::<
-                                    Bf16, Bf16, true,
-                                    { $tile.mi() as usize }, { $tile.ni() as usize },
-                                    { $tile.warps_m }, { $tile.warps_n }, { $tile.bk }, { $tile.stages },
-                                    true, $kind,
-                                >(args, &params, tile);
-                            }
-                            return;
-                        }
-                    )+
+                    family_dispatch!(arm, args, epi, tile, NAMES; $($kind, $tile => $grid;)+);
                     trap()
                 }
             }
             unsafe { persistent::run::<HEADER, Arms>(&p) }
         }
 
-        $(
-            const _: () = {
-                assert!($tile.threads() == $threads, "every arm of a family has its block size");
-                assert!($tile.check().is_none());
-                assert!(
-                    core::mem::size_of::<<$kind as crate::device::epilogue::Stage>::Params>()
-                        <= 8 * crate::device::kernel::persistent::EPI_WORDS,
-                    "the kind's parameters must fit in a task's epilogue words"
-                );
-            };
-
-            #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
-            #[unsafe(no_mangle)]
-            #[used]
-            #[doc(hidden)]
-            #[allow(non_upper_case_globals)]
-            pub static $grid_bounds: [u32; 2] = [$tile.threads(), $tile.min_ctas_per_sm()];
-
-            #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
-            #[unsafe(no_mangle)]
-            #[doc(hidden)]
-            pub unsafe extern "ptx-kernel" fn $grid(
-                args: GemmArgs,
-                epi: <$kind as Stage>::Params,
-            ) {
-                unsafe {
-                    sm80::run::<
-                        Bf16, Bf16, true,
-                        { $tile.mi() as usize }, { $tile.ni() as usize },
-                        { $tile.warps_m }, { $tile.warps_n }, { $tile.bk }, { $tile.stages },
-                        true, $kind,
-                    >(&args, &epi)
-                }
-            }
-        )+
+        family_grid_arms!($threads; $($kind, $tile => $grid, $grid_bounds;)+);
 
         $(#[$doc])*
         #[cfg(not(target_arch = "nvptx64"))]
