@@ -1,6 +1,6 @@
 //! The shape table: Transformer layer GEMMs (`C = A·Bᵀ`, M tokens, N output features, K input
 //! features) at M = 128, 4096 and 16384, and the anchor shapes measured with PyTorch on the
-//! H200 (BRIEF §5). Each shape carries the epilogues that belong to it in its model; `--epilogues`
+//! H200 (`bench/anchors/`). Each shape carries the epilogues that belong to it in its model; `--epilogues`
 //! replaces them.
 //!
 //! Names are `<model>.<layer>.m<M>` and `anchor.<what>`; a pattern selects every shape whose
@@ -123,7 +123,7 @@ fn models() -> Vec<(&'static str, Vec<Layer>)> {
     ]
 }
 
-/// The anchors of BRIEF §5 (M×N×K) with the epilogues measured there.
+/// The anchors of `bench/anchors/` (M×N×K) with the epilogues measured there.
 fn anchors() -> Vec<Shape> {
     let s = |name: &str, m, n, k, epilogues: &[Epilogue]| Shape {
         name: format!("anchor.{name}"),

@@ -112,7 +112,7 @@ fn cases(quick: bool) -> Vec<Case> {
             4096,
             Op::BiasResidualLayerNorm,
         ),
-        // BERT-base FFN up (BRIEF §5 anchor).
+        // BERT-base FFN up (a `bench/anchors/` shape).
         c("BERT-base FFN up", 4096, 3072, 768, Op::Gemm),
         c("BERT-base FFN up", 4096, 3072, 768, Op::BiasGeluTanh),
     ]);
@@ -123,7 +123,7 @@ fn cases(quick: bool) -> Vec<Case> {
         c("LLaMA-3-8B MLP up", 8192, 28672, 4096, Op::Gemm),
         c("LLaMA-3-8B MLP up", 8192, 28672, 4096, Op::SwiGlu),
         c("LLaMA-3-8B MLP down", 8192, 4096, 14336, Op::Gemm),
-        // LLaMA-3-1B MLP up (BRIEF §5 SwiGLU anchor: torch.compile 0.903 ms).
+        // LLaMA-3-1B MLP up (the `bench/anchors/` SwiGLU shape: torch.compile 0.903 ms).
         c("LLaMA-3-1B MLP up", 8192, 16384, 2048, Op::Gemm),
         c("LLaMA-3-1B MLP up", 8192, 16384, 2048, Op::SwiGlu),
     ]);

@@ -1,6 +1,6 @@
 //! The Hopper mainloop (sm_90a): TMA loads into a shared-memory ring guarded by mbarriers, a
 //! producer warp, two consumer warpgroups issuing `wgmma`, a persistent CTA per SM walking the
-//! output tiles in grouped order (CODA's mainloop shape, BRIEF §2; the same split into
+//! output tiles in grouped order (the mainloop shape of CODA, Guo et al., arXiv 2605.19269; the same split into
 //! producer / consumers / tile scheduler as CUTLASS 3's warp-specialized kernels).
 //!
 //! # Roles (384 threads, three warpgroups)
