@@ -75,12 +75,23 @@ impl LaunchShape {
 
     /// Validates the shape and, when it needs more than 48 KB of dynamic shared memory, raises
     /// the function's limit first (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+    ///
+    /// # Errors
+    /// [`Error::LaunchLimit`] as [`LaunchShape::check`] (also for shared memory beyond
+    /// `i32::MAX` bytes, which the attribute cannot take); [`Error::Driver`] when the driver
+    /// refuses the shared-memory attribute.
     pub fn prepare(&self, func: &CudaFunction, props: &DeviceProps) -> Result<LaunchConfig> {
         self.check(props)?;
         if self.smem_bytes > DEFAULT_SMEM_LIMIT {
+            let bytes = i32::try_from(self.smem_bytes).map_err(|_| {
+                Error::LaunchLimit(format!(
+                    "{} bytes of shared memory per CTA exceed the driver attribute's i32",
+                    self.smem_bytes
+                ))
+            })?;
             func.set_attribute(
                 FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                self.smem_bytes as i32,
+                bytes,
             )?;
         }
         Ok(LaunchConfig {

@@ -35,6 +35,12 @@ impl PtxSet {
 
     /// The newest module a device of compute capability `cc` can run. `sm_90a` code runs only on
     /// exactly 9.0; plain `sm_XY` PTX runs on XY and later (the driver JIT-compiles it).
+    ///
+    /// # Errors
+    /// [`crate::Error::PtxNotBuilt`] when the set has no modules (the crate was built with
+    /// `FUSED_GEMM_SKIP_PTX`); [`crate::Error::UnsupportedArch`], listing the built archs, when
+    /// none runs on `cc`: no plain module for `cc` or older, and no arch-specific (`a`) module
+    /// for exactly `cc`.
     pub fn select(&self, cc: u32) -> crate::Result<&PtxModule> {
         if self.modules.is_empty() {
             return Err(crate::Error::PtxNotBuilt {

@@ -54,9 +54,9 @@ use crate::validate::{BLayout, Checked, GemmCall, Operand, Work};
 use crate::{Error, Gpu, Result};
 
 /// Dense bf16/f16 tensor-core throughput the model assumes for the whole H200, TFLOP/s
-/// (cuBLAS measured about 790 at 8192³, BRIEF §5).
+/// (cuBLAS measured about 790 at 8192³, `bench/anchors/`).
 pub const PEAK_TFLOPS: f64 = 800.0;
-/// DRAM bandwidth the model assumes, TB/s (device-to-device copy, BRIEF §5).
+/// DRAM bandwidth the model assumes, TB/s (device-to-device copy, `bench/anchors/`).
 pub const DRAM_TBS: f64 = 4.25;
 /// Launch overhead the model adds, µs.
 pub const LAUNCH_US: f64 = 3.0;
@@ -267,14 +267,15 @@ pub fn predict_fit(
         rounds as f64 * (tile_us + epi_us + cluster_epi_us) - ring_saving_us
     };
     let in_size = p.in_dtype.size() as f64;
-    let dram_us = ((m * k + n * k) as f64 * in_size + (m * p.n_out() as u64) as f64 * out_bytes)
-        / (DRAM_TBS * 1e6);
+    // Products of dimensions in f64: M·K + N·K exceeds 64 bits at u32::MAX-scale dims.
+    let (mf, nf, kf) = (m as f64, n as f64, k as f64);
+    let out_elems = mf * p.n_out() as f64;
+    let dram_us = ((mf * kf + nf * kf) * in_size + out_elems * out_bytes) / (DRAM_TBS * 1e6);
     let partials = p.row_norm && cluster_norm.is_none() && !in_one_tile(p);
     // The finishing kernel's launch and its pass over C, and the partial statistics the GEMM
     // writes: about 20 µs at 4096×1024 bf16 on the H200 (measured), 2 launches and 6 passes.
     let norm_us = if partials {
-        2.0 * LAUNCH_US
-            + 6.0 * (m * p.n_out() as u64) as f64 * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6)
+        2.0 * LAUNCH_US + 6.0 * out_elems * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6)
     } else {
         0.0
     };
@@ -296,9 +297,22 @@ pub fn predict_fit(
         } else {
             Bound::Sm
         },
-        tile_efficiency: (m * n * k) as f64 / (units * norm_ctas * bm * bn * k_pad) as f64,
+        // M·N·K over the padded extents, one factor at a time (M·N·K reaches 2⁹⁶): each in
+        // (0, 1], so the product is too; 1 for K = 0.
+        tile_efficiency: padded_fraction(m, m.div_ceil(bm) * bm)
+            * padded_fraction(n, n.div_ceil(bn).div_ceil(norm_ctas) * norm_ctas * bn)
+            * padded_fraction(k, k_pad),
     };
     (total, terms)
+}
+
+/// `x / padded` for `0 < x ≤ padded`, 1 when either is 0.
+fn padded_fraction(x: u64, padded: u64) -> f64 {
+    if x == 0 || padded == 0 {
+        1.0
+    } else {
+        (x as f64 / padded as f64).min(1.0)
+    }
 }
 
 /// CTAs of the row-norm cluster that finishes `p`'s row norm on `tile` in the epilogue, or
@@ -347,7 +361,7 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
         (true, None, true) => NormPath::InCta,
         (true, None, false) => NormPath::Partials {
             tiles_n: tiles_n_stats,
-            stats_bytes: p.m as u64 * tiles_n_stats as u64 * NORM_STATS_BYTES,
+            stats_bytes: (p.m as u64 * tiles_n_stats as u64).saturating_mul(NORM_STATS_BYTES),
         },
     };
     // Room to stage C: the kernel stores it with TMA when C allows a tensor map (the launch
@@ -364,7 +378,8 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
     Plan {
         tile: *tile,
         splits: 1,
-        k_per_split: p.k.div_ceil(sm90::BK) * sm90::BK,
+        // Saturates only for K beyond 2^32 − BK, which the path refuses (`ineligible`).
+        k_per_split: p.k.div_ceil(sm90::BK).saturating_mul(sm90::BK),
         grid: (model.ctas as u32, 1, 1),
         block: (sm90::THREADS, 1, 1),
         smem_bytes,
@@ -1300,6 +1315,37 @@ mod tests {
         // C 8 bytes off 16: no map for C, so the ring is off whatever the residual.
         assert_eq!(keys_at(0x3000_0008, &one, None), (Some(want), false));
         assert_eq!(keys_at(0x3000_0008, &[], None), (None, false));
+    }
+
+    /// u32::MAX-scale dimensions: M·N·K (2⁹⁶) and the padded product overflowed u64.
+    #[test]
+    fn u32_max_scale_dimensions_give_finite_sane_models() {
+        let big = [
+            problem(65_535 * 64, u32::MAX, u32::MAX),
+            problem(u32::MAX, u32::MAX, u32::MAX),
+            problem(1, u32::MAX, u32::MAX),
+            Problem {
+                row_norm: true,
+                ..problem(u32::MAX, 1024, u32::MAX)
+            },
+        ];
+        for p in big {
+            for t in TILES_SM90 {
+                for fit in [None, Some(0), Some(30)] {
+                    let (us, m) = predict_fit(132, t, &p, fit);
+                    assert!(us.is_finite() && us > 0.0, "{p:?} {t:?}: {us}");
+                    assert!(m.sm_us.is_finite() && m.dram_us.is_finite(), "{m:?}");
+                    let e = m.tile_efficiency;
+                    assert!(e > 0.0 && e <= 1.0, "{p:?} {t:?}: efficiency {e}");
+                    let plan = plan_fit(132, t, &p, fit);
+                    assert!(plan.k_per_split >= p.k.min(u32::MAX - sm90::BK));
+                }
+            }
+        }
+        // K = 0 on whole tiles pads nothing: efficiency 1, not 0/0.
+        let t = &TILES_SM90[0];
+        let (_, m) = predict(132, t, &problem(t.bm, t.bn, 0));
+        assert_eq!(m.tile_efficiency, 1.0);
     }
 
     #[test]

@@ -464,11 +464,18 @@ impl Tensor {
     }
 
     /// A 1×len tensor (a vector: bias, gamma, beta, scales) holding `data`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the device lacks the memory; [`Error::Driver`] when the
+    /// allocation or the copy fails.
     pub fn vector<T: HostElement>(gpu: &Gpu, data: &[T]) -> Result<Self> {
         Self::from_host(gpu, 1, data.len(), data)
     }
 
     /// A 1×len tensor of `dtype` holding `data` converted from f32.
+    ///
+    /// # Errors
+    /// As [`Tensor::vector`].
     pub fn vector_from_f32(gpu: &Gpu, dtype: DType, data: &[f32]) -> Result<Self> {
         Self::from_f32(gpu, 1, data.len(), dtype, data)
     }
@@ -542,6 +549,9 @@ impl Tensor {
     }
 
     /// Mutable [`Tensor::slice`].
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] naming `rows` or `cols` when a range is not within the tensor.
     pub fn slice_mut(
         &mut self,
         rows: impl RangeBounds<usize>,
@@ -559,21 +569,35 @@ impl Tensor {
     }
 
     /// Copies the tensor to the host widened to f32, whatever its dtype.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] when the copy fails.
     pub fn download_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         self.view().download_f32(gpu)
     }
 
     /// Overwrites the tensor with `data` (packed row-major, `rows · cols` values of its dtype).
+    ///
+    /// # Errors
+    /// [`Error::DtypeMismatch`] unless `T` is the tensor's dtype; [`Error::HostLength`] if
+    /// `data.len() != rows · cols`; [`Error::Driver`] when a copy fails.
     pub fn upload<T: HostElement>(&mut self, gpu: &Gpu, data: &[T]) -> Result<()> {
         self.view_mut().upload(gpu, data)
     }
 
     /// Overwrites the tensor with f32 `data` converted to its dtype.
+    ///
+    /// # Errors
+    /// [`Error::HostLength`] if `data.len() != rows · cols`; [`Error::Driver`] when a copy
+    /// fails.
     pub fn upload_f32(&mut self, gpu: &Gpu, data: &[f32]) -> Result<()> {
         self.view_mut().upload_f32(gpu, data)
     }
 
     /// Sets every element (padding included) to `value` converted to the dtype.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] when the copy fails.
     pub fn fill(&mut self, gpu: &Gpu, value: f32) -> Result<()> {
         let n = self.buf.len() / self.layout.dtype.size();
         let bytes = fill_bytes(self.layout.dtype, value, n);
@@ -584,6 +608,9 @@ impl Tensor {
 
     /// Fills with NaN ([`crate::testing::POISON_F32`]) so that any element a kernel fails to
     /// write is visible.
+    ///
+    /// # Errors
+    /// As [`Tensor::fill`].
     pub fn poison(&mut self, gpu: &Gpu) -> Result<()> {
         self.fill(gpu, crate::testing::POISON_F32)
     }
@@ -636,6 +663,9 @@ impl<'a> TensorView<'a> {
     }
 
     /// The view as a vector descriptor (one row, or one contiguous column).
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] unless it has one row, or one column with `ld = 1`.
     pub fn vector_desc(&self) -> Result<VectorDesc> {
         self.layout.vector_desc(self.base)
     }
@@ -651,6 +681,9 @@ impl<'a> TensorView<'a> {
     }
 
     /// Copies the view's elements to the host widened to f32.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] when the copy fails.
     pub fn download_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         let bytes = read(gpu, self.buf, &self.layout)?;
         Ok(decode_f32(self.layout.dtype, &bytes))
@@ -721,6 +754,9 @@ impl<'a> TensorViewMut<'a> {
     }
 
     /// The view as a vector descriptor.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] unless it has one row, or one column with `ld = 1`.
     pub fn vector_desc(&self) -> Result<VectorDesc> {
         self.layout.vector_desc(self.base)
     }
@@ -749,7 +785,11 @@ impl<'a> TensorViewMut<'a> {
         write(gpu, self.buf, &self.layout, &bytes)
     }
 
-    /// Sets the view's elements to `value` (converted to the dtype).
+    /// Sets the view's elements to `value` (converted to the dtype); elements outside the view
+    /// keep their values.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] when a copy fails.
     pub fn fill(&mut self, gpu: &Gpu, value: f32) -> Result<()> {
         let n = self.layout.rows * self.layout.cols;
         let bytes = fill_bytes(self.layout.dtype, value, n);
@@ -757,6 +797,9 @@ impl<'a> TensorViewMut<'a> {
     }
 
     /// Copies the view's elements to the host widened to f32.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] when the copy fails.
     pub fn download_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         self.as_view().download_f32(gpu)
     }

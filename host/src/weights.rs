@@ -21,8 +21,9 @@
 //! `cols = 1` case). For a weight stored K×N (output features as columns) apply the same
 //! permutation to columns with [`permute_cols`]. Every function is generic over the element
 //! type (f32, `half::f16`, `half::bf16`, anything `Copy`), moves elements without arithmetic,
-//! and returns a [`WeightLayoutError`] on a bad shape instead of panicking. Each forward
-//! transform has an inverse (`deinterleave_*`, `*_to_half_split`).
+//! and returns a [`WeightLayoutError`] on a bad shape (one whose element count overflows
+//! `usize` included) instead of panicking. Each forward transform has an inverse
+//! (`deinterleave_*`, `*_to_half_split`).
 
 /// A weight or bias whose shape does not fit the requested layout change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +80,17 @@ pub enum WeightLayoutError {
         /// What is wrong (an index out of range or repeated).
         reason: String,
     },
+    /// A shape whose element count overflows `usize`, or an index table that cannot be
+    /// allocated.
+    #[error("{what} of {rows}×{cols} elements is too large for host memory")]
+    TooLarge {
+        /// The buffer.
+        what: &'static str,
+        /// Rows of its shape.
+        rows: usize,
+        /// Columns of its shape (1 for an index table).
+        cols: usize,
+    },
 }
 
 /// `Result` with [`WeightLayoutError`].
@@ -94,6 +106,48 @@ fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
             actual,
         })
     }
+}
+
+/// `rows · cols`, or [`WeightLayoutError::TooLarge`] when it overflows.
+fn elements(what: &'static str, rows: usize, cols: usize) -> Result<usize> {
+    rows.checked_mul(cols)
+        .ok_or(WeightLayoutError::TooLarge { what, rows, cols })
+}
+
+/// Checks that `actual` elements hold a `rows × cols` shape.
+fn check_shape(what: &'static str, rows: usize, cols: usize, actual: usize) -> Result<()> {
+    check_len(what, elements(what, rows, cols)?, actual)
+}
+
+/// The permutation `new ↦ f(new)` of `0..rows`, allocated fallibly: `rows` comes from the
+/// caller and may be far beyond memory.
+fn build_permutation(rows: usize, f: impl Fn(usize) -> usize) -> Result<Vec<usize>> {
+    let mut perm = Vec::new();
+    perm.try_reserve_exact(rows)
+        .map_err(|_| WeightLayoutError::TooLarge {
+            what: "permutation",
+            rows,
+            cols: 1,
+        })?;
+    perm.extend((0..rows).map(f));
+    Ok(perm)
+}
+
+/// Checks `w` against rows × cols before a permutation of `rows` entries is built (so a wrong
+/// length is reported without allocating it). `false` when `cols` is 0: the result is empty
+/// and needs no permutation, however many rows there are.
+fn check_rows_before_permutation<T>(w: &[T], rows: usize, cols: usize) -> Result<bool> {
+    check_shape("weight", rows, cols, w.len())?;
+    Ok(cols != 0)
+}
+
+/// 2N, the rows of a `[gate | up]` weight of N×K halves, or [`WeightLayoutError::TooLarge`].
+fn double_rows(what: &'static str, n: usize, k: usize) -> Result<usize> {
+    n.checked_mul(2).ok_or(WeightLayoutError::TooLarge {
+        what,
+        rows: n,
+        cols: k,
+    })
 }
 
 fn check_perm(perm: &[usize]) -> Result<()> {
@@ -121,8 +175,18 @@ fn check_perm(perm: &[usize]) -> Result<()> {
 ///
 /// # Errors
 /// [`WeightLayoutError::ZeroDim`] if `block` is 0, [`WeightLayoutError::OddBlock`],
-/// [`WeightLayoutError::RowsNotMultipleOfBlock`].
+/// [`WeightLayoutError::RowsNotMultipleOfBlock`], [`WeightLayoutError::TooLarge`] if the
+/// permutation cannot be allocated.
 pub fn interleave_halves_permutation(rows: usize, block: usize) -> Result<Vec<usize>> {
+    check_halves(rows, block)?;
+    let half = block / 2;
+    build_permutation(rows, |new| {
+        let (start, j) = (new - new % block, new % block);
+        start + j / 2 + (j % 2) * half
+    })
+}
+
+fn check_halves(rows: usize, block: usize) -> Result<()> {
     if block == 0 {
         return Err(WeightLayoutError::ZeroDim { what: "block" });
     }
@@ -132,13 +196,7 @@ pub fn interleave_halves_permutation(rows: usize, block: usize) -> Result<Vec<us
     if !rows.is_multiple_of(block) {
         return Err(WeightLayoutError::RowsNotMultipleOfBlock { rows, block });
     }
-    let half = block / 2;
-    Ok((0..rows)
-        .map(|new| {
-            let (start, j) = (new - new % block, new % block);
-            start + j / 2 + (j % 2) * half
-        })
-        .collect())
+    Ok(())
 }
 
 /// The row permutation taking a Q/K projection from the half-split RoPE layout to interleaved
@@ -149,12 +207,26 @@ pub fn interleave_halves_permutation(rows: usize, block: usize) -> Result<Vec<us
 ///
 /// # Errors
 /// [`WeightLayoutError::ZeroDim`] if `head_dim` is 0, [`WeightLayoutError::OddRotaryDim`],
-/// [`WeightLayoutError::RotaryDimTooLarge`], [`WeightLayoutError::RowsNotMultipleOfBlock`].
+/// [`WeightLayoutError::RotaryDimTooLarge`], [`WeightLayoutError::RowsNotMultipleOfBlock`],
+/// [`WeightLayoutError::TooLarge`] if the permutation cannot be allocated.
 pub fn rope_interleave_permutation(
     rows: usize,
     head_dim: usize,
     rotary_dim: usize,
 ) -> Result<Vec<usize>> {
+    check_rope(rows, head_dim, rotary_dim)?;
+    let half = rotary_dim / 2;
+    build_permutation(rows, |new| {
+        let (start, j) = (new - new % head_dim, new % head_dim);
+        if j < rotary_dim {
+            start + j / 2 + (j % 2) * half
+        } else {
+            new
+        }
+    })
+}
+
+fn check_rope(rows: usize, head_dim: usize, rotary_dim: usize) -> Result<()> {
     if head_dim == 0 {
         return Err(WeightLayoutError::ZeroDim { what: "head_dim" });
     }
@@ -173,17 +245,7 @@ pub fn rope_interleave_permutation(
             block: head_dim,
         });
     }
-    let half = rotary_dim / 2;
-    Ok((0..rows)
-        .map(|new| {
-            let (start, j) = (new - new % head_dim, new % head_dim);
-            if j < rotary_dim {
-                start + j / 2 + (j % 2) * half
-            } else {
-                new
-            }
-        })
-        .collect())
+    Ok(())
 }
 
 /// The inverse permutation: `inv[perm[i]] = i`.
@@ -203,9 +265,10 @@ pub fn invert_permutation(perm: &[usize]) -> Result<Vec<usize>> {
 ///
 /// # Errors
 /// [`WeightLayoutError::Length`] if `w` is not rows × cols or `perm` not of length `rows`,
-/// [`WeightLayoutError::NotAPermutation`].
+/// [`WeightLayoutError::NotAPermutation`], [`WeightLayoutError::TooLarge`] if rows × cols
+/// overflows `usize`.
 pub fn permute_rows<T: Copy>(w: &[T], rows: usize, cols: usize, perm: &[usize]) -> Result<Vec<T>> {
-    check_len("weight", rows * cols, w.len())?;
+    check_shape("weight", rows, cols, w.len())?;
     check_len("permutation", rows, perm.len())?;
     check_perm(perm)?;
     let mut out = Vec::with_capacity(w.len());
@@ -220,9 +283,10 @@ pub fn permute_rows<T: Copy>(w: &[T], rows: usize, cols: usize, perm: &[usize]) 
 ///
 /// # Errors
 /// [`WeightLayoutError::Length`] if `w` is not rows × cols or `perm` not of length `cols`,
-/// [`WeightLayoutError::NotAPermutation`].
+/// [`WeightLayoutError::NotAPermutation`], [`WeightLayoutError::TooLarge`] if rows × cols
+/// overflows `usize`.
 pub fn permute_cols<T: Copy>(w: &[T], rows: usize, cols: usize, perm: &[usize]) -> Result<Vec<T>> {
-    check_len("weight", rows * cols, w.len())?;
+    check_shape("weight", rows, cols, w.len())?;
     check_len("permutation", cols, perm.len())?;
     check_perm(perm)?;
     let mut out = Vec::with_capacity(w.len());
@@ -248,6 +312,10 @@ pub fn interleave_halves<T: Copy>(
     cols: usize,
     block: usize,
 ) -> Result<Vec<T>> {
+    check_halves(rows, block)?;
+    if !check_rows_before_permutation(w, rows, cols)? {
+        return Ok(Vec::new());
+    }
     permute_rows(w, rows, cols, &interleave_halves_permutation(rows, block)?)
 }
 
@@ -261,6 +329,10 @@ pub fn deinterleave_halves<T: Copy>(
     cols: usize,
     block: usize,
 ) -> Result<Vec<T>> {
+    check_halves(rows, block)?;
+    if !check_rows_before_permutation(w, rows, cols)? {
+        return Ok(Vec::new());
+    }
     let perm = invert_permutation(&interleave_halves_permutation(rows, block)?)?;
     permute_rows(w, rows, cols, &perm)
 }
@@ -270,11 +342,21 @@ pub fn deinterleave_halves<T: Copy>(
 /// `2i + 1` is up i, the layout of the fused `swiglu`/`geglu` stages.
 ///
 /// # Errors
-/// [`WeightLayoutError::Length`] if `gate` or `up` is not N×K.
+/// [`WeightLayoutError::Length`] if `gate` or `up` is not N×K, [`WeightLayoutError::TooLarge`]
+/// if N×K or the 2N×K result overflows `usize`.
 pub fn interleave_gate_up<T: Copy>(gate: &[T], up: &[T], n: usize, k: usize) -> Result<Vec<T>> {
-    check_len("gate weight", n * k, gate.len())?;
-    check_len("up weight", n * k, up.len())?;
-    let mut out = Vec::with_capacity(2 * n * k);
+    check_shape("gate weight", n, k, gate.len())?;
+    check_shape("up weight", n, k, up.len())?;
+    // Both inputs exist, so only a zero-sized `T` can overflow here.
+    let total = gate
+        .len()
+        .checked_add(up.len())
+        .ok_or(WeightLayoutError::TooLarge {
+            what: "interleaved gate/up weight",
+            rows: n,
+            cols: k,
+        })?;
+    let mut out = Vec::with_capacity(total);
     if k == 0 {
         return Ok(out);
     }
@@ -289,22 +371,27 @@ pub fn interleave_gate_up<T: Copy>(gate: &[T], up: &[T], n: usize, k: usize) -> 
 /// `gate_up_proj`) to interleaved rows `[g0, u0, g1, u1, …]`.
 ///
 /// # Errors
-/// [`WeightLayoutError::Length`] if `w` is not 2N×K.
+/// [`WeightLayoutError::Length`] if `w` is not 2N×K, [`WeightLayoutError::TooLarge`] if 2N×K
+/// overflows `usize`.
 pub fn interleave_gate_up_concat<T: Copy>(w: &[T], n: usize, k: usize) -> Result<Vec<T>> {
-    check_len("[gate | up] weight", 2 * n * k, w.len())?;
-    if n == 0 {
+    let rows = double_rows("[gate | up] weight", n, k)?;
+    check_shape("[gate | up] weight", rows, k, w.len())?;
+    if n == 0 || k == 0 {
         return Ok(Vec::new());
     }
-    interleave_halves(w, 2 * n, k, 2 * n)
+    interleave_halves(w, rows, k, rows)
 }
 
 /// Inverse of [`interleave_gate_up`]: an interleaved 2N×K weight back to (gate, up), N×K each.
 ///
 /// # Errors
-/// [`WeightLayoutError::Length`] if `w` is not 2N×K.
+/// [`WeightLayoutError::Length`] if `w` is not 2N×K, [`WeightLayoutError::TooLarge`] if 2N×K
+/// overflows `usize`.
 pub fn deinterleave_gate_up<T: Copy>(w: &[T], n: usize, k: usize) -> Result<(Vec<T>, Vec<T>)> {
-    check_len("interleaved gate/up weight", 2 * n * k, w.len())?;
-    let (mut gate, mut up) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    let rows = double_rows("interleaved gate/up weight", n, k)?;
+    check_shape("interleaved gate/up weight", rows, k, w.len())?;
+    let half = w.len() / 2;
+    let (mut gate, mut up) = (Vec::with_capacity(half), Vec::with_capacity(half));
     if k == 0 {
         return Ok((gate, up));
     }
@@ -338,6 +425,10 @@ pub fn rope_weight_to_interleaved<T: Copy>(
     head_dim: usize,
     rotary_dim: usize,
 ) -> Result<Vec<T>> {
+    check_rope(rows, head_dim, rotary_dim)?;
+    if !check_rows_before_permutation(w, rows, cols)? {
+        return Ok(Vec::new());
+    }
     permute_rows(
         w,
         rows,
@@ -357,6 +448,10 @@ pub fn rope_weight_to_half_split<T: Copy>(
     head_dim: usize,
     rotary_dim: usize,
 ) -> Result<Vec<T>> {
+    check_rope(rows, head_dim, rotary_dim)?;
+    if !check_rows_before_permutation(w, rows, cols)? {
+        return Ok(Vec::new());
+    }
     let perm = invert_permutation(&rope_interleave_permutation(rows, head_dim, rotary_dim)?)?;
     permute_rows(w, rows, cols, &perm)
 }
@@ -466,5 +561,73 @@ mod tests {
             interleave_gate_up_bias(&w[..2], &w[..3]),
             Err(WeightLayoutError::Length { .. })
         ));
+    }
+
+    #[test]
+    fn shapes_overflowing_usize_are_typed_errors() {
+        let none: [f32; 0] = [];
+        // rows · cols = 2^64: wrapped to 0 it matched the empty slice and indexed out of it.
+        assert_eq!(
+            permute_rows(&none, 2, 1 << 63, &[1, 0]),
+            Err(WeightLayoutError::TooLarge {
+                what: "weight",
+                rows: 2,
+                cols: 1 << 63
+            })
+        );
+        assert!(matches!(
+            permute_cols(&none, 1 << 63, 2, &[1, 0]),
+            Err(WeightLayoutError::TooLarge { .. })
+        ));
+        // 2 · N · K = 2^64.
+        assert!(matches!(
+            deinterleave_gate_up(&none, 1 << 62, 2),
+            Err(WeightLayoutError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            interleave_gate_up_concat(&none, 1 << 62, 2),
+            Err(WeightLayoutError::TooLarge { .. })
+        ));
+        // 2N itself overflows, with K = 0.
+        assert!(matches!(
+            interleave_gate_up_concat(&none, 1 << 63, 0),
+            Err(WeightLayoutError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            interleave_gate_up(&none, &none, 1 << 33, 1 << 31),
+            Err(WeightLayoutError::TooLarge { .. })
+        ));
+        // A permutation table beyond memory is an error, not an abort.
+        assert!(matches!(
+            interleave_halves_permutation(1 << 62, 2),
+            Err(WeightLayoutError::TooLarge {
+                what: "permutation",
+                ..
+            })
+        ));
+        assert!(matches!(
+            rope_interleave_permutation(1 << 62, 4, 4),
+            Err(WeightLayoutError::TooLarge { .. })
+        ));
+        // A mismatched length is reported before the permutation is built.
+        assert!(matches!(
+            interleave_halves(&none, 1 << 62, 1, 2),
+            Err(WeightLayoutError::Length { .. })
+        ));
+        assert!(matches!(
+            rope_weight_to_half_split(&none, 1 << 62, 1, 4, 4),
+            Err(WeightLayoutError::Length { .. })
+        ));
+        // Zero columns: an empty result, however many rows, without a permutation.
+        assert_eq!(interleave_halves(&none, 1 << 62, 0, 2), Ok(Vec::new()));
+        assert_eq!(
+            rope_weight_to_interleaved(&none, 1 << 62, 0, 4, 2),
+            Ok(Vec::new())
+        );
+        // Shape errors still come first.
+        assert_eq!(
+            interleave_halves(&none, 1 << 62, 0, 3),
+            Err(WeightLayoutError::OddBlock { block: 3 })
+        );
     }
 }

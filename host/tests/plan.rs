@@ -291,3 +291,73 @@ fn construction_takes_microseconds() {
     // Loose on purpose (debug builds, shared CI machines): Roller's point is µs vs seconds.
     assert!(per < 5_000.0, "{per} µs");
 }
+
+/// M·N·K of u32::MAX-scale problems reaches 2⁹⁶: the model must not overflow (a debug panic)
+/// or wrap (in release, executed FLOPs wrapped to 0 and the efficiency read 1).
+#[test]
+fn u32_max_scale_dimensions_give_finite_sane_models() {
+    let props = DeviceProps::h200();
+    let pl = planner();
+    let unlimited = DeviceProps {
+        max_grid_y: u32::MAX,
+        ..props
+    };
+    let wide = Planner::new(unlimited).with_max_workspace(u64::MAX);
+    for dtype in [DType::Bf16, DType::F32] {
+        let gemm = Problem::gemm(65_535 * 64, u32::MAX, u32::MAX, dtype);
+        let cases = [
+            gemm,
+            Problem::gemm(1, u32::MAX, u32::MAX, dtype),
+            Problem::gemm(u32::MAX, u32::MAX, u32::MAX, dtype),
+            Problem {
+                row_norm: true,
+                pairs: true,
+                ..gemm
+            },
+        ];
+        for p in cases {
+            for planner in [&pl, &wide] {
+                for t in TILES_SM80.iter().chain(ROW_TILES_SM80) {
+                    for s in 1..=MAX_SPLITS {
+                        let Some(plan) = planner.evaluate(&p, t, s) else {
+                            continue;
+                        };
+                        let m = &plan.model;
+                        for v in [
+                            plan.predicted_us,
+                            m.sm_us,
+                            m.l2_us,
+                            m.dram_us,
+                            m.overhead_us,
+                        ] {
+                            assert!(v.is_finite() && v >= 0.0, "{p:?} {t:?} ×{s}: {m:?}");
+                        }
+                        assert!(plan.predicted_us > 0.0);
+                        let e = m.tile_efficiency;
+                        assert!(e > 0.0 && e <= 1.0, "{p:?} {t:?} ×{s}: efficiency {e}");
+                        // The same ratio formed directly in f64.
+                        let padded =
+                            |x: u32, tiles: u64, b: u32| x as f64 / (tiles as f64 * b as f64);
+                        let k_tiles_per_split = (p.k.div_ceil(t.bk) as u64).div_ceil(s as u64);
+                        let want = padded(p.m, plan.grid.1 as u64, t.bm)
+                            * padded(p.n, plan.grid.0 as u64, t.bn)
+                            * padded(p.k, k_tiles_per_split * s as u64, t.bk);
+                        assert!((e - want).abs() < 1e-12, "{e} vs {want}");
+                        assert!(m.last_wave_fraction > 0.0 && m.last_wave_fraction <= 1.0);
+                    }
+                }
+            }
+        }
+        // One split of K = u32::MAX: k_per_split saturates, still covering K.
+        let plan = pl.plan(&gemm).unwrap();
+        assert!(plan.splits as u64 * plan.k_per_split as u64 >= gemm.k as u64);
+        // With K a multiple of every BK, the choice is launchable and wastes little work.
+        let whole = Problem {
+            k: u32::MAX - 127,
+            ..gemm
+        };
+        let plan = pl.plan(&whole).unwrap();
+        assert_launchable(&whole, &plan, &props);
+        assert!(plan.model.tile_efficiency > 0.99, "{:?}", plan.model);
+    }
+}

@@ -2,9 +2,10 @@
 //! Compilation for Deep Learning", OSDI'22): construct the configuration from hardware-aligned
 //! candidates and a micro performance model instead of searching by timing.
 //!
-//! The candidates are the tile shapes the kernel crate instantiates ([`TILES_SM80`], plus
-//! [`ROW_TILES_SM80`] for kernels with a row-norm stage), each already aligned to the MMA shape
-//! (m16n8k16), the 16-byte `cp.async` width and the shared-memory banks (16-byte row padding,
+//! The candidates are the tile shapes `#[fused_gemm]` compiles by default
+//! ([`DEFAULT_TILES_SM80`], plus [`ROW_TILES_SM80`] for kernels with a row-norm stage; see
+//! [`Planner::with_tiles`] for others), each already aligned to the MMA shape (m16n8k16), the
+//! 16-byte `cp.async` width and the shared-memory banks (16-byte row padding,
 //! [`TileShape::check`]), times split-K factors 1..=16 where K is long enough (every split gets
 //! at least [`MIN_K_TILES_PER_SPLIT`] k-tiles and none is empty). A candidate is dropped when it
 //! cannot launch: shared memory over the per-block opt-in limit, registers over the SM, or
@@ -175,7 +176,8 @@ pub struct Plan {
     /// K splits (`gridDim.z`), 1 for none.
     pub splits: u32,
     /// K per split, a multiple of BK (0 when K = 0); `splits · k_per_split ≥ K` and every split
-    /// gets at least one element of K.
+    /// gets at least one element of K. One split of K > 2³² − BK saturates it at `u32::MAX`
+    /// (still ≥ K; the kernel reads it only with split-K).
     pub k_per_split: u32,
     /// `(⌈N/BN⌉, ⌈M/BM⌉, splits)`: x walks the N-tiles, so consecutive CTAs share A's row panel.
     pub grid: (u32, u32, u32),
@@ -366,7 +368,8 @@ impl Planner {
             (true, true) => NormPath::InCta,
             (true, false) => NormPath::Partials {
                 tiles_n,
-                stats_bytes: p.m as u64 * tiles_n as u64 * NORM_STATS_BYTES,
+                // Saturating: u32::MAX-scale M and N exceed 64 bits (and any device).
+                stats_bytes: (p.m as u64 * tiles_n as u64).saturating_mul(NORM_STATS_BYTES),
             },
         };
         let inputs = model::Inputs {
@@ -389,9 +392,12 @@ impl Planner {
         let terms = model::evaluate(&self.props, &self.roofline, &inputs);
         let tiles = tiles_m as u64 * tiles_n as u64;
         let (workspace_bytes, counter_bytes) = if splits > 1 {
+            // Saturating: a saturated size is over any workspace cap, so the candidate drops.
             (
-                tiles * splits as u64 * tile.bm as u64 * tile.bn as u64 * 4,
-                tiles * 4,
+                [splits as u64, tile.bm as u64, tile.bn as u64, 4]
+                    .into_iter()
+                    .fold(tiles, u64::saturating_mul),
+                tiles.saturating_mul(4),
             )
         } else {
             (0, 0)
@@ -402,7 +408,7 @@ impl Planner {
         Some(Plan {
             tile: *tile,
             splits,
-            k_per_split: k_tiles_per_split * tile.bk,
+            k_per_split: k_tiles_per_split.saturating_mul(tile.bk),
             grid: (tiles_n, tiles_m, splits),
             block: (tile.threads(), 1, 1),
             smem_bytes: smem,

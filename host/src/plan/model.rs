@@ -21,8 +21,8 @@
 //!   finishing kernel of the partial-statistics path.
 //!
 //! predicted = launch + max(SM, L2, DRAM) + overheads. Every constant is a [`Roofline`] field:
-//! the defaults are the H200 anchors of BRIEF §5 (4.25 TB/s copy) and estimates for the rest, to
-//! be calibrated with [`Roofline::calibrate`] from measured times.
+//! the defaults are the H200 anchors of `bench/anchors/` (4.25 TB/s copy) and estimates for the
+//! rest, to be calibrated with [`Roofline::calibrate`] from measured times.
 
 use fused_gemm_device::gemm::TileShape;
 use serde::{Deserialize, Serialize};
@@ -113,7 +113,8 @@ pub struct ModelTerms {
     pub overhead_us: f64,
     /// The term that sets the time.
     pub bound: Bound,
-    /// Useful FLOPs (2·M·N·K) over the FLOPs the tiles execute (padding wasted), in (0, 1].
+    /// Useful FLOPs (2·M·N·K) over the FLOPs the tiles execute (padding wasted), in (0, 1];
+    /// 1 when K = 0.
     pub tile_efficiency: f64,
 }
 
@@ -140,12 +141,12 @@ pub fn ctas_per_sm(props: &DeviceProps, tile: &TileShape, smem: u32, regs: u32) 
     let warps = tile.threads() / 32;
     // Registers are allocated per warp in units of 256.
     let regs_per_warp = (regs * 32).div_ceil(256) * 256;
-    let regs_per_cta = regs_per_warp * warps;
+    let regs_per_cta = regs_per_warp.saturating_mul(warps);
     if regs_per_cta == 0 || tile.threads() == 0 {
         return 0;
     }
     let by_regs = props.regs_per_sm / regs_per_cta;
-    let by_smem = props.smem_per_sm / (smem + SMEM_RESERVED_PER_CTA);
+    let by_smem = props.smem_per_sm / smem.saturating_add(SMEM_RESERVED_PER_CTA);
     let by_threads = props.max_threads_per_sm / tile.threads();
     by_regs
         .min(by_smem)
@@ -175,20 +176,32 @@ pub(crate) struct Inputs {
     pub norm_finish: bool,
 }
 
-/// Evaluates the model (see the [module docs](self)).
+/// `num / den` for `0 < num ≤ den` (1 when either is 0): the fraction of a padded extent
+/// that is useful, in (0, 1] however large the operands.
+fn useful_fraction(num: u64, den: u64) -> f64 {
+    if num == 0 || den == 0 {
+        1.0
+    } else {
+        (num as f64 / den as f64).min(1.0)
+    }
+}
+
+/// Evaluates the model (see the [module docs](self)). Products of dimensions (M·N·K reaches
+/// 2⁹⁶) are formed in f64, and CTA counts saturate at `u64::MAX`, so every `u32` problem gives
+/// finite terms.
 pub(crate) fn evaluate(props: &DeviceProps, r: &Roofline, x: &Inputs) -> ModelTerms {
     let t = &x.tile;
-    let (bm, bn, bk) = (t.bm as u64, t.bn as u64, t.bk as u64);
+    let (bm, bn, bk) = (t.bm.max(1) as u64, t.bn.max(1) as u64, t.bk as u64);
     let sms = props.sm_count.max(1) as u64;
     let tiles_m = x.m.div_ceil(bm);
     let tiles_n = x.n.div_ceil(bn);
-    let ctas = tiles_m * tiles_n * x.splits;
+    let ctas = tiles_m.saturating_mul(tiles_n).saturating_mul(x.splits);
     let slots = sms * x.ctas_per_sm.max(1) as u64;
     let waves = ctas.div_ceil(slots).max(1);
     let last = ctas - (waves - 1) * slots;
     let last_wave_fraction = last as f64 / slots as f64;
 
-    let k_split = x.k_tiles_per_split * bk;
+    let k_split = x.k_tiles_per_split.saturating_mul(bk);
     let peak = r.peak_tflops * if x.f32_inputs { r.f32_fraction } else { 1.0 };
     let sm_flops_per_us = peak * 1e6 / sms as f64;
     let smem_bytes_per_us = r.smem_gbs_per_sm * 1e3;
@@ -196,7 +209,7 @@ pub(crate) fn evaluate(props: &DeviceProps, r: &Roofline, x: &Inputs) -> ModelTe
     let sm_load_per_us = r.sm_load_gbs * 1e3 / load_factor;
 
     // One full CTA: its tile's MMAs, its shared-memory traffic, its global loads.
-    let flops = 2.0 * (bm * bn * k_split) as f64;
+    let flops = 2.0 * (bm * bn) as f64 * k_split as f64;
     let rows_a = bm.min(x.m) as f64;
     let cols_b = bn.min(x.n) as f64;
     let fill = (bm + bn) as f64 * k_split as f64 * x.in_size;
@@ -219,24 +232,24 @@ pub(crate) fn evaluate(props: &DeviceProps, r: &Roofline, x: &Inputs) -> ModelTe
     // Aggregate L2 → SM traffic, capped by the SMs that are busy.
     let active_sms = ctas.min(sms) as f64;
     let l2_rate = (r.l2_tbs * 1e6).min(active_sms * sm_load_per_us);
-    let k_read = (x.k_tiles_per_split * bk * x.splits).min(x.k.max(1)) as f64;
-    let l2_bytes = (tiles_n * x.m + tiles_m * x.n) as f64 * k_read * x.in_size;
+    let k_read = k_split.saturating_mul(x.splits).min(x.k.max(1)) as f64;
+    let l2_bytes = (tiles_n as f64 * x.m as f64 + tiles_m as f64 * x.n as f64) * k_read * x.in_size;
     let l2_us = l2_bytes / l2_rate;
 
     // DRAM: unique bytes, B re-read when it does not stay in L2 across M-tile rows.
     let l2_cap = props.l2_bytes as f64;
-    let a_bytes = (x.m * x.k) as f64 * x.in_size;
-    let b_bytes = (x.n * x.k) as f64 * x.in_size;
-    let m_rows_per_wave = (slots / (tiles_n * x.splits).max(1)).max(1);
+    let a_bytes = x.m as f64 * x.k as f64 * x.in_size;
+    let b_bytes = x.n as f64 * x.k as f64 * x.in_size;
+    let m_rows_per_wave = (slots / tiles_n.saturating_mul(x.splits).max(1)).max(1);
     let b_reads = if b_bytes <= 0.5 * l2_cap {
         1.0
     } else {
         tiles_m.div_ceil(m_rows_per_wave) as f64
     };
-    let out_elems = (x.m * x.n_out) as f64;
+    let out_elems = x.m as f64 * x.n_out as f64;
     let c_bytes = out_elems * (x.out_size + x.epilogue_read_bytes_per_output);
     let partials = if x.splits > 1 {
-        (tiles_m * tiles_n * x.splits * bm * bn) as f64 * 4.0
+        ctas as f64 * (bm * bn) as f64 * 4.0
     } else {
         0.0
     };
@@ -249,7 +262,7 @@ pub(crate) fn evaluate(props: &DeviceProps, r: &Roofline, x: &Inputs) -> ModelTe
 
     // The last CTA of each tile reads the other splits' partials at one SM's load rate.
     let split_us = if x.splits > 1 {
-        waves as f64 * ((x.splits - 1) * bm * bn) as f64 * 4.0 / (r.sm_load_gbs * 1e3)
+        waves as f64 * (x.splits - 1) as f64 * (bm * bn) as f64 * 4.0 / (r.sm_load_gbs * 1e3)
     } else {
         0.0
     };
@@ -270,8 +283,11 @@ pub(crate) fn evaluate(props: &DeviceProps, r: &Roofline, x: &Inputs) -> ModelTe
     } else {
         Bound::Dram
     };
-    let useful = 2.0 * (x.m * x.n * x.k) as f64;
-    let executed = 2.0 * (tiles_m * bm * tiles_n * bn * x.splits * k_split) as f64;
+    // Useful over executed FLOPs, M·N·K / (⌈M⌉·⌈N⌉·splits·k_split), one factor at a time:
+    // each is in (0, 1], so the product is too.
+    let tile_efficiency = useful_fraction(x.m, tiles_m.saturating_mul(bm))
+        * useful_fraction(x.n, tiles_n.saturating_mul(bn))
+        * useful_fraction(x.k, x.splits.saturating_mul(k_split));
     ModelTerms {
         regs_per_thread: x.regs,
         ctas_per_sm: x.ctas_per_sm,
@@ -283,11 +299,7 @@ pub(crate) fn evaluate(props: &DeviceProps, r: &Roofline, x: &Inputs) -> ModelTe
         dram_us,
         overhead_us,
         bound,
-        tile_efficiency: if executed > 0.0 {
-            useful / executed
-        } else {
-            1.0
-        },
+        tile_efficiency,
     }
 }
 

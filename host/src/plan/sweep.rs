@@ -76,11 +76,13 @@ where
             self.buffers = None;
             let mut r = crate::testing::rng("plan_sweep");
             let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
-            let a = crate::testing::uniform(&mut r, m * k);
-            let b = crate::testing::uniform(&mut r, n * k);
-            let a = Tensor::from_f32(self.gpu, m, k, p.in_dtype, &a)?;
-            let b = Tensor::from_f32(self.gpu, n, k, p.in_dtype, &b)?;
+            // Device buffers first: they check the sizes (TooLarge, OutOfMemory) before the
+            // host data is made, so M·K and N·K below fit.
+            let mut a = Tensor::zeros(self.gpu, m, k, p.in_dtype)?;
+            let mut b = Tensor::zeros(self.gpu, n, k, p.in_dtype)?;
             let c = Tensor::zeros(self.gpu, m, n, p.in_dtype)?;
+            a.upload_f32(self.gpu, &crate::testing::uniform(&mut r, m * k))?;
+            b.upload_f32(self.gpu, &crate::testing::uniform(&mut r, n * k))?;
             self.buffers = Some((shape, [a, b, c]));
         }
         let [a, b, c] = &self.buffers.as_ref().expect("allocated above").1;

@@ -4,6 +4,14 @@
 //! Batches are right-padded `[B, T]`: sequence `b` holds its tokens at positions
 //! `0..lengths[b]`, activations are `[B·T, d]` row-major with row `b·T + t`.
 
+/// The product of `dims`, panicking with `what` when it overflows `usize` (these references
+/// panic on bad shapes; wrapping would let a bad shape pass the length checks).
+fn product(what: &str, dims: &[usize]) -> usize {
+    dims.iter()
+        .try_fold(1usize, |p, &d| p.checked_mul(d))
+        .unwrap_or_else(|| panic!("{what}: the shape {dims:?} overflows usize"))
+}
+
 /// LayerNorm of one row: `(x − μ)/√(σ² + ε)·γ + β`, μ and the biased σ² over the row.
 ///
 /// The moments are accumulated with Welford's update (Welford 1962), so a constant row has
@@ -51,7 +59,8 @@ pub struct EmbeddingTables<'a> {
 /// `[B, T]` batch (`types = None` means all 0). Returns `[B·T, d]`.
 ///
 /// # Panics
-/// If an id, type or position is beyond its table, or `ids.len()` is not a multiple of T.
+/// If an id, type or position is beyond its table, or `ids.len()` is not a multiple of T, or
+/// `ids.len()·d` overflows `usize`.
 pub fn embeddings(
     ids: &[u32],
     token_types: Option<&[u32]>,
@@ -64,10 +73,14 @@ pub fn embeddings(
     );
     let d = t.hidden;
     let row = |table: &[f64], i: usize| -> Vec<f64> {
-        assert!((i + 1) * d <= table.len(), "row {i} is beyond its table");
+        let end = i.checked_add(1).and_then(|r| r.checked_mul(d));
+        assert!(
+            end.is_some_and(|e| e <= table.len()),
+            "row {i} is beyond its table"
+        );
         table[i * d..(i + 1) * d].to_vec()
     };
-    let mut out = Vec::with_capacity(ids.len() * d);
+    let mut out = Vec::with_capacity(product("embeddings", &[ids.len(), d]));
     for (r, &id) in ids.iter().enumerate() {
         let ty = token_types.map_or(0, |tt| tt[r]) as usize;
         let w = row(t.word, id as usize);
@@ -86,7 +99,8 @@ pub fn embeddings(
 /// `[B·T, heads·head_dim]`.
 ///
 /// # Panics
-/// If `qkv` does not hold `lengths.len()·T` rows or a length is not in `1..=T`.
+/// If `qkv` does not hold `lengths.len()·T` rows, a length is not in `1..=T`, or the shape
+/// overflows `usize`.
 pub fn attention(
     qkv: &[f64],
     lengths: &[u32],
@@ -94,11 +108,11 @@ pub fn attention(
     heads: usize,
     head_dim: usize,
 ) -> Vec<f64> {
-    let d = heads * head_dim;
-    let rows = lengths.len() * seq_len;
+    let d = product("heads·head_dim", &[heads, head_dim]);
+    let rows = product("B·T", &[lengths.len(), seq_len]);
     assert_eq!(
         qkv.len(),
-        rows * 3 * d,
+        product("qkv", &[rows, 3, d]),
         "qkv must be [B·T, 3·heads·head_dim]"
     );
     let scale = 1.0 / (head_dim as f64).sqrt();
@@ -139,14 +153,15 @@ pub fn attention(
 /// `t < len_b`, of `hidden` (`[B·T, d]`). Padded rows are never read. Returns `[B, d]`.
 ///
 /// # Panics
-/// If `hidden` does not hold `lengths.len()·T` rows or a length is not in `1..=T`.
+/// If `hidden` does not hold `lengths.len()·T` rows, a length is not in `1..=T`, or the shape
+/// overflows `usize`.
 pub fn mean_pool_l2(hidden: &[f64], lengths: &[u32], seq_len: usize, d: usize) -> Vec<f64> {
     assert_eq!(
         hidden.len(),
-        lengths.len() * seq_len * d,
+        product("hidden", &[lengths.len(), seq_len, d]),
         "hidden must be [B·T, d]"
     );
-    let mut out = Vec::with_capacity(lengths.len() * d);
+    let mut out = Vec::with_capacity(product("pooled", &[lengths.len(), d]));
     for (b, &len) in lengths.iter().enumerate() {
         let len = len as usize;
         assert!(
@@ -258,6 +273,19 @@ mod tests {
             assert!((g - w).abs() < 1e-12, "{y:?}");
         }
         assert_eq!(&y[8..], &[0.0; 4], "padded query row");
+    }
+
+    // A wrapped size (3·2^65 mod 2^64 = 0) matched the empty buffer and indexed past it.
+    #[test]
+    #[should_panic(expected = "qkv: the shape [8589934592, 3, 4294967296] overflows usize")]
+    fn attention_shape_overflow_is_named() {
+        attention(&[], &[1], 1 << 33, 1 << 32, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "hidden: the shape [1, 4294967296, 4294967296] overflows usize")]
+    fn mean_pool_shape_overflow_is_named() {
+        mean_pool_l2(&[], &[1], 1 << 32, 1 << 32);
     }
 
     #[test]

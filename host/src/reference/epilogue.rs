@@ -19,7 +19,8 @@
 //! reads them), each widened with [`to_f64`]. Standalone stages: [`layer_norm_rows`], [`rms_norm_rows`], [`rope`], [`swiglu`],
 //! [`geglu`], [`gelu_erf`], [`gelu_tanh`].
 //!
-//! Every function returns a [`ReferenceError`] on bad input rather than panicking.
+//! Every function returns a [`ReferenceError`] on bad input rather than panicking, a shape whose
+//! element count overflows `usize` included ([`ReferenceError::TooLarge`]).
 
 pub mod activation;
 pub mod dtype;
@@ -111,6 +112,15 @@ pub enum ReferenceError {
         "unknown activation `{0}` (known: gelu, gelu_python, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish, sigmoid)"
     )]
     UnknownActivation(String),
+    /// A shape whose element count overflows `usize`, a result too large to allocate, or a
+    /// RoPE position beyond `usize`.
+    #[error("`{what}` is too large: {detail}")]
+    TooLarge {
+        /// The buffer or quantity.
+        what: &'static str,
+        /// Its size, and what it exceeds.
+        detail: String,
+    },
 }
 
 pub(crate) fn check_len(
@@ -127,6 +137,44 @@ pub(crate) fn check_len(
             actual,
         })
     }
+}
+
+fn too_large(what: &'static str, rows: usize, cols: usize) -> ReferenceError {
+    ReferenceError::TooLarge {
+        what,
+        detail: format!("{rows}×{cols} elements do not fit in host memory"),
+    }
+}
+
+/// `rows · cols`, or [`ReferenceError::TooLarge`] when it overflows.
+pub(crate) fn elements(
+    what: &'static str,
+    rows: usize,
+    cols: usize,
+) -> Result<usize, ReferenceError> {
+    rows.checked_mul(cols)
+        .ok_or_else(|| too_large(what, rows, cols))
+}
+
+/// Checks that a buffer of `actual` elements holds a `rows × cols` shape.
+pub(crate) fn check_shape(
+    what: &'static str,
+    rows: usize,
+    cols: usize,
+    actual: usize,
+) -> Result<(), ReferenceError> {
+    check_len(what, elements(what, rows, cols)?, actual)
+}
+
+/// A zeroed `rows × cols` buffer, or [`ReferenceError::TooLarge`] when it cannot be allocated
+/// (an allocation failure would abort the process instead).
+fn zeros(what: &'static str, rows: usize, cols: usize) -> Result<Vec<f64>, ReferenceError> {
+    let len = elements(what, rows, cols)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| too_large(what, rows, cols))?;
+    v.resize(len, 0.0);
+    Ok(v)
 }
 
 /// Which columns of a row form the pairs of a pairwise stage (RoPE, SwiGLU, GeGLU).
@@ -274,9 +322,10 @@ fn check_order(stages: &[RefStage]) -> Result<(), ReferenceError> {
 ///
 /// # Errors
 /// [`ReferenceError::Length`] for any vector or matrix not sized for its position,
-/// [`ReferenceError::StageOrder`] (`accumulate` not last, `rope` after a pair reduction, two
-/// pair reductions), [`ReferenceError::MissingCIn`], and the errors of [`rope`], [`swiglu`],
-/// [`layer_norm_rows`], [`rms_norm_rows`].
+/// [`ReferenceError::TooLarge`] if M×N overflows `usize`, [`ReferenceError::StageOrder`]
+/// (`accumulate` not last, `rope` after a pair reduction, two pair reductions),
+/// [`ReferenceError::MissingCIn`], and the errors of [`rope`], [`swiglu`], [`layer_norm_rows`],
+/// [`rms_norm_rows`].
 pub fn apply_stages(
     m: usize,
     n: usize,
@@ -284,7 +333,7 @@ pub fn apply_stages(
     stages: &[RefStage],
     c_in: Option<&[f64]>,
 ) -> Result<Vec<f64>, ReferenceError> {
-    check_len("accumulator", m * n, x.len())?;
+    check_shape("accumulator", m, n, x.len())?;
     check_order(stages)?;
     let mut w = n;
     let mut t = x.to_vec();
@@ -322,12 +371,12 @@ pub fn apply_stages(
             RefStage::Silu => map(&mut t, &silu),
             RefStage::Sigmoid => map(&mut t, &sigmoid),
             RefStage::Residual(r) => {
-                check_len("residual", m * w, r.len())?;
+                check_shape("residual", m, w, r.len())?;
                 t.iter_mut().zip(r).for_each(|(v, r)| *v += r);
             }
             RefStage::Accumulate => {
                 let c = c_in.ok_or(ReferenceError::MissingCIn)?;
-                check_len("c_in", m * w, c.len())?;
+                check_shape("c_in", m, w, c.len())?;
                 t.iter_mut().zip(c).for_each(|(v, c)| *v += c);
             }
             RefStage::LayerNorm { gamma, beta, eps } => {
@@ -350,9 +399,11 @@ pub fn apply_stages(
     Ok(t)
 }
 
+/// Checks A and B, and that C (M×N) fits in `usize`.
 fn check_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Result<(), ReferenceError> {
-    check_len("A (M×K)", m * k, a.len())?;
-    check_len("B (K×N or N×K)", k * n, b.len())
+    check_shape("A (M×K)", m, k, a.len())?;
+    check_shape("B (K×N or N×K)", k, n, b.len())?;
+    elements("C (M×N)", m, n).map(drop)
 }
 
 /// The fused operation in f64: `C = stages(A·B)`, stages applied in list order (so
@@ -363,8 +414,9 @@ fn check_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Result<(), 
 /// Returns M × [`output_width`]`(n, stages)`, row-major.
 ///
 /// # Errors
-/// [`ReferenceError::Length`] if A or B does not match its shape, and those of
-/// [`apply_stages`].
+/// [`ReferenceError::Length`] if A or B does not match its shape,
+/// [`ReferenceError::TooLarge`] if M×K, K×N or M×N overflows `usize` or C cannot be allocated,
+/// and those of [`apply_stages`].
 #[allow(clippy::too_many_arguments)]
 pub fn fused_gemm_reference(
     m: usize,
@@ -377,7 +429,8 @@ pub fn fused_gemm_reference(
     c_in: Option<&[f64]>,
 ) -> Result<Vec<f64>, ReferenceError> {
     check_gemm(m, n, k, a, b)?;
-    let acc = super::gemm(m, n, k, a, b, b_col_major);
+    let mut acc = zeros("C (M×N)", m, n)?;
+    super::gemm_into(m, n, k, a, b, b_col_major, &mut acc);
     apply_stages(m, n, &acc, stages, c_in)
 }
 
@@ -385,15 +438,20 @@ pub fn fused_gemm_reference(
 /// empty when `splits` does not divide K (an empty chunk contributes a zero partial).
 ///
 /// # Errors
-/// [`ReferenceError::ZeroDim`] if `splits` is 0.
+/// [`ReferenceError::ZeroDim`] if `splits` is 0, [`ReferenceError::TooLarge`] if the list of
+/// `splits` ranges cannot be allocated.
 pub fn split_k_ranges(k: usize, splits: usize) -> Result<Vec<Range<usize>>, ReferenceError> {
     if splits == 0 {
         return Err(ReferenceError::ZeroDim { what: "splits" });
     }
+    let mut out = Vec::new();
+    out.try_reserve_exact(splits)
+        .map_err(|_| too_large("split-K ranges", splits, 1))?;
     let chunk = k.div_ceil(splits);
-    Ok((0..splits)
-        .map(|i| (i * chunk).min(k)..((i + 1) * chunk).min(k))
-        .collect())
+    // Saturating: every bound is clipped to K anyway.
+    let at = |i: usize| i.saturating_mul(chunk).min(k);
+    out.extend((0..splits).map(|i| at(i)..at(i + 1)));
+    Ok(out)
 }
 
 /// Partial product over `ks` ⊆ 0..K: `P[i, j] = Σ_{κ ∈ ks} A[i, κ]·B[κ, j]`, M×N row-major,
@@ -401,7 +459,8 @@ pub fn split_k_ranges(k: usize, splits: usize) -> Result<Vec<Range<usize>>, Refe
 ///
 /// # Errors
 /// [`ReferenceError::Length`] on mis-sized A or B, [`ReferenceError::Length`] (`what` = "K
-/// range") if `ks` reaches past K.
+/// range") if `ks` reaches past K, [`ReferenceError::TooLarge`] if a shape overflows `usize` or
+/// P cannot be allocated.
 pub fn gemm_k_slice(
     m: usize,
     n: usize,
@@ -419,7 +478,7 @@ pub fn gemm_k_slice(
             actual: ks.end,
         });
     }
-    let mut p = vec![0.0; m * n];
+    let mut p = zeros("P (M×N)", m, n)?;
     for i in 0..m {
         for j in 0..n {
             p[i * n + j] = ks
@@ -459,8 +518,12 @@ pub fn fused_gemm_split_k_reference(
     c_in: Option<&[f64]>,
 ) -> Result<Vec<f64>, ReferenceError> {
     check_gemm(m, n, k, a, b)?;
-    let mut acc = vec![0.0; m * n];
+    let mut acc = zeros("C (M×N)", m, n)?;
     for ks in split_k_ranges(k, splits)? {
+        // An empty range adds nothing (its partials are −0.0).
+        if ks.is_empty() {
+            continue;
+        }
         let p = gemm_k_slice(m, n, k, a, b, b_col_major, ks)?;
         acc.iter_mut().zip(p).for_each(|(s, p)| *s += p);
     }
@@ -485,6 +548,95 @@ mod tests {
             }
         }
         assert!(split_k_ranges(4, 0).is_err());
+    }
+
+    #[test]
+    fn split_ranges_at_the_limits() {
+        // usize::MAX ranges cannot be allocated: an error, not a capacity-overflow panic.
+        assert!(matches!(
+            split_k_ranges(4, usize::MAX),
+            Err(ReferenceError::TooLarge { .. })
+        ));
+        // (i + 1)·chunk past usize::MAX saturates and is clipped to K.
+        assert_eq!(
+            split_k_ranges(usize::MAX, 2).unwrap(),
+            vec![0..1 << 63, 1 << 63..usize::MAX]
+        );
+    }
+
+    #[test]
+    fn shapes_overflowing_usize_are_typed_errors() {
+        let too_large = |r: Result<Vec<f64>, ReferenceError>| {
+            assert!(matches!(r, Err(ReferenceError::TooLarge { .. })), "{r:?}");
+        };
+        // M·K = 2^64: wrapped to 0 it matched the empty A and indexed out of it.
+        too_large(fused_gemm_reference(
+            1 << 32,
+            0,
+            1 << 32,
+            &[],
+            &[],
+            false,
+            &[],
+            None,
+        ));
+        too_large(fused_gemm_split_k_reference(
+            1 << 32,
+            0,
+            1 << 32,
+            &[],
+            &[],
+            false,
+            2,
+            &[],
+            None,
+        ));
+        too_large(gemm_k_slice(1 << 32, 0, 1 << 32, &[], &[], true, 0..0));
+        // M·N = 2^64 with K = 0.
+        too_large(fused_gemm_reference(
+            1 << 32,
+            1 << 32,
+            0,
+            &[],
+            &[],
+            false,
+            &[],
+            None,
+        ));
+        // M·N = 2^62 fits in usize but not in memory (2^65 bytes).
+        too_large(fused_gemm_reference(
+            1 << 31,
+            1 << 31,
+            0,
+            &[],
+            &[],
+            false,
+            &[],
+            None,
+        ));
+        too_large(apply_stages(1 << 32, 1 << 32, &[], &[], None));
+        // An empty product of many rows is fast and exact.
+        assert_eq!(
+            fused_gemm_reference(1 << 40, 0, 0, &[], &[], false, &[], None),
+            Ok(Vec::new())
+        );
+        too_large(swiglu(1 << 32, 1 << 32, &[], PairLayout::Interleaved));
+        too_large(layer_norm_rows(1 << 32, 1 << 32, &[], &[], &[], 1e-5));
+        too_large(rope(
+            1 << 32,
+            1 << 32,
+            &[],
+            &RopeConfig::new(1e4, 2, 1, PairLayout::Interleaved),
+        ));
+        let mut cfg = RopeConfig::new(1e4, 2, 4, PairLayout::Interleaved);
+        cfg.pos_offset = usize::MAX - 2;
+        assert!(matches!(
+            cfg.validate(),
+            Err(ReferenceError::TooLarge { .. })
+        ));
+        cfg.pos_offset = usize::MAX - 3;
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!(cfg.position(7), usize::MAX);
     }
 
     #[test]

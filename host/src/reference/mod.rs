@@ -10,11 +10,32 @@ pub mod epilogue;
 /// row-major (i.e. Bᵀ stored, PyTorch `Linear` weights) when true. Returns C, M×N row-major.
 ///
 /// # Panics
-/// If a buffer's length does not match its shape (a bug in the caller: references are test code).
+/// If a buffer's length does not match its shape, or M·K, K·N or M·N overflows `usize` (a bug
+/// in the caller: references are test code; [`epilogue::fused_gemm_reference`] returns errors
+/// instead).
 pub fn gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], b_col_major: bool) -> Vec<f64> {
-    assert_eq!(a.len(), m * k, "A must be M×K");
-    assert_eq!(b.len(), k * n, "B must hold K·N elements");
-    let mut c = vec![0.0; m * n];
+    assert_eq!(Some(a.len()), m.checked_mul(k), "A must be M×K");
+    assert_eq!(Some(b.len()), k.checked_mul(n), "B must hold K·N elements");
+    let len = m.checked_mul(n).expect("C (M×N) must fit in usize");
+    let mut c = vec![0.0; len];
+    gemm_into(m, n, k, a, b, b_col_major, &mut c);
+    c
+}
+
+/// Adds `A·B` to `c` (M×N); the shapes must already be checked.
+pub(crate) fn gemm_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    b_col_major: bool,
+    c: &mut [f64],
+) {
+    // Nothing to add; also keeps a huge M with an empty product from spinning.
+    if n == 0 || k == 0 {
+        return;
+    }
     for i in 0..m {
         for kk in 0..k {
             let aik = a[i * k + kk];
@@ -33,7 +54,6 @@ pub fn gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], b_col_major: boo
             }
         }
     }
-    c
 }
 
 /// Relative Frobenius error ‖got − want‖ / ‖want‖; `f64::INFINITY` if `got` has a NaN or an

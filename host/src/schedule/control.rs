@@ -120,7 +120,18 @@ fn add_ops(g: &mut WaveGraph, ops: &[BodyOp]) -> Result<()> {
                     format!("`{}` has no guard", op.spec.name),
                 ));
             }
-            let c = &op.spec.writes[0].desc;
+            let c = &op
+                .spec
+                .writes
+                .first()
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "skip_copy",
+                        "an operator writing C (its first write region) to copy into",
+                        format!("`{}` writes nothing", op.spec.name),
+                    )
+                })?
+                .desc;
             if (src.rows, src.cols, src.dtype) != (c.rows, c.cols, c.dtype) {
                 return Err(Error::shape(
                     "skip_copy",
@@ -144,8 +155,9 @@ impl LoopBody {
     /// [`Error::InvalidArgument`] for `max_trips` = 0, an empty body, iterations that differ
     /// in anything but affinely moving addresses (operator count, kinds, shapes, B, guards,
     /// strides changing from one iteration to the next), a guard not naming an earlier gate,
-    /// a dependency reaching back two iterations; [`Error::ShapeMismatch`] for a skip copy
-    /// unlike C; whatever `at` or [`WaveGraph::add`] return.
+    /// a skip copy on an unguarded operator or on one without a write region, a dependency
+    /// reaching back two iterations; [`Error::ShapeMismatch`] for a skip copy unlike C;
+    /// whatever `at` or [`WaveGraph::add`] return.
     pub fn new(max_trips: u32, at: &mut dyn FnMut(u32) -> Result<Vec<BodyOp>>) -> Result<Self> {
         if max_trips == 0 {
             return Err(Error::invalid("max_trips", "at least 1", 0));
@@ -462,7 +474,9 @@ fn block_waits(
 /// # Errors
 /// [`Error::LaunchLimit`] when the family lacks a gate arm the body needs, an operator has no
 /// launchable variant, or the scheduler splits the body into several programs;
-/// [`Error::TooLarge`] when tasks × `max_trips` or a table index exceeds 32 bits.
+/// [`Error::TooLarge`] when tasks × `max_trips` or a table index exceeds 32 bits, or the
+/// vDevice has more than [`super::waves::MAX_VEUS`] vEUs; [`Error::InvalidArgument`] for an
+/// inconsistent family.
 pub fn plan_loop(
     body: &LoopBody,
     family: &Family,
@@ -1685,5 +1699,42 @@ mod tests {
         })
         .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        // A guarded skip copy on an operator that writes nothing (indexed `writes[0]`).
+        let e = LoopBody::new(1, &mut |_| {
+            let x = md(0x1000, 1, 64, 64, DType::Bf16);
+            let g = md(0x9000, 1, 64, 64, DType::Bf16);
+            let pred = md(0x5000, 1, 2, 2, DType::F32);
+            let mut gate = op("gate", GATE_KIND, x, g, pred, vec![]);
+            gate.writes = vec![Region::whole(pred)];
+            gate.problem.n = 8;
+            gate.args.n = 8;
+            let w = md(0x20000, 64, 64, 64, DType::Bf16);
+            let c = md(0x100000, 1, 64, 64, DType::Bf16);
+            let mut up = op("up", "bias_relu", x, w, c, vec![]);
+            up.writes.clear();
+            Ok(vec![
+                BodyOp {
+                    spec: gate,
+                    guard: None,
+                    skip_copy: None,
+                },
+                BodyOp {
+                    spec: up,
+                    guard: Some(0),
+                    skip_copy: Some(md(0x200000, 1, 64, 64, DType::Bf16)),
+                },
+            ])
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    arg: "skip_copy",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

@@ -122,9 +122,10 @@ pub fn producer_rows(rows: &DepRows, r0: u32, r1: u32, m: u32) -> Vec<(u32, u32)
         DepRows::Whole => out.push((0, m)),
         DepRows::Shifts(shifts) => {
             for s in shifts {
-                let lo = r0 as i64 + s.offset;
-                let hi = r1 as i64 - 1 + s.offset + s.extra as i64 + 1;
-                let (lo, hi) = (lo.max(0), hi.min(m as i64));
+                // i128: an offset near i64::MAX must clip, not overflow.
+                let lo = r0 as i128 + s.offset as i128;
+                let hi = r1 as i128 + s.offset as i128 + s.extra as i128;
+                let (lo, hi) = (lo.max(0), hi.min(m as i128));
                 if lo < hi {
                     out.push((lo as u32, hi as u32));
                 }
@@ -134,7 +135,9 @@ pub fn producer_rows(rows: &DepRows, r0: u32, r1: u32, m: u32) -> Vec<(u32, u32)
     out
 }
 
-/// How a consumer's region relates to a producer's, when they share memory.
+/// How a consumer's region relates to a producer's, when they share memory; `None` (the whole
+/// producer) when the regions are not both row-indexed with one pitch, or the shift does not
+/// fit a [`RowShift`].
 fn row_shift(consumer: &Region, producer: &Region) -> Option<RowShift> {
     let (c, p) = (&consumer.desc, &producer.desc);
     if consumer.access != Access::Rows
@@ -145,27 +148,55 @@ fn row_shift(consumer: &Region, producer: &Region) -> Option<RowShift> {
     {
         return None;
     }
-    let pitch = (p.ld * p.dtype.size()) as i128;
+    // In i128: `ld · size` may exceed 64 bits for a one-row region.
+    let size = p.dtype.size() as i128;
+    let pitch = p.ld as i128 * size;
     let d = c.ptr as i128 - p.ptr as i128;
-    let q = d.div_euclid(pitch);
+    let q = i64::try_from(d.div_euclid(pitch)).ok()?;
     let s = d.rem_euclid(pitch);
-    let end = s + (c.cols * c.dtype.size()) as i128;
-    let extra = ((end - 1).max(0) / pitch) as u32;
+    let end = s + c.cols as i128 * size;
+    let extra = u32::try_from((end - 1).max(0) / pitch).ok()?;
     // Consumer row r starts in producer row q + r at byte s of its pitch; it shares columns
     // with that row only if s falls before the producer's last column (later rows it reaches
     // start at column 0).
-    let first_shares = s < (p.cols * p.dtype.size()) as i128;
+    let first_shares = s < p.cols as i128 * size;
     if first_shares || extra == 0 {
-        Some(RowShift {
-            offset: q as i64,
-            extra,
-        })
+        Some(RowShift { offset: q, extra })
     } else {
         Some(RowShift {
-            offset: q as i64 + 1,
+            offset: q.checked_add(1)?,
             extra: extra - 1,
         })
     }
+}
+
+/// Checks one non-empty region's geometry, as [`crate::validate`] checks an operand: a
+/// leading dimension of at least its columns (so non-zero) and a byte extent, `ptr` +
+/// `((rows − 1)·ld + cols)·size`, within 64 bits.
+fn check_region(op: &str, r: &Region) -> Result<()> {
+    let d = &r.desc;
+    if d.ld < d.cols {
+        return Err(Error::LeadingDimension {
+            arg: "region",
+            ld: d.ld as u64,
+            cols: d.cols as u64,
+        });
+    }
+    let end = d.span_bytes().and_then(|span| d.ptr.checked_add(span));
+    if end.is_none() {
+        return Err(Error::invalid(
+            "region",
+            "a byte extent (ptr + ((rows − 1)·ld + cols)·size) within 64 bits",
+            format!(
+                "{} (ld {}) {} at {:#x} in `{op}`",
+                d.shape_str(),
+                d.ld,
+                d.dtype.name(),
+                d.ptr
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Operators in program order and the dependencies between them. See the [module docs](self).
@@ -185,9 +216,11 @@ impl WaveGraph {
     /// (see the [module docs](self)), and returns its index.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `op.args` disagrees with `op.problem` (M, N, K) or a
-    /// region is empty; [`Error::Aliasing`] when the operator writes memory it also reads
-    /// (other than C as its own residual, which every tile reads before it writes).
+    /// [`Error::InvalidArgument`] when `op.args` disagrees with `op.problem` (M, N, K), a
+    /// region is empty, or a region's byte extent does not fit in 64 bits;
+    /// [`Error::LeadingDimension`] for a region whose leading dimension is smaller than its
+    /// columns; [`Error::Aliasing`] when the operator writes memory it also reads (other than
+    /// C as its own residual, which every tile reads before it writes).
     pub fn add(&mut self, op: OpSpec) -> Result<usize> {
         let (a, p) = (&op.args, &op.problem);
         if (a.m, a.n, a.k) != (p.m, p.n, p.k) {
@@ -205,6 +238,7 @@ impl WaveGraph {
                     format!("an empty region in `{}`", op.name),
                 ));
             }
+            check_region(&op.name, r)?;
         }
         for w in &op.writes {
             for r in &op.reads {
@@ -361,6 +395,68 @@ mod tests {
         assert_eq!(row_shift(&Region::whole(c2.desc), &p2), None);
     }
 
+    /// An operator reading `reads` and writing `writes`, M = N = K = 1.
+    fn spec(name: &str, reads: Vec<Region>, writes: Vec<Region>) -> OpSpec {
+        OpSpec {
+            name: name.into(),
+            kind: "k",
+            problem: Problem::gemm(1, 1, 1, DType::F32),
+            args: GemmArgs {
+                m: 1,
+                n: 1,
+                k: 1,
+                ..GemmArgs::default()
+            },
+            epi: [0; EPI_WORDS],
+            reads,
+            writes,
+        }
+    }
+
+    #[test]
+    fn region_geometry_is_checked_and_huge_pitches_do_not_overflow() {
+        let f32m = |ptr, rows, cols, ld| MatrixDesc::new(ptr, rows, cols, ld, DType::F32);
+        // One row with ld = 2^62 f32: its pitch, 2^64 bytes, overflowed `ld · size`.
+        let huge = f32m(0x1000, 1, 4, 1 << 62);
+        let mut g = WaveGraph::new();
+        g.add(spec("p", vec![], vec![Region::rows(huge)])).unwrap();
+        g.add(spec("c", vec![Region::rows(huge)], vec![])).unwrap();
+        assert_eq!(
+            g.deps(),
+            &[Dep {
+                producer: 0,
+                consumer: 1,
+                rows: DepRows::Shifts(vec![RowShift {
+                    offset: 0,
+                    extra: 0
+                }]),
+            }]
+        );
+        // Rows that would overlap (ld < cols, or ld = 0) are refused.
+        for bad in [f32m(0x1000, 2, 8, 4), f32m(0x1000, 1, 8, 0)] {
+            let e = WaveGraph::new()
+                .add(spec("c", vec![Region::rows(bad)], vec![]))
+                .unwrap_err();
+            assert!(
+                matches!(e, Error::LeadingDimension { ld, cols: 8, .. } if ld == bad.ld as u64),
+                "{e}"
+            );
+        }
+        // A byte extent past 2^64: the span overflows, or the end address does.
+        for bad in [
+            f32m(0x1000, 1 << 40, 8, 1 << 30),
+            f32m(u64::MAX - 15, 1, 8, 8),
+        ] {
+            let e = WaveGraph::new()
+                .add(spec("c", vec![], vec![Region::whole(bad)]))
+                .unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument { arg: "region", .. }),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn producer_rows_clip() {
         let s = DepRows::Shifts(vec![RowShift {
@@ -372,5 +468,15 @@ mod tests {
         assert_eq!(producer_rows(&s, 2, 3, 4), vec![(1, 3)]);
         assert_eq!(producer_rows(&DepRows::Whole, 5, 6, 7), vec![(0, 7)]);
         assert!(producer_rows(&s, 3, 3, 4).is_empty());
+        // Offsets at the ends of i64 clip instead of overflowing.
+        let far = |offset| {
+            DepRows::Shifts(vec![RowShift {
+                offset,
+                extra: u32::MAX,
+            }])
+        };
+        assert!(producer_rows(&far(i64::MAX), 0, u32::MAX, 4).is_empty());
+        assert_eq!(producer_rows(&far(i64::MIN), 0, u32::MAX, 4), vec![]);
+        assert_eq!(producer_rows(&far(-5), 1, 2, 4), vec![(0, 4)]);
     }
 }

@@ -1,9 +1,10 @@
 //! Plans per case (Cocktailer's specialization): a plan (tile choices, programs, grid; for
 //! control flow a [`super::control::LoopPlan`] or a runner built from it) is made once per
 //! bucket of (workload, trip count, sequence length, batch) and reused. Buckets are powers of
-//! two: a plan made for a bucket serves every size up to its upper bound (loop buffers sized for
-//! the bound, shorter trips clamp at run time), so a new size in a known bucket costs a hash
-//! lookup, and the first call of a new bucket reports how long planning took.
+//! two ([`bucket`]; sizes above 2³¹ share a top bucket): a plan made for a bucket serves every
+//! size up to its upper bound (loop buffers sized for the bound, shorter trips clamp at run
+//! time), so a new size in a known bucket costs a hash lookup, and the first call of a new
+//! bucket reports how long planning took.
 //!
 //! Eviction is least-recently-used once `capacity` plans are held.
 
@@ -14,8 +15,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 /// The bucket of `x`: the smallest power of two ≥ `x` (0 for 0). Sizes 5..=8 share bucket 8.
+/// Sizes above 2³¹, which have no such power in `u32`, share the top bucket `u32::MAX`, whose
+/// upper bound still covers them.
 pub fn bucket(x: u32) -> u32 {
-    if x == 0 { 0 } else { x.next_power_of_two() }
+    if x == 0 {
+        0
+    } else {
+        x.checked_next_power_of_two().unwrap_or(u32::MAX)
+    }
 }
 
 /// A cache key: the workload and its size buckets.
@@ -179,6 +186,40 @@ mod tests {
             PlanKey::new("lstm", 129, 1, 64)
         );
         assert_ne!(PlanKey::new("a", 1, 1, 1), PlanKey::new("b", 1, 1, 1));
+    }
+
+    #[test]
+    fn sizes_above_two_to_the_31_get_the_top_bucket() {
+        assert_eq!(bucket(1 << 31), 1 << 31);
+        assert_eq!(bucket((1 << 31) + 1), u32::MAX);
+        assert_eq!(bucket(3_000_000_000), u32::MAX);
+        assert_eq!(bucket(u32::MAX), u32::MAX);
+        // Every bucket bounds its sizes.
+        for x in [
+            1,
+            2,
+            3,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 1,
+            u32::MAX - 1,
+            u32::MAX,
+        ] {
+            assert!(bucket(x) >= x, "{x}");
+        }
+        // 3e9 trips wrapped into the 0-trip bucket.
+        assert_ne!(
+            PlanKey::new("w", 3_000_000_000, 1, 1),
+            PlanKey::new("w", 0, 1, 1)
+        );
+        assert_ne!(
+            PlanKey::new("w", 3_000_000_000, 1, 1),
+            PlanKey::new("w", 1 << 31, 1, 1)
+        );
+        assert_eq!(
+            PlanKey::new("w", 3_000_000_000, 1, 1),
+            PlanKey::new("w", u32::MAX, 1, 1)
+        );
     }
 
     #[test]

@@ -42,6 +42,10 @@ use crate::plan::model::ctas_per_sm;
 use crate::plan::{Plan, Planner, Problem, Roofline};
 use crate::{Error, Result};
 
+/// Most vEUs (SMs × CTAs per SM) [`schedule`] places tasks on: far above any GPU (an H200 has
+/// 132 SMs and at most 32 CTAs per SM), low enough that the per-vEU tables stay small.
+pub const MAX_VEUS: u64 = 1 << 16;
+
 /// The virtual device: SMs and how many persistent CTAs of the family fit on one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct VDevice {
@@ -135,14 +139,17 @@ fn ser_tile<S: serde::Serializer>(t: &TileShape, s: S) -> std::result::Result<S:
 }
 
 impl Variant {
-    /// Tasks (tiles × splits).
+    /// Tasks (tiles × splits), saturating at `u32::MAX` (only reached by outputs larger than
+    /// any device memory).
     pub fn tasks(&self) -> u32 {
-        self.tiles_m * self.tiles_n * self.splits
+        self.tiles_m
+            .saturating_mul(self.tiles_n)
+            .saturating_mul(self.splits)
     }
 
-    /// Tasks per row block (the target of a ready counter).
+    /// Tasks per row block (the target of a ready counter), saturating at `u32::MAX`.
     pub fn tasks_per_row_block(&self) -> u32 {
-        self.tiles_n * self.splits
+        self.tiles_n.saturating_mul(self.splits)
     }
 }
 
@@ -241,8 +248,9 @@ impl Schedule {
 /// Every launchable variant of operator `op` on `family`'s arms.
 ///
 /// # Errors
-/// [`Error::LaunchLimit`] when no arm can run it (no arm of its kind, a row norm wider than
-/// every arm's tile, or no tile within the device's limits).
+/// [`Error::OutOfRange`] when `op` is not an operator of `graph`; [`Error::LaunchLimit`] when
+/// no arm can run it (no arm of its kind, a row norm wider than every arm's tile, or no tile
+/// within the device's limits).
 pub fn candidates(
     graph: &WaveGraph,
     op: usize,
@@ -250,7 +258,11 @@ pub fn candidates(
     props: &DeviceProps,
     opts: &ScheduleOptions,
 ) -> Result<Vec<Variant>> {
-    let spec = &graph.ops()[op];
+    let spec = graph.ops().get(op).ok_or_else(|| Error::OutOfRange {
+        arg: "op",
+        bounds: format!("0..{} (the graph's operators)", graph.ops().len()),
+        actual: op.to_string(),
+    })?;
     let p = &spec.problem;
     let planner = Planner::new(*props).with_roofline(opts.roofline);
     let fixed = opts.fixed.get(op).copied().flatten();
@@ -406,7 +418,7 @@ fn choose_wave_variants(wave: &[usize], cands: &[Vec<Variant>], g: usize, slow: 
             let v = &cands[op][i];
             groups.push((v.tasks(), v.task_us * slow));
             if v.splits > 1 {
-                groups.push((v.tiles_m * v.tiles_n, v.reduce_us * slow));
+                groups.push((v.tiles_m.saturating_mul(v.tiles_n), v.reduce_us * slow));
             }
             chain = chain.max((v.task_us + v.reduce_us) * slow);
         }
@@ -499,7 +511,11 @@ impl Placer {
             let m = graph.ops()[op].problem.m;
             let mut ends = vec![0.0f64; v.tiles_m as usize];
             for tm in 0..v.tiles_m {
-                let (r0, r1) = (tm * v.tile.bm, ((tm + 1) * v.tile.bm).min(m));
+                // Saturating: the last row block may end past u32::MAX; it is clipped to M.
+                let (r0, r1) = (
+                    tm.saturating_mul(v.tile.bm),
+                    (tm + 1).saturating_mul(v.tile.bm).min(m),
+                );
                 let mut needs: Vec<Need> = Vec::new();
                 let mut ready: f64 = 0.0;
                 for dep in graph.deps_of(op) {
@@ -659,7 +675,8 @@ fn fastest_alone(c: &[Variant]) -> Variant {
 ///
 /// # Errors
 /// [`Error::LaunchLimit`] when an operator has no launchable variant or the vDevice has no
-/// CTA slot; [`Error::InvalidArgument`] for an inconsistent family.
+/// CTA slot; [`Error::TooLarge`] when `vdev.sms` × the CTAs per SM tried exceeds
+/// [`MAX_VEUS`]; [`Error::InvalidArgument`] for an inconsistent family.
 pub fn schedule(
     graph: &WaveGraph,
     family: &Family,
@@ -673,13 +690,23 @@ pub fn schedule(
             family.entry, vdev.sms, vdev.ctas_per_sm
         )));
     }
+    let max_r = opts.max_ctas_per_sm.clamp(1, vdev.ctas_per_sm);
+    // Every r up to max_r gets a placement with per-vEU state: bound the largest.
+    let veus = vdev.sms as u64 * max_r as u64;
+    if veus > MAX_VEUS {
+        return Err(Error::TooLarge {
+            arg: "vdev.sms × CTAs per SM",
+            max: MAX_VEUS,
+            actual: veus,
+        });
+    }
     let cands = all_candidates(graph, family, props, opts)?;
     let waves = graph.waves();
     let launch = opts.roofline.launch_us;
-    let max_r = opts.max_ctas_per_sm.clamp(1, vdev.ctas_per_sm);
     let mut best: Option<Schedule> = None;
     for r in 1..=max_r {
-        let g = (vdev.sms * r) as usize;
+        // At most MAX_VEUS, checked above.
+        let g = (vdev.sms as u64 * r as u64) as usize;
         let slow = r as f64 / (1.0 + opts.co_resident_speedup * (r - 1) as f64);
         let mut vars: Vec<Option<Variant>> = vec![None; graph.ops().len()];
         let mut programs: Vec<(Placer, f64)> = Vec::new();
@@ -783,6 +810,129 @@ pub fn per_op(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::PtxSet;
+    use crate::schedule::dag::{OpSpec, Region};
+    use crate::schedule::family::Arm;
+    use crate::tensor::MatrixDesc;
+    use fused_gemm_device::gemm::GemmArgs;
+    use fused_gemm_device::kernel::persistent::EPI_WORDS;
+    use fused_gemm_device::types::DType;
+
+    const T16: TileShape = TileShape::new(16, 64, 64, 1, 4, 4);
+    static ARMS: [Arm; 1] = [Arm {
+        kind: "bias_relu",
+        tile: T16,
+        grid_entry: "relu",
+    }];
+    static SET: PtxSet = PtxSet::new("none", &[]);
+    static FAM: Family = Family {
+        entry: "waves",
+        ptx: &SET,
+        input: DType::Bf16,
+        output: DType::Bf16,
+        threads: 128,
+        smem_bytes: 64 * 1024,
+        min_ctas_per_sm: 2,
+        arms: &ARMS,
+    };
+
+    /// One 64×64×64 bf16 operator.
+    fn one_op() -> WaveGraph {
+        let md = |ptr, rows, cols| MatrixDesc::contiguous(ptr, rows, cols, DType::Bf16);
+        let (a, w, c) = (
+            md(0x10000, 64, 64),
+            md(0x20000, 64, 64),
+            md(0x30000, 64, 64),
+        );
+        let mut g = WaveGraph::new();
+        g.add(OpSpec {
+            name: "op".into(),
+            kind: "bias_relu",
+            problem: Problem::gemm(64, 64, 64, DType::Bf16),
+            args: GemmArgs {
+                a: a.ptr,
+                b: w.ptr,
+                c: c.ptr,
+                m: 64,
+                n: 64,
+                k: 64,
+                lda: 64,
+                ldb: 64,
+                ldc: 64,
+                splits: 1,
+                ..GemmArgs::default()
+            },
+            epi: [0; EPI_WORDS],
+            reads: vec![Region::rows(a), Region::whole(w)],
+            writes: vec![Region::rows(c)],
+        })
+        .unwrap();
+        g
+    }
+
+    #[test]
+    fn candidates_of_an_operator_not_in_the_graph_are_an_error() {
+        let props = DeviceProps::h200();
+        let opts = ScheduleOptions::default();
+        let e = candidates(&WaveGraph::new(), 0, &FAM, &props, &opts).unwrap_err();
+        assert!(
+            matches!(&e, Error::OutOfRange { arg: "op", bounds, actual }
+                if bounds.starts_with("0..0") && actual == "0"),
+            "{e}"
+        );
+        let g = one_op();
+        assert!(!candidates(&g, 0, &FAM, &props, &opts).unwrap().is_empty());
+        assert!(matches!(
+            candidates(&g, 1, &FAM, &props, &opts),
+            Err(Error::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn vdevices_beyond_the_veu_bound_are_an_error() {
+        let props = DeviceProps::h200();
+        let opts = ScheduleOptions::default();
+        let g = one_op();
+        // u32::MAX SMs × 2 overflowed u32, and asked for a slot table per vEU.
+        for (sms, ctas_per_sm, veus) in [
+            (u32::MAX, 2, 2 * u32::MAX as u64),
+            (u32::MAX, 1, u32::MAX as u64),
+            ((1 << 15) + 1, 2, (1 << 16) + 2),
+        ] {
+            let vdev = VDevice { sms, ctas_per_sm };
+            let e = schedule(&g, &FAM, &props, vdev, &opts).unwrap_err();
+            assert!(
+                matches!(e, Error::TooLarge { max: MAX_VEUS, actual, .. } if actual == veus),
+                "{sms} × {ctas_per_sm}: {e}"
+            );
+        }
+        // The bound itself schedules.
+        let vdev = VDevice {
+            sms: 1 << 15,
+            ctas_per_sm: 2,
+        };
+        let s = schedule(&g, &FAM, &props, vdev, &opts).unwrap();
+        assert_eq!(s.variants.len(), 1);
+        assert!(s.ctas_per_sm >= 1 && s.ctas_per_sm <= 2);
+    }
+
+    #[test]
+    fn task_counts_saturate() {
+        let v = Variant {
+            arm: 0,
+            tile: T16,
+            splits: 16,
+            k_per_split: 64,
+            tiles_m: 65535,
+            tiles_n: 1 << 26,
+            task_us: 1.0,
+            reduce_us: 0.0,
+            alone_us: 1.0,
+            fills: true,
+        };
+        assert_eq!(v.tasks(), u32::MAX);
+        assert_eq!(v.tasks_per_row_block(), 1 << 30);
+    }
 
     #[test]
     fn lpt_makespan_balances() {

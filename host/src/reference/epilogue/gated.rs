@@ -8,14 +8,14 @@
 //! pair; see `crate::weights` for the weight-row permutation).
 
 use super::activation::{gelu_erf, silu};
-use super::{PairLayout, ReferenceError, check_len};
+use super::{PairLayout, ReferenceError, check_shape};
 
 /// `out[r, c] = act(g[r, c]) · u[r, c]` over an M × width row-major `x` (`rows` = M) holding
 /// gate and up columns in `layout`. Returns M × width/2.
 ///
 /// # Errors
 /// [`ReferenceError::OddPairWidth`] if `width` is odd, [`ReferenceError::Length`] if `x` is
-/// not rows × width.
+/// not rows × width, [`ReferenceError::TooLarge`] if rows × width overflows `usize`.
 pub fn glu(
     rows: usize,
     width: usize,
@@ -26,9 +26,9 @@ pub fn glu(
     if !width.is_multiple_of(2) {
         return Err(ReferenceError::OddPairWidth { width });
     }
-    check_len("x", rows * width, x.len())?;
+    check_shape("x", rows, width, x.len())?;
     let d = width / 2;
-    let mut out = Vec::with_capacity(rows * d);
+    let mut out = Vec::with_capacity(x.len() / 2);
     if d == 0 {
         return Ok(out);
     }

@@ -2,7 +2,7 @@
 //! directly and through per-tile partial statistics (the path a kernel takes when one CTA does
 //! not span the row).
 
-use super::{ReferenceError, check_len};
+use super::{ReferenceError, check_len, check_shape};
 
 /// Statistics of a set of values: count, mean and M2 = Σ(x − mean)².
 ///
@@ -75,7 +75,7 @@ fn check_norm_shapes(
             what: "N (row width)",
         });
     }
-    check_len("x", m * n, x.len())?;
+    check_shape("x", m, n, x.len())?;
     check_len("gamma", n, gamma.len())?;
     if let Some(b) = beta {
         check_len("beta", n, b.len())?;
@@ -100,7 +100,7 @@ fn mean_var(row: &[f64]) -> (f64, f64) {
 ///
 /// # Errors
 /// [`ReferenceError::ZeroDim`] if N = 0, [`ReferenceError::Length`] on a buffer of the wrong
-/// length.
+/// length, [`ReferenceError::TooLarge`] if M×N overflows `usize`.
 pub fn layer_norm_rows(
     m: usize,
     n: usize,
@@ -110,7 +110,7 @@ pub fn layer_norm_rows(
     eps: f64,
 ) -> Result<Vec<f64>, ReferenceError> {
     check_norm_shapes(m, n, x, gamma, Some(beta))?;
-    let mut y = Vec::with_capacity(m * n);
+    let mut y = Vec::with_capacity(x.len());
     for row in x.chunks_exact(n) {
         let (mean, var) = mean_var(row);
         let rstd = 1.0 / (var + eps).sqrt();
@@ -139,7 +139,7 @@ pub fn rms_norm_rows(
     eps: f64,
 ) -> Result<Vec<f64>, ReferenceError> {
     check_norm_shapes(m, n, x, gamma, None)?;
-    let mut y = Vec::with_capacity(m * n);
+    let mut y = Vec::with_capacity(x.len());
     for row in x.chunks_exact(n) {
         let ms = row.iter().map(|&v| v * v).sum::<f64>() / n as f64;
         let r = 1.0 / (ms + eps).sqrt();
@@ -154,7 +154,8 @@ pub fn rms_norm_rows(
 /// tile counts only its in-bounds columns.
 ///
 /// # Errors
-/// [`ReferenceError::ZeroDim`] if N or `bn` is 0, [`ReferenceError::Length`] if `x` is not M×N.
+/// [`ReferenceError::ZeroDim`] if N or `bn` is 0, [`ReferenceError::Length`] if `x` is not M×N,
+/// [`ReferenceError::TooLarge`] if M×N overflows `usize`.
 pub fn partial_row_moments(
     m: usize,
     n: usize,
@@ -172,7 +173,7 @@ pub fn partial_row_moments(
             what: "BN (tile width)",
         });
     }
-    check_len("x", m * n, x.len())?;
+    check_shape("x", m, n, x.len())?;
     Ok(x.chunks_exact(n)
         .flat_map(|row| {
             row.chunks(bn).map(|tile| {
@@ -187,7 +188,7 @@ pub fn partial_row_moments(
 ///
 /// # Errors
 /// [`ReferenceError::ZeroDim`] if `tiles` is 0, [`ReferenceError::Length`] if `partials` is
-/// not M × tiles.
+/// not M × tiles, [`ReferenceError::TooLarge`] if M × tiles overflows `usize`.
 pub fn merge_row_moments(
     m: usize,
     tiles: usize,
@@ -196,7 +197,7 @@ pub fn merge_row_moments(
     if tiles == 0 {
         return Err(ReferenceError::ZeroDim { what: "tiles" });
     }
-    check_len("partials", m * tiles, partials.len())?;
+    check_shape("partials", m, tiles, partials.len())?;
     Ok(partials
         .chunks_exact(tiles)
         .map(|t| t.iter().fold(RowMoments::default(), |a, &b| a.merge(b)))
@@ -222,7 +223,7 @@ pub fn layer_norm_rows_tiled(
     check_norm_shapes(m, n, x, gamma, Some(beta))?;
     let tiles = n.div_ceil(bn.max(1));
     let stats = merge_row_moments(m, tiles, &partial_row_moments(m, n, x, bn, false)?)?;
-    let mut y = Vec::with_capacity(m * n);
+    let mut y = Vec::with_capacity(x.len());
     for (row, st) in x.chunks_exact(n).zip(&stats) {
         let rstd = 1.0 / (st.variance() + eps).sqrt();
         y.extend(
@@ -250,7 +251,7 @@ pub fn rms_norm_rows_tiled(
     check_norm_shapes(m, n, x, gamma, None)?;
     let tiles = n.div_ceil(bn.max(1));
     let stats = merge_row_moments(m, tiles, &partial_row_moments(m, n, x, bn, true)?)?;
-    let mut y = Vec::with_capacity(m * n);
+    let mut y = Vec::with_capacity(x.len());
     for (row, st) in x.chunks_exact(n).zip(&stats) {
         let r = 1.0 / (st.mean + eps).sqrt();
         y.extend(row.iter().zip(gamma).map(|(&v, &g)| v * r * g));

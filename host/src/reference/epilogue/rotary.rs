@@ -15,7 +15,7 @@
 //! `(2i, 2i + 1)` for [`PairLayout::Interleaved`] (RoFormer, GPT-J, and the fused kernel once
 //! the Q/K weight rows are permuted with `crate::weights`).
 
-use super::{PairLayout, ReferenceError, check_len};
+use super::{PairLayout, ReferenceError, check_shape};
 
 /// A rotary embedding over the rows of an M × width matrix holding `width / head_dim` heads
 /// per row. Row r is the token at position `r % seq_len + pos_offset` (rows are `seq_len`-token
@@ -53,8 +53,10 @@ impl RopeConfig {
     ///
     /// # Errors
     /// [`ReferenceError::ZeroDim`] for `head_dim` or `seq_len` of 0,
-    /// [`ReferenceError::OddRotaryDim`], [`ReferenceError::RotaryDimTooLarge`], and
-    /// [`ReferenceError::InvalidTheta`] unless θ is finite and > 0.
+    /// [`ReferenceError::OddRotaryDim`], [`ReferenceError::RotaryDimTooLarge`],
+    /// [`ReferenceError::InvalidTheta`] unless θ is finite and > 0, and
+    /// [`ReferenceError::TooLarge`] if the last position, `pos_offset + seq_len − 1`, overflows
+    /// `usize`.
     pub fn validate(&self) -> Result<(), ReferenceError> {
         if self.head_dim == 0 {
             return Err(ReferenceError::ZeroDim { what: "head_dim" });
@@ -76,12 +78,19 @@ impl RopeConfig {
         if !(self.theta.is_finite() && self.theta > 0.0) {
             return Err(ReferenceError::InvalidTheta { theta: self.theta });
         }
+        if self.pos_offset.checked_add(self.seq_len - 1).is_none() {
+            return Err(ReferenceError::TooLarge {
+                what: "pos_offset + seq_len − 1",
+                detail: format!("{} + {} − 1 overflows usize", self.pos_offset, self.seq_len),
+            });
+        }
         Ok(())
     }
 
-    /// Position of row `r`.
+    /// Position of row `r`; saturates at `usize::MAX` (never for a configuration that passes
+    /// [`validate`](RopeConfig::validate)), and `seq_len = 0` counts as 1.
     pub fn position(&self, r: usize) -> usize {
-        r % self.seq_len + self.pos_offset
+        (r % self.seq_len.max(1)).saturating_add(self.pos_offset)
     }
 
     /// Columns (within a head) of pair `i`, for `i < rotary_dim / 2`.
@@ -115,8 +124,9 @@ impl RopeConfig {
 ///
 /// # Errors
 /// Those of [`RopeConfig::validate`] (an odd rotary dimension is
-/// [`ReferenceError::OddRotaryDim`]), [`ReferenceError::WidthNotMultipleOfHead`], and
-/// [`ReferenceError::Length`] if `x` is not rows × width.
+/// [`ReferenceError::OddRotaryDim`]), [`ReferenceError::WidthNotMultipleOfHead`],
+/// [`ReferenceError::Length`] if `x` is not rows × width, and [`ReferenceError::TooLarge`] if
+/// rows × width overflows `usize`.
 pub fn rope(
     rows: usize,
     width: usize,
@@ -130,7 +140,7 @@ pub fn rope(
             head_dim: cfg.head_dim,
         });
     }
-    check_len("x", rows * width, x.len())?;
+    check_shape("x", rows, width, x.len())?;
     let mut y = x.to_vec();
     if width == 0 {
         return Ok(y);
