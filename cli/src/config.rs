@@ -81,9 +81,10 @@ impl MiniLmConfig {
         activation: Activation::GeluErf,
     };
 
-    /// Head dimension, `hidden_size / num_heads` (32 for MiniLM).
+    /// Head dimension, `hidden_size / num_heads` (32 for MiniLM); 0 for the invalid
+    /// `num_heads` 0.
     pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_heads
+        self.hidden_size.checked_div(self.num_heads).unwrap_or(0)
     }
 
     /// Reads a Hugging Face BERT `config.json`.
@@ -91,7 +92,7 @@ impl MiniLmConfig {
     /// # Errors
     /// [`Error::ModelFileMissing`] when the file is absent; [`Error::Config`] when it is not
     /// JSON, lacks a field, is not a BERT with absolute positions, names an unknown activation,
-    /// or has `hidden_size` not divisible by `num_attention_heads`.
+    /// or fails [`MiniLmConfig::validate`] (the message names the field).
     pub fn from_file(path: &Path) -> Result<Self> {
         let bytes = read_model_file(path)?;
         let bad = |reason: String| Error::Config {
@@ -124,30 +125,65 @@ impl MiniLmConfig {
             layer_norm_eps: raw.layer_norm_eps,
             activation,
         };
-        let dims = [
-            ("vocab_size", cfg.vocab_size),
-            ("hidden_size", cfg.hidden_size),
-            ("num_hidden_layers", cfg.num_layers),
-            ("num_attention_heads", cfg.num_heads),
-            ("intermediate_size", cfg.intermediate_size),
-            ("max_position_embeddings", cfg.max_position_embeddings),
-            ("type_vocab_size", cfg.type_vocab_size),
+        cfg.validate().map_err(|e| bad(e.to_string()))?;
+        Ok(cfg)
+    }
+}
+
+/// Inclusive bounds of the integer hyper-parameters, with the name `config.json` gives them.
+/// Generous (10× to 100× the largest BERTs), but small enough that no size derived from them
+/// overflows and a corrupt config fails here instead of in an allocation.
+const LIMITS: [(&str, usize, usize); 7] = [
+    ("vocab_size", 1, 1 << 22),
+    ("hidden_size", 1, 1 << 16),
+    ("num_hidden_layers", 1, 1024),
+    ("num_attention_heads", 1, 1 << 16),
+    ("intermediate_size", 1, 1 << 18),
+    // [CLS] and [SEP] take two positions.
+    ("max_position_embeddings", 2, 1 << 20),
+    ("type_vocab_size", 1, 1 << 16),
+];
+
+impl MiniLmConfig {
+    /// Checks that every hyper-parameter is in range (see the bounds in the source: e.g.
+    /// `num_hidden_layers` in `1..=1024`, `hidden_size` in `1..=65536`), that `hidden_size` is
+    /// divisible by `num_attention_heads`, and that `layer_norm_eps` is finite and in `[0, 1]`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] whose `arg` is the `config.json` name of the first bad field.
+    pub fn validate(&self) -> Result<()> {
+        let values = [
+            self.vocab_size,
+            self.hidden_size,
+            self.num_layers,
+            self.num_heads,
+            self.intermediate_size,
+            self.max_position_embeddings,
+            self.type_vocab_size,
         ];
-        for (name, v) in dims {
-            if v == 0 {
-                return Err(bad(format!("{name} is 0")));
+        for ((name, lo, hi), v) in LIMITS.into_iter().zip(values) {
+            if !(lo..=hi).contains(&v) {
+                return Err(Error::invalid(name, format!("{lo}..={hi}"), v));
             }
         }
-        if !cfg.hidden_size.is_multiple_of(cfg.num_heads) {
-            return Err(bad(format!(
-                "hidden_size {} is not divisible by num_attention_heads {}",
-                cfg.hidden_size, cfg.num_heads
-            )));
+        if !self.hidden_size.is_multiple_of(self.num_heads) {
+            return Err(Error::invalid(
+                "num_attention_heads",
+                format!(
+                    "a divisor of hidden_size {} (hidden_size must be divisible by the head count)",
+                    self.hidden_size
+                ),
+                self.num_heads,
+            ));
         }
-        if !(cfg.layer_norm_eps.is_finite() && cfg.layer_norm_eps >= 0.0) {
-            return Err(bad(format!("layer_norm_eps {}", cfg.layer_norm_eps)));
+        if !(0.0..=1.0).contains(&self.layer_norm_eps) {
+            return Err(Error::invalid(
+                "layer_norm_eps",
+                "a finite value in [0, 1]",
+                self.layer_norm_eps,
+            ));
         }
-        Ok(cfg)
+        Ok(())
     }
 }
 

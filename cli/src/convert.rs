@@ -27,9 +27,10 @@ use crate::output::write_output;
 pub struct ConvertReport {
     /// The converted weights file.
     pub weights: PathBuf,
-    /// Floating-point tensors converted.
+    /// Floating-point tensors converted (F32, F16 or BF16 other than the target dtype).
     pub converted: usize,
-    /// Other tensors copied as they were (e.g. the I64 `position_ids`).
+    /// Other tensors copied as they were (e.g. the I64 `position_ids`, or tensors already in
+    /// the target dtype).
     pub copied: usize,
     /// Size of the source weights file, bytes.
     pub bytes_in: u64,
@@ -41,6 +42,9 @@ pub struct ConvertReport {
     /// f16 subnormals dominate and a relative bound means little).
     pub max_rel_rounding: f32,
 }
+
+/// Reads one little-endian element as f32 (exact for F32, F16 and BF16).
+type Widen = fn(&[u8]) -> f32;
 
 /// Bytes of `v` in `dtype` (little-endian) and the rounding error.
 fn encode(dtype: Dtype, v: f32) -> ([u8; 2], f32) {
@@ -57,8 +61,9 @@ fn encode(dtype: Dtype, v: f32) -> ([u8; 2], f32) {
     (bytes, (v - back).abs())
 }
 
-/// Writes `dst/model.safetensors` holding every F32 tensor of `src/model.safetensors` in
-/// `dtype` (rounded to nearest even; other tensors copied unchanged, names and metadata kept),
+/// Writes `dst/model.safetensors` holding every F32, F16 and BF16 tensor of
+/// `src/model.safetensors` in `dtype` (widened to f32, then rounded to nearest even; tensors
+/// already in `dtype` and non-float tensors copied unchanged, names and metadata kept),
 /// copies `config.json` and `tokenizer.json`, then loads the result with [`Model::load`] to
 /// check it. `dst` is created if missing; files are written atomically (temporary file, then
 /// rename).
@@ -71,7 +76,7 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
     if dtype == Dtype::F32 {
         return Err(Error::invalid(
             "--dtype",
-            "f16 or bf16 (the source is f32)",
+            "f16 or bf16 (convert-model writes 16-bit weights)",
             dtype,
         ));
     }
@@ -117,14 +122,22 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
     };
     let mut converted: Vec<(String, StDtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, t) in st.tensors() {
-        if t.dtype() != StDtype::F32 {
+        // Floating-point tensors are widened to f32 (exact) and rounded once to `dtype`.
+        let widen: Option<(usize, Widen)> = match t.dtype() {
+            d if d == st_dtype => None,
+            StDtype::F32 => Some((4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+            StDtype::F16 => Some((2, |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())),
+            StDtype::BF16 => Some((2, |b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())),
+            _ => None,
+        };
+        let Some((width, widen)) = widen else {
             report.copied += 1;
             converted.push((name, t.dtype(), t.shape().to_vec(), t.data().to_vec()));
             continue;
-        }
-        let mut out = Vec::with_capacity(t.data().len() / 2);
-        for b in t.data().chunks_exact(4) {
-            let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        };
+        let mut out = Vec::with_capacity(t.data().len() / width * 2);
+        for b in t.data().chunks_exact(width) {
+            let v = widen(b);
             if dtype == Dtype::F16 && v.is_finite() && v.abs() > 65504.0 {
                 return Err(Error::invalid(
                     "weights",

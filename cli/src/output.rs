@@ -1,7 +1,7 @@
 //! Writing embeddings (JSON lines or `.npy`) atomically, and the similarity table.
 
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -95,12 +95,19 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// Runs `write` into a temporary file next to `path`, then renames it to `path`: the file
-/// appears complete or not at all. With `path = None` it writes to stdout instead.
+/// Writes the output to `path`, or to stdout with `path = None`.
+///
+/// `path` is first resolved through any symbolic links (a link stays a link; its target gets
+/// the data). An existing target that is not a regular file (a FIFO, a character device) is
+/// opened and written directly. Otherwise `write` runs into a temporary file next to the
+/// target, which is then renamed over it: the file appears complete or not at all. The new
+/// file gets the permissions of the file it replaces, or those of a newly created file
+/// (0666 minus the umask) when there was none.
 ///
 /// # Errors
-/// [`Error::Io`] when the temporary file cannot be created, written or renamed (the
-/// temporary file is removed); errors of `write` wrapped the same way.
+/// [`Error::Io`] when `path` cannot be resolved or opened, or the temporary file cannot be
+/// created, written or renamed (the temporary file is removed); errors of `write` wrapped the
+/// same way.
 pub fn write_output(
     path: Option<&Path>,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
@@ -112,23 +119,76 @@ pub fn write_output(
             .and_then(|()| lock.flush())
             .map_err(|e| Error::io("write", "stdout", e));
     };
-    let dir = parent_dir(path);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".fused-gemm-output.")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io("write output", path, e))?;
+    let fail = |e| Error::io("write output", path, e);
+    let target = resolve_symlinks(path).map_err(fail)?;
+    let existing = match std::fs::metadata(&target) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(fail(e)),
+    };
+    if let Some(m) = existing.as_ref().filter(|m| !m.is_file()) {
+        if m.is_dir() {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "it is a directory",
+            )));
+        }
+        // A FIFO or device cannot be replaced by a rename: the data must go into it.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&target)
+            .map_err(fail)?;
+        let mut w = io::BufWriter::new(file);
+        return write(&mut w).and_then(|()| w.flush()).map_err(fail);
+    }
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".fused-gemm-output.");
+    // The temporary file's default 0600 would stick to the output after the rename. Set-id
+    // bits are dropped, as a write by another user would.
+    #[cfg(unix)]
+    let mode = {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = existing
+            .as_ref()
+            .map_or(0o666, |m| m.permissions().mode() & 0o777);
+        let perms = std::fs::Permissions::from_mode(mode);
+        builder.permissions(perms.clone());
+        perms
+    };
+    let mut tmp = builder.tempfile_in(parent_dir(&target)).map_err(fail)?;
+    #[cfg(unix)]
+    if existing.is_some() {
+        // Creation applied the umask; the replaced file's mode is kept exactly.
+        tmp.as_file().set_permissions(mode).map_err(fail)?;
+    }
     {
         let mut w = io::BufWriter::new(tmp.as_file_mut());
-        write(&mut w)
-            .and_then(|()| w.flush())
-            .map_err(|e| Error::io("write output", path, e))?;
+        write(&mut w).and_then(|()| w.flush()).map_err(fail)?;
     }
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| Error::io("write output", path, e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io("write output", path, e.error))?;
+    tmp.as_file().sync_all().map_err(fail)?;
+    tmp.persist(&target).map_err(|e| fail(e.error))?;
     Ok(())
+}
+
+/// `path` with every symbolic link along the final component followed (not the directories
+/// above it: the rename happens in the directory that holds the real file). A dangling link
+/// resolves to its missing target, which is then created.
+fn resolve_symlinks(path: &Path) -> io::Result<PathBuf> {
+    // As the kernel's limit on nested links (ELOOP).
+    const MAX_LINKS: usize = 40;
+    let mut p = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let link = std::fs::read_link(&p)?;
+                p = parent_dir(&p).join(link);
+            }
+            Ok(_) => return Ok(p),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(p),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other("too many levels of symbolic links"))
 }
 
 /// The cosine-similarity matrix as a text table: a header of column indices, one row per

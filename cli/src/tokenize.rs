@@ -3,8 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{
+    NormalizerWrapper, PreTokenizerWrapper, Tokenizer, TruncationDirection, TruncationParams,
+    TruncationStrategy,
+};
 
+use crate::config::MiniLmConfig;
 use crate::error::{Error, Result};
 
 /// The sequence length sentence-transformers uses for all-MiniLM-L6-v2 (`max_seq_length` in the
@@ -21,6 +25,9 @@ pub struct MiniLmTokenizer {
     inner: Tokenizer,
     max_seq_len: usize,
     pad_id: u32,
+    /// Whether cutting a long input before a space leaves the tokens before the cut unchanged
+    /// (see [`MiniLmTokenizer::encode`]).
+    prefix_exact: bool,
 }
 
 impl std::fmt::Debug for MiniLmTokenizer {
@@ -70,10 +77,25 @@ impl MiniLmTokenizer {
         let pad_id = inner
             .token_to_id("[PAD]")
             .ok_or_else(|| err("vocabulary has no [PAD] token".into()))?;
+        // The BERT normalizer works character by character (NFD reorders only marks, which
+        // never move across a space), the BERT pre-tokenizer splits at every space, and added
+        // tokens of printable ASCII cannot match across one, even normalized (CJK characters
+        // would get spaces): then a space in the input ends every token before it.
+        let prefix_exact = matches!(
+            inner.get_normalizer(),
+            Some(NormalizerWrapper::BertNormalizer(_))
+        ) && matches!(
+            inner.get_pre_tokenizer(),
+            Some(PreTokenizerWrapper::BertPreTokenizer(_))
+        ) && inner
+            .get_added_tokens_decoder()
+            .values()
+            .all(|t| t.content.chars().all(|c| c.is_ascii_graphic()));
         Ok(MiniLmTokenizer {
             inner,
             max_seq_len,
             pad_id,
+            prefix_exact,
         })
     }
 
@@ -99,6 +121,11 @@ impl MiniLmTokenizer {
 
     /// Token ids of one sentence, `[CLS] … [SEP]`, truncated, unpadded.
     ///
+    /// A long sentence is tokenized by prefixes cut before a space, doubling in length until
+    /// one fills `max_seq_len` tokens: with the BERT normalizer and pre-tokenizer the tokens of
+    /// such a prefix are the first tokens of the whole sentence, so the result is the same as
+    /// tokenizing it whole, in time proportional to `max_seq_len` rather than to its length.
+    ///
     /// # Errors
     /// [`Error::Tokenize`] (index 0) if the tokenizer fails.
     pub fn encode(&self, sentence: &str) -> Result<Vec<u32>> {
@@ -118,6 +145,20 @@ impl MiniLmTokenizer {
     }
 
     fn encode_indexed(&self, index: usize, sentence: &str) -> Result<Vec<u32>> {
+        if self.prefix_exact {
+            let mut budget = PREFIX_BYTES_PER_TOKEN.saturating_mul(self.max_seq_len);
+            while let Some(cut) = cut_before_space(sentence, budget) {
+                let ids = self.encode_whole(index, &sentence[..cut])?;
+                if ids.len() >= self.max_seq_len {
+                    return Ok(ids);
+                }
+                budget = cut.max(budget).saturating_mul(2);
+            }
+        }
+        self.encode_whole(index, sentence)
+    }
+
+    fn encode_whole(&self, index: usize, sentence: &str) -> Result<Vec<u32>> {
         let enc = self
             .inner
             .encode(sentence, true)
@@ -127,6 +168,30 @@ impl MiniLmTokenizer {
             })?;
         Ok(enc.get_ids().to_vec())
     }
+}
+
+/// Bytes of text per token of the first prefix [`MiniLmTokenizer::encode`] tries: English
+/// averages about 4 bytes per WordPiece token, so one prefix is almost always enough.
+const PREFIX_BYTES_PER_TOKEN: usize = 16;
+
+/// Where to cut `s` for a prefix of about `budget` bytes: the byte offset of the last space
+/// at or before `budget`, else of the first one after it. `None` when `s` is not longer than
+/// `budget` or has no such space (then it is tokenized whole).
+fn cut_before_space(s: &str, budget: usize) -> Option<usize> {
+    let bytes = s.as_bytes();
+    if bytes.len() <= budget {
+        return None;
+    }
+    bytes[..=budget]
+        .iter()
+        .rposition(|&b| b == b' ')
+        .filter(|&p| p > 0)
+        .or_else(|| {
+            bytes[budget..]
+                .iter()
+                .position(|&b| b == b' ')
+                .map(|p| p + budget)
+        })
 }
 
 /// A padded batch of token sequences, the input of a forward pass.
@@ -185,8 +250,93 @@ impl TokenBatch {
         })
     }
 
-    /// Total positions B·T (the M dimension of every GEMM in the forward pass).
+    /// Total positions B·T (the M dimension of every GEMM in the forward pass); saturates
+    /// instead of overflowing for a batch that [`TokenBatch::validate`] rejects.
     pub fn tokens(&self) -> usize {
-        self.batch * self.seq_len
+        self.batch.saturating_mul(self.seq_len)
+    }
+
+    /// Checks the batch against the layout above and the model's tables, before a backend
+    /// reads it: B ≥ 1; 1 ≤ T ≤ `max_position_embeddings`; `ids`, `type_ids` and `mask` hold
+    /// B·T values and `lengths` B; every length is in `1..=T` and its mask row is 1 on
+    /// `0..lengths[b]` and 0 after it (the CPU backend reads the mask, the CUDA backend the
+    /// lengths: they must agree); ids are below `vocab_size`, type ids below `type_vocab_size`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the first violation.
+    pub fn validate(&self, config: &MiniLmConfig) -> Result<()> {
+        if self.batch == 0 || self.seq_len == 0 {
+            return Err(Error::invalid(
+                "token batch",
+                "at least one sequence of at least one token",
+                format!("B = {}, T = {}", self.batch, self.seq_len),
+            ));
+        }
+        if self.seq_len > config.max_position_embeddings {
+            return Err(Error::invalid(
+                "sequence length",
+                format!("at most {} positions", config.max_position_embeddings),
+                self.seq_len,
+            ));
+        }
+        let n = self.batch.checked_mul(self.seq_len);
+        let counts = [self.ids.len(), self.type_ids.len(), self.mask.len()];
+        if counts.iter().any(|&c| Some(c) != n) || self.lengths.len() != self.batch {
+            return Err(Error::invalid(
+                "token batch",
+                format!(
+                    "B·T = {}·{} ids, type ids and mask values and B lengths",
+                    self.batch, self.seq_len
+                ),
+                format!(
+                    "{} ids, {} type ids, {} mask values, {} lengths",
+                    counts[0],
+                    counts[1],
+                    counts[2],
+                    self.lengths.len()
+                ),
+            ));
+        }
+        let t = self.seq_len;
+        for (b, (&len, mask)) in self
+            .lengths
+            .iter()
+            .zip(self.mask.chunks_exact(t))
+            .enumerate()
+        {
+            if !(1..=t).contains(&len) {
+                return Err(Error::invalid(
+                    "sequence length",
+                    format!("1..={t} (the padded length)"),
+                    format!("{len} for sequence {b}"),
+                ));
+            }
+            if let Some(p) = (0..t).find(|&p| mask[p] != u32::from(p < len)) {
+                return Err(Error::invalid(
+                    "attention mask",
+                    format!("1 before the length {len} of sequence {b}, 0 after it"),
+                    format!("{} at position {p}", mask[p]),
+                ));
+            }
+        }
+        if let Some(&id) = self.ids.iter().find(|&&i| i as usize >= config.vocab_size) {
+            return Err(Error::invalid(
+                "token id",
+                format!("below vocab_size {}", config.vocab_size),
+                id,
+            ));
+        }
+        if let Some(&ty) = self
+            .type_ids
+            .iter()
+            .find(|&&ty| ty as usize >= config.type_vocab_size)
+        {
+            return Err(Error::invalid(
+                "token type id",
+                format!("below type_vocab_size {}", config.type_vocab_size),
+                ty,
+            ));
+        }
+        Ok(())
     }
 }

@@ -171,8 +171,10 @@ impl ModelWeights {
     /// error messages.
     ///
     /// # Errors
-    /// As [`ModelWeights::load`], except the file-system errors.
+    /// As [`ModelWeights::load`], except the file-system errors; [`MiniLmConfig::validate`]'s
+    /// error for a config out of range.
     pub fn from_bytes(bytes: &[u8], path: &Path, config: &MiniLmConfig) -> Result<Self> {
+        config.validate()?;
         let st = SafeTensors::deserialize(bytes).map_err(|source| Error::SafeTensors {
             path: path.to_owned(),
             source,
@@ -217,7 +219,8 @@ impl ModelWeights {
             )?,
             layer_norm: ln("embeddings.LayerNorm")?,
         };
-        let mut layers = Vec::with_capacity(c.num_layers);
+        // Grows with the layers found in the file, never sized from the config alone.
+        let mut layers = Vec::new();
         for i in 0..c.num_layers {
             let p = format!("encoder.layer.{i}");
             let q = linear(&format!("{p}.attention.self.query"), d, d)?;
@@ -237,6 +240,86 @@ impl ModelWeights {
             embeddings,
             layers,
         })
+    }
+}
+
+impl ModelWeights {
+    /// Checks what [`ModelWeights::load`] guarantees, for weights built by hand: that
+    /// `num_attention_heads` divides `hidden_size`, and that every embedding table, LayerNorm
+    /// and linear layer of [`ModelWeights::layers`] has the shape the config implies. The
+    /// number of layers is not checked: the backends check the layer index of each step.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`num_attention_heads`) for a head count that does not divide
+    /// the hidden size; [`Error::TensorShape`] naming the first tensor of the wrong shape (its
+    /// actual shape given as `[rows, cols]` for linear weights, `[elements]` otherwise).
+    pub fn check_shapes(&self) -> Result<()> {
+        let c = &self.config;
+        if c.num_heads == 0 || !c.hidden_size.is_multiple_of(c.num_heads) {
+            return Err(Error::invalid(
+                "num_attention_heads",
+                format!("a divisor of hidden_size {}", c.hidden_size),
+                c.num_heads,
+            ));
+        }
+        let (d, f) = (c.hidden_size, c.intermediate_size);
+        let table = |name: &str, data: &[f32], shape: &[usize]| -> Result<()> {
+            match shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b)) {
+                Some(n) if n == data.len() => Ok(()),
+                _ => Err(Error::TensorShape {
+                    name: name.to_owned(),
+                    expected: shape.to_vec(),
+                    actual: vec![data.len()],
+                }),
+            }
+        };
+        let norm = |name: &str, ln: &LayerNormWeights| -> Result<()> {
+            table(&format!("{name}.weight"), &ln.gamma, &[d])?;
+            table(&format!("{name}.bias"), &ln.beta, &[d])
+        };
+        let linear = |name: &str, l: &Linear, n: usize, k: usize| -> Result<()> {
+            if (l.out_features, l.in_features) != (n, k) {
+                return Err(Error::TensorShape {
+                    name: format!("{name}.weight"),
+                    expected: vec![n, k],
+                    actual: vec![l.out_features, l.in_features],
+                });
+            }
+            table(&format!("{name}.weight"), &l.weight, &[n, k])?;
+            table(&format!("{name}.bias"), &l.bias, &[n])
+        };
+        let e = &self.embeddings;
+        table(
+            "embeddings.word_embeddings.weight",
+            &e.word,
+            &[c.vocab_size, d],
+        )?;
+        table(
+            "embeddings.position_embeddings.weight",
+            &e.position,
+            &[c.max_position_embeddings, d],
+        )?;
+        table(
+            "embeddings.token_type_embeddings.weight",
+            &e.token_type,
+            &[c.type_vocab_size, d],
+        )?;
+        norm("embeddings.LayerNorm", &e.layer_norm)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("encoder.layer.{i}");
+            linear(
+                &format!("{p}.attention.self.qkv"),
+                &l.qkv,
+                d.saturating_mul(3),
+                d,
+            )?;
+            linear(&format!("{p}.attention.output.dense"), &l.attn_out, d, d)?;
+            norm(&format!("{p}.attention.output.LayerNorm"), &l.attn_norm)?;
+            linear(&format!("{p}.intermediate.dense"), &l.ffn_up, f, d)?;
+            linear(&format!("{p}.output.dense"), &l.ffn_down, d, f)?;
+            norm(&format!("{p}.output.LayerNorm"), &l.ffn_norm)?;
+        }
+        Ok(())
     }
 }
 

@@ -376,3 +376,40 @@ fn smoke_runs_on_gpu_or_says_it_uses_the_cpu() {
         assert!(err.contains("no CUDA driver"), "{err}");
     }
 }
+
+#[test]
+fn config_values_out_of_range_fail_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    let config = TINY_CONFIG.replace(
+        "\"num_hidden_layers\": 1",
+        "\"num_hidden_layers\": 1000000000000000000",
+    );
+    write_model_dir(&m, &config, &safetensors_bytes(&tiny_shapes(&[])));
+    let mut c = bin();
+    c.args(["embed", "hello", "--max-seq-len", "8"])
+        .env("FUSED_GEMM_MODEL_DIR", &m);
+    assert_fails(&run(c, b""), &["config.json", "num_hidden_layers"]);
+}
+
+/// `-o FILE` creates the file as any program does, 0666 minus the umask (not the 0600 of a
+/// temporary file).
+#[cfg(unix)]
+#[test]
+fn output_file_mode_follows_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    for (umask, want) in [("022", 0o644), ("027", 0o640)] {
+        let out = dir.path().join(format!("e{umask}.jsonl"));
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("umask {umask} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_fused-gemm"))
+            .args(["embed", "hello", "-o"])
+            .arg(&out)
+            .env("FUSED_GEMM_MODEL_DIR", model_dir());
+        assert!(run(c, b"").status.success());
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, want, "umask {umask}: mode {mode:o}");
+        assert_eq!(parse_jsonl(&std::fs::read(&out).unwrap()).len(), 1);
+    }
+}

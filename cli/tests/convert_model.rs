@@ -101,3 +101,53 @@ fn bad_conversions_are_errors() {
     let e = convert_model(&model_dir(), &file.join("out"), Dtype::F16).unwrap_err();
     assert!(matches!(e, Error::Io { .. }), "{e}");
 }
+
+#[test]
+fn an_f16_model_converts_to_bf16() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f16_dir, bf16_dir, again) = (
+        dir.path().join("f16"),
+        dir.path().join("bf16"),
+        dir.path().join("bf16-again"),
+    );
+    convert_model(&model_dir(), &f16_dir, Dtype::F16).unwrap();
+    let r = convert_model(&f16_dir, &bf16_dir, Dtype::Bf16).unwrap();
+    assert!(r.converted >= 100 && r.copied >= 1, "{r:?}");
+    // bf16 has 8 significant bits, f16 11: rounding f16 values to bf16 loses up to 2^-9.
+    assert!(
+        r.max_rel_rounding > 0.0 && r.max_rel_rounding <= 1.0 / 256.0,
+        "{r:?}"
+    );
+
+    let (a, b) = (
+        std::fs::read(f16_dir.join("model.safetensors")).unwrap(),
+        std::fs::read(&r.weights).unwrap(),
+    );
+    let (sa, sb) = (
+        safetensors::SafeTensors::deserialize(&a).unwrap(),
+        safetensors::SafeTensors::deserialize(&b).unwrap(),
+    );
+    assert_eq!(sa.len(), sb.len());
+    let mut converted = 0;
+    for (name, tb) in sb.tensors() {
+        let ta = sa.tensor(&name).unwrap();
+        assert_eq!(ta.shape(), tb.shape(), "{name}");
+        if ta.dtype() != safetensors::Dtype::F16 {
+            assert_eq!((ta.dtype(), ta.data()), (tb.dtype(), tb.data()), "{name}");
+            continue;
+        }
+        assert_eq!(tb.dtype(), safetensors::Dtype::BF16, "{name}");
+        for (x, y) in ta.data().chunks_exact(2).zip(tb.data().chunks_exact(2)) {
+            let want = half::bf16::from_f32(half::f16::from_le_bytes([x[0], x[1]]).to_f32());
+            assert_eq!(half::bf16::from_le_bytes([y[0], y[1]]), want, "{name}");
+        }
+        converted += 1;
+    }
+    assert_eq!(converted, r.converted);
+
+    // Tensors already in the target dtype are copied unchanged.
+    let r = convert_model(&bf16_dir, &again, Dtype::Bf16).unwrap();
+    assert_eq!((r.converted, r.max_abs_rounding), (0, 0.0), "{r:?}");
+    assert_eq!(std::fs::read(&r.weights).unwrap(), b);
+    Model::load(&again, 128).unwrap();
+}

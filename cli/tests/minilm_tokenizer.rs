@@ -5,6 +5,7 @@ mod common;
 
 use common::{model, model_dir};
 use fused_gemm_cli::{CpuBackend, Dtype, MiniLmTokenizer, embed};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 #[test]
 fn accents_and_case_are_removed() {
@@ -71,4 +72,100 @@ fn max_seq_len_below_two_is_rejected() {
         let e = MiniLmTokenizer::from_file(&path, bad).unwrap_err();
         assert!(e.to_string().contains("--max-seq-len"), "{e}");
     }
+}
+
+/// The tokenizers crate truncating as sentence-transformers does, run on the whole text: what
+/// [`MiniLmTokenizer::encode`] must return, however it gets there.
+fn reference(max_seq_len: usize) -> Tokenizer {
+    let mut t = Tokenizer::from_file(model_dir().join("tokenizer.json")).unwrap();
+    t.with_truncation(Some(TruncationParams {
+        direction: TruncationDirection::Right,
+        max_length: max_seq_len,
+        strategy: TruncationStrategy::LongestFirst,
+        stride: 0,
+    }))
+    .unwrap();
+    t.with_padding(None);
+    t
+}
+
+/// Long inputs are tokenized by prefixes cut before a space; the ids must be those of the
+/// whole text. The pieces put at a cut what could change the tokens before it: combining marks
+/// after a space, CJK characters (the normalizer pads them with spaces), special tokens,
+/// control and other whitespace characters, words over WordPiece's 100 characters, characters
+/// whose lowercase is longer, unknown characters, and long runs without a space.
+#[test]
+fn long_inputs_give_the_ids_of_the_whole_text() {
+    let pieces = [
+        "word",
+        "tokenization",
+        "The",
+        "ÉIRE",
+        "\u{301}",
+        "e\u{301}",
+        "的人",
+        "有",
+        "[MASK]",
+        "[CLS]",
+        "[mask]",
+        "[",
+        "]",
+        ",",
+        "...",
+        "\t",
+        "\u{a0}",
+        "\u{3000}",
+        "\u{7}",
+        "\u{0}",
+        "\u{fffd}",
+        "İstanbul",
+        "ΣΑΣ",
+        "🙂",
+        "x",
+        "supercalifragilisticexpialidocious",
+        "-",
+        "'s",
+        "\u{200b}",
+        "ﬁ",
+    ];
+    let long_word = "a".repeat(150);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let path = model_dir().join("tokenizer.json");
+    let mut checked_long = 0;
+    for max in [2usize, 3, 9, 40, 256] {
+        let t = MiniLmTokenizer::from_file(&path, max).unwrap();
+        let r = reference(max);
+        let reference_ids = |text: &str| r.encode(text, true).unwrap().get_ids().to_vec();
+        for case in 0..60 {
+            // Up to ~12 KB: past the first prefix (16 bytes per token) for every max here.
+            let target = 1 + next(12_000);
+            let mut text = String::new();
+            while text.len() < target {
+                match next(20) {
+                    0 => text.push_str(&long_word),
+                    1 => text.push_str(&"b".repeat(next(3000))),
+                    _ => text.push_str(pieces[next(pieces.len())]),
+                }
+                text.push_str([" ", " ", " ", "", "  ", "\n"][next(6)]);
+            }
+            let want = reference_ids(&text);
+            assert_eq!(
+                t.encode(&text).unwrap(),
+                want,
+                "max {max}, case {case}: {text:?}"
+            );
+            checked_long += usize::from(text.len() > 16 * max);
+        }
+        // A space only at the very start, and none at all.
+        for text in [format!(" {}", "c".repeat(40 * max)), "d".repeat(40 * max)] {
+            assert_eq!(t.encode(&text).unwrap(), reference_ids(&text));
+        }
+    }
+    assert!(checked_long > 200, "{checked_long} long cases");
 }

@@ -236,3 +236,210 @@ fn cpu_backend_rejects_half_dtypes() {
         384
     );
 }
+
+#[test]
+fn out_of_range_configs_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("config.json");
+    for (from, to, field) in [
+        (
+            "\"num_hidden_layers\": 1",
+            "\"num_hidden_layers\": 1000000000000000000",
+            "num_hidden_layers",
+        ),
+        (
+            "\"vocab_size\": 10",
+            "\"vocab_size\": 10000000000",
+            "vocab_size",
+        ),
+        (
+            "\"hidden_size\": 4",
+            "\"hidden_size\": 4294967296",
+            "hidden_size",
+        ),
+        (
+            "\"intermediate_size\": 8",
+            "\"intermediate_size\": 1000000000000",
+            "intermediate_size",
+        ),
+        (
+            "\"max_position_embeddings\": 8",
+            "\"max_position_embeddings\": 1000000000000000",
+            "max_position_embeddings",
+        ),
+        (
+            "\"max_position_embeddings\": 8",
+            "\"max_position_embeddings\": 1",
+            "max_position_embeddings",
+        ),
+        (
+            "\"type_vocab_size\": 2",
+            "\"type_vocab_size\": 0",
+            "type_vocab_size",
+        ),
+        (
+            "\"num_attention_heads\": 2",
+            "\"num_attention_heads\": 0",
+            "num_attention_heads",
+        ),
+        (
+            "\"layer_norm_eps\": 1e-12",
+            "\"layer_norm_eps\": 2.0",
+            "layer_norm_eps",
+        ),
+    ] {
+        let text = TINY_CONFIG.replace(from, to);
+        assert_ne!(text, TINY_CONFIG, "{from}");
+        std::fs::write(&p, text).unwrap();
+        let e = MiniLmConfig::from_file(&p).unwrap_err();
+        assert!(matches!(e, Error::Config { .. }), "{to}: {e}");
+        assert!(e.to_string().contains(field), "{to}: {e}");
+    }
+}
+
+#[test]
+fn loader_rejects_a_config_out_of_range_before_allocating() {
+    let bytes = safetensors_bytes(&tiny_shapes(&[]));
+    let huge = MiniLmConfig {
+        num_layers: 1 << 60,
+        ..tiny_config()
+    };
+    let e = ModelWeights::from_bytes(&bytes, Path::new("tiny.safetensors"), &huge).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                arg: "num_hidden_layers",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_token_batches_are_errors_not_panics() {
+    let w = load_tiny(&safetensors_bytes(&tiny_shapes(&[]))).unwrap();
+    let mut cpu = CpuBackend::new(std::sync::Arc::new(w), Dtype::F32).unwrap();
+    let good = TokenBatch::pad(&[vec![1u32, 5, 2], vec![1, 2]], 0).unwrap();
+    assert_eq!((good.batch, good.seq_len), (2, 3));
+    forward(&mut cpu, &good, None).unwrap();
+    let cases = [
+        (
+            TokenBatch {
+                ids: vec![1, 2],
+                ..good.clone()
+            },
+            "token batch",
+        ),
+        (
+            TokenBatch {
+                mask: vec![1, 1],
+                ..good.clone()
+            },
+            "token batch",
+        ),
+        (
+            TokenBatch {
+                type_ids: vec![0; 7],
+                ..good.clone()
+            },
+            "token batch",
+        ),
+        (
+            TokenBatch {
+                lengths: vec![3],
+                ..good.clone()
+            },
+            "token batch",
+        ),
+        (
+            TokenBatch {
+                batch: 0,
+                ..good.clone()
+            },
+            "token batch",
+        ),
+        (
+            TokenBatch {
+                batch: usize::MAX,
+                ..good.clone()
+            },
+            "token batch",
+        ),
+        (
+            TokenBatch {
+                seq_len: 9,
+                ..good.clone()
+            },
+            "sequence length",
+        ),
+        (
+            TokenBatch {
+                lengths: vec![4, 2],
+                ..good.clone()
+            },
+            "sequence length",
+        ),
+        (
+            TokenBatch {
+                lengths: vec![3, 0],
+                ..good.clone()
+            },
+            "sequence length",
+        ),
+        (
+            TokenBatch {
+                mask: vec![1, 1, 1, 1, 1, 1],
+                ..good.clone()
+            },
+            "attention mask",
+        ),
+        (
+            TokenBatch {
+                type_ids: vec![0, 0, 2, 0, 0, 0],
+                ..good.clone()
+            },
+            "token type id",
+        ),
+    ];
+    for (bad, needle) in cases {
+        let e = forward(&mut cpu, &bad, None).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains(needle),
+            "{bad:?}: {e}"
+        );
+    }
+    // A layer index past the model's layers is an error in every step that reads weights.
+    let inputs = cpu.upload_inputs(&good).unwrap();
+    let mut a = cpu.activations(good.tokens()).unwrap();
+    cpu.embeddings(&inputs, &mut a.x).unwrap();
+    let layer_error = |r: fused_gemm_cli::Result<()>| {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "layer", .. }),
+            "{e}"
+        );
+    };
+    layer_error(cpu.qkv_projection(99, &a.x, &mut a.qkv));
+    layer_error(cpu.attn_out_residual_layernorm(1, &a.ctx, &a.x, &mut a.h));
+    layer_error(cpu.ffn_up_gelu(99, &a.h, &mut a.mid));
+    layer_error(cpu.ffn_down_residual_layernorm(99, &a.mid, &a.h, &mut a.x));
+    cpu.qkv_projection(0, &a.x, &mut a.qkv).unwrap();
+}
+
+#[test]
+fn hand_built_weights_of_the_wrong_size_are_rejected() {
+    let mut w = load_tiny(&safetensors_bytes(&tiny_shapes(&[]))).unwrap();
+    w.layers[0].ffn_up.weight.pop();
+    let e = CpuBackend::new(std::sync::Arc::new(w.clone()), Dtype::F32).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("encoder.layer.0.intermediate.dense.weight"),
+        "{e}"
+    );
+    w.layers.clear();
+    w.config.num_heads = 0;
+    let e = CpuBackend::new(std::sync::Arc::new(w), Dtype::F32).unwrap_err();
+    assert!(e.to_string().contains("num_attention_heads"), "{e}");
+}

@@ -7,7 +7,7 @@ use crate::backend::{Activations, Backend, Dtype};
 use crate::config::{Activation, MiniLmConfig};
 use crate::error::{Error, Result};
 use crate::tokenize::TokenBatch;
-use crate::weights::{Linear, ModelWeights};
+use crate::weights::{LayerWeights, Linear, ModelWeights};
 
 /// A row-major `[rows, cols]` f32 matrix in host memory.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +20,19 @@ pub struct CpuTensor {
     pub data: Vec<f32>,
 }
 
+/// A token batch checked by [`TokenBatch::validate`] against the model: what
+/// [`Backend::upload_inputs`] returns, so that the steps never index past the batch or the
+/// embedding tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuInputs(TokenBatch);
+
+impl CpuInputs {
+    /// The checked batch.
+    pub fn batch(&self) -> &TokenBatch {
+        &self.0
+    }
+}
+
 /// The CPU implementation of [`Backend`], f32 only.
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
@@ -30,7 +43,8 @@ impl CpuBackend {
     /// A CPU backend over `weights`.
     ///
     /// # Errors
-    /// [`Error::UnsupportedDtype`] for any `dtype` other than [`Dtype::F32`].
+    /// [`Error::UnsupportedDtype`] for any `dtype` other than [`Dtype::F32`]; as
+    /// [`ModelWeights::check_shapes`].
     pub fn new(weights: Arc<ModelWeights>, dtype: Dtype) -> Result<Self> {
         if dtype != Dtype::F32 {
             return Err(Error::UnsupportedDtype {
@@ -39,11 +53,19 @@ impl CpuBackend {
                 supported: "f32",
             });
         }
+        weights.check_shapes()?;
         Ok(CpuBackend { weights })
     }
 
+    fn layer(&self, layer: usize) -> Result<&LayerWeights> {
+        let layers = &self.weights.layers;
+        layers
+            .get(layer)
+            .ok_or_else(|| Error::invalid("layer", format!("below {}", layers.len()), layer))
+    }
+
     fn check_shape(t: &CpuTensor, rows: usize, cols: usize, what: &'static str) -> Result<()> {
-        if t.rows != rows || t.cols != cols || t.data.len() != rows * cols {
+        if t.rows != rows || t.cols != cols || Some(t.data.len()) != rows.checked_mul(cols) {
             return Err(Error::invalid(
                 what,
                 format!("[{rows}, {cols}]"),
@@ -56,7 +78,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
-    type Inputs = TokenBatch;
+    type Inputs = CpuInputs;
 
     fn name(&self) -> &'static str {
         "cpu"
@@ -66,54 +88,33 @@ impl Backend for CpuBackend {
         &self.weights.config
     }
 
-    fn upload_inputs(&mut self, batch: &TokenBatch) -> Result<TokenBatch> {
-        let c = self.config();
-        if batch.seq_len > c.max_position_embeddings {
-            return Err(Error::invalid(
-                "sequence length",
-                format!("at most {} positions", c.max_position_embeddings),
-                batch.seq_len,
-            ));
-        }
-        if let Some(&id) = batch.ids.iter().find(|&&i| i as usize >= c.vocab_size) {
-            return Err(Error::invalid(
-                "token id",
-                format!("below vocab_size {}", c.vocab_size),
-                id,
-            ));
-        }
-        if let Some(&t) = batch
-            .type_ids
-            .iter()
-            .find(|&&t| t as usize >= c.type_vocab_size)
-        {
-            return Err(Error::invalid(
-                "token type id",
-                format!("below type_vocab_size {}", c.type_vocab_size),
-                t,
-            ));
-        }
-        Ok(batch.clone())
+    fn upload_inputs(&mut self, batch: &TokenBatch) -> Result<CpuInputs> {
+        batch.validate(self.config())?;
+        Ok(CpuInputs(batch.clone()))
     }
 
     fn activations(&mut self, rows: usize) -> Result<Activations<CpuTensor>> {
         let c = &self.weights.config;
         let (d, f) = (c.hidden_size, c.intermediate_size);
-        let zeros = |cols: usize| CpuTensor {
-            rows,
-            cols,
-            data: vec![0.0; rows * cols],
+        let zeros = |cols: usize| -> Result<CpuTensor> {
+            let too_many = || Error::invalid("activation rows", "a size that fits in memory", rows);
+            let len = rows.checked_mul(cols).ok_or_else(too_many)?;
+            let mut data = Vec::new();
+            data.try_reserve_exact(len).map_err(|_| too_many())?;
+            data.resize(len, 0.0);
+            Ok(CpuTensor { rows, cols, data })
         };
         Ok(Activations {
-            x: zeros(d),
-            h: zeros(d),
-            qkv: zeros(3 * d),
-            ctx: zeros(d),
-            mid: zeros(f),
+            x: zeros(d)?,
+            h: zeros(d)?,
+            qkv: zeros(d.saturating_mul(3))?,
+            ctx: zeros(d)?,
+            mid: zeros(f)?,
         })
     }
 
-    fn embeddings(&mut self, inputs: &TokenBatch, x: &mut CpuTensor) -> Result<()> {
+    fn embeddings(&mut self, inputs: &CpuInputs, x: &mut CpuTensor) -> Result<()> {
+        let inputs = inputs.batch();
         let c = &self.weights.config;
         let e = &self.weights.embeddings;
         let d = c.hidden_size;
@@ -141,17 +142,17 @@ impl Backend for CpuBackend {
     }
 
     fn qkv_projection(&mut self, layer: usize, x: &CpuTensor, qkv: &mut CpuTensor) -> Result<()> {
-        let w = &self.weights.layers[layer].qkv;
-        linear(x, w, qkv)
+        linear(x, &self.layer(layer)?.qkv, qkv)
     }
 
     fn attention(
         &mut self,
         _layer: usize,
-        inputs: &TokenBatch,
+        inputs: &CpuInputs,
         qkv: &CpuTensor,
         ctx: &mut CpuTensor,
     ) -> Result<()> {
+        let inputs = inputs.batch();
         let c = &self.weights.config;
         let (d, heads, hd) = (c.hidden_size, c.num_heads, c.head_dim());
         let t = inputs.seq_len;
@@ -224,7 +225,7 @@ impl Backend for CpuBackend {
         residual: &CpuTensor,
         out: &mut CpuTensor,
     ) -> Result<()> {
-        let l = &self.weights.layers[layer];
+        let l = self.layer(layer)?;
         linear(ctx, &l.attn_out, out)?;
         residual_layer_norm(
             out,
@@ -236,7 +237,7 @@ impl Backend for CpuBackend {
     }
 
     fn ffn_up_gelu(&mut self, layer: usize, h: &CpuTensor, mid: &mut CpuTensor) -> Result<()> {
-        linear(h, &self.weights.layers[layer].ffn_up, mid)?;
+        linear(h, &self.layer(layer)?.ffn_up, mid)?;
         let act: Activation = self.weights.config.activation;
         for v in &mut mid.data {
             *v = act.apply(*v);
@@ -251,7 +252,7 @@ impl Backend for CpuBackend {
         residual: &CpuTensor,
         out: &mut CpuTensor,
     ) -> Result<()> {
-        let l = &self.weights.layers[layer];
+        let l = self.layer(layer)?;
         linear(mid, &l.ffn_down, out)?;
         residual_layer_norm(
             out,
@@ -262,7 +263,8 @@ impl Backend for CpuBackend {
         )
     }
 
-    fn mean_pool_normalize(&mut self, inputs: &TokenBatch, x: &CpuTensor) -> Result<Vec<f32>> {
+    fn mean_pool_normalize(&mut self, inputs: &CpuInputs, x: &CpuTensor) -> Result<Vec<f32>> {
+        let inputs = inputs.batch();
         let d = self.weights.config.hidden_size;
         Self::check_shape(x, inputs.tokens(), d, "pooling input")?;
         let t = inputs.seq_len;
@@ -286,6 +288,13 @@ fn linear(x: &CpuTensor, w: &Linear, out: &mut CpuTensor) -> Result<()> {
     let (m, k, n) = (x.rows, w.in_features, w.out_features);
     CpuBackend::check_shape(x, m, k, "linear input")?;
     CpuBackend::check_shape(out, m, n, "linear output")?;
+    if Some(w.weight.len()) != n.checked_mul(k) || w.bias.len() != n {
+        return Err(Error::invalid(
+            "linear layer",
+            format!("a [{n}, {k}] weight and {n} biases"),
+            format!("{} weights, {} biases", w.weight.len(), w.bias.len()),
+        ));
+    }
     for row in out.data.chunks_exact_mut(n) {
         row.copy_from_slice(&w.bias);
     }

@@ -205,7 +205,8 @@ pub struct Activations<T> {
 ///
 /// Tensors are row-major matrices owned by the caller ([`forward`]) and allocated through
 /// [`Backend::activations`]; a step never aliases its inputs and outputs. `layer` indexes the
-/// encoder layers, `0..config().num_layers`.
+/// encoder layers, `0..config().num_layers`; a step that reads a layer's weights returns
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an index past them.
 pub trait Backend {
     /// A row-major matrix on the backend's device.
     type Tensor;
@@ -218,11 +219,12 @@ pub trait Backend {
     /// The model's hyper-parameters.
     fn config(&self) -> &MiniLmConfig;
 
-    /// Copies a token batch to the device.
+    /// Checks a token batch with [`TokenBatch::validate`] and copies it to the device.
     ///
     /// # Errors
-    /// A token id outside the vocabulary, a sequence longer than the position table, or a
-    /// device error.
+    /// [`TokenBatch::validate`]'s errors (array lengths that do not match the shape, a mask
+    /// that disagrees with the lengths, a token id outside the vocabulary, a sequence longer
+    /// than the position table), or a device error.
     fn upload_inputs(&mut self, batch: &TokenBatch) -> Result<Self::Inputs>;
 
     /// The activation matrices for `rows` token rows (contents unspecified): `x`, `h`: `[rows,

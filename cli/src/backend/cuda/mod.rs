@@ -364,8 +364,10 @@ impl<T: GpuElement> CudaBackend<T> {
     /// `gpu` is cloned; see the [module docs](self) about sharing it while graphs are live.
     ///
     /// # Errors
-    /// As [`check_config`]; device errors (out of memory, PTX not built or not loadable).
+    /// As [`ModelWeights::check_shapes`] and [`check_config`]; device errors (out of memory,
+    /// PTX not built or not loadable).
     pub fn new(gpu: &Gpu, weights: &ModelWeights, options: CudaOptions) -> Result<Self> {
+        weights.check_shapes()?;
         let config = weights.config.clone();
         let heads = check_config(&config)?;
         let e = &weights.embeddings;
@@ -375,7 +377,7 @@ impl<T: GpuElement> CudaBackend<T> {
             token_type: upload_as(gpu, &e.token_type)?,
             norm: DeviceNorm::new(gpu, &e.layer_norm)?,
         };
-        let mut layers = Vec::with_capacity(config.num_layers);
+        let mut layers = Vec::with_capacity(weights.layers.len());
         for l in &weights.layers {
             layers.push(DeviceLayer {
                 qkv: DeviceLinear::from_linear(gpu, &l.qkv)?,
@@ -478,57 +480,10 @@ impl<T: GpuElement> CudaBackend<T> {
         }
     }
 
-    /// Checks a token batch against the model's tables before anything is uploaded: the
-    /// kernels of a replayed graph are not re-validated.
+    /// Checks a token batch against the model's tables ([`TokenBatch::validate`]) before
+    /// anything is uploaded: the kernels of a replayed graph are not re-validated.
     fn check_batch(&self, batch: &TokenBatch) -> Result<()> {
-        let c = &self.config;
-        if batch.batch == 0 || batch.seq_len == 0 {
-            return Err(Error::invalid("batch", "at least one token", 0));
-        }
-        if batch.seq_len > c.max_position_embeddings {
-            return Err(Error::invalid(
-                "sequence length",
-                format!("at most {} positions", c.max_position_embeddings),
-                batch.seq_len,
-            ));
-        }
-        let n = batch.tokens();
-        if batch.ids.len() != n
-            || batch.type_ids.len() != n
-            || batch.mask.len() != n
-            || batch.lengths.len() != batch.batch
-        {
-            return Err(Error::invalid(
-                "token batch",
-                format!("{n} ids, type ids and mask values, {} lengths", batch.batch),
-                format!(
-                    "{}, {}, {}, {}",
-                    batch.ids.len(),
-                    batch.type_ids.len(),
-                    batch.mask.len(),
-                    batch.lengths.len()
-                ),
-            ));
-        }
-        if let Some(&id) = batch.ids.iter().find(|&&i| i as usize >= c.vocab_size) {
-            return Err(Error::invalid(
-                "token id",
-                format!("below vocab_size {}", c.vocab_size),
-                id,
-            ));
-        }
-        if let Some(&t) = batch
-            .type_ids
-            .iter()
-            .find(|&&t| t as usize >= c.type_vocab_size)
-        {
-            return Err(Error::invalid(
-                "token type id",
-                format!("below type_vocab_size {}", c.type_vocab_size),
-                t,
-            ));
-        }
-        Ok(())
+        batch.validate(&self.config)
     }
 
     /// `batch` padded on the right to a length multiple of [`CudaOptions::seq_multiple`]
@@ -706,7 +661,8 @@ impl<T: GpuElement> CudaBackend<T> {
 }
 
 /// `batch` right-padded to length `t ≥ batch.seq_len` (pad id 0 = `[PAD]`, type 0, mask 0).
-pub fn pad_to(batch: &TokenBatch, t: usize) -> TokenBatch {
+/// `batch` must have passed [`TokenBatch::validate`] (it is indexed by its shape).
+pub(crate) fn pad_to(batch: &TokenBatch, t: usize) -> TokenBatch {
     let t = t.max(batch.seq_len);
     if t == batch.seq_len {
         return batch.clone();
