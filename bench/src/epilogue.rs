@@ -44,8 +44,9 @@ pub enum Epilogue {
     /// into B offline, as CODA does. Ours: r by a row kernel, then a GEMM whose epilogue scales
     /// rows by r. Unfused: the RMSNorm materialized (`rms_norm`, unit γ), then the GEMM.
     RmsnormScale,
-    /// The producer side of RMSNorm-scale: `out = C` (M×N) and `rstd[r] = 1/√(mean_c C[r, c]²
-    /// + ε)` (f32, length M; ε = 1e-5), the `r` the next GEMM applies as a row scale.
+    /// The producer side of RMSNorm-scale: `out = C` (M×N) and
+    /// `rstd[r] = 1/√(mean_c C[r, c]² + ε)` (f32, length M; ε = 1e-5), the `r` the next GEMM
+    /// applies as a row scale.
     RmsRstd,
 }
 

@@ -5,7 +5,8 @@
 //!
 //! # When the Hopper path runs
 //!
-//! All of: the spec has variants of a tile in [`TILES_SM90`]; the device is compute capability
+//! All of: the spec has variants of a tile in
+//! [`TILES_SM90`](fused_gemm_device::gemm::sm90::TILES_SM90); the device is compute capability
 //! 9.0 and loads the spec's `sm_90a` module; A and B are 16-bit, B stored N×K; K ≥ 1; A and B
 //! allow the 16-byte path (16-byte aligned addresses and row strides, which is what TMA needs;
 //! otherwise [`crate::validate::VectorPath`] sends the call to the bounds-checked sm_80 path);
@@ -760,8 +761,8 @@ where
 
 /// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
 /// direct stores: a plan with the staging buffers (which [`plan_fit`] gives only where
-/// [`stages_c`] holds) or a row-norm group ([`row_norm_group`]), and a C that
-/// [`output_map_key`] takes.
+/// [`stages_c`] holds) or a row-norm group ([`NormPath::Cluster`], [`NormPath::GlobalExchange`]), and a C that TMA
+/// can move (16-bit, 16-byte aligned address and row stride, M and N not zero).
 pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
     if plan.smem_bytes != sm90::smem_bytes_staged(&plan.tile) && !row_norm_group(plan) {
         return None;
@@ -803,7 +804,7 @@ fn output_map_key(mat: &MatrixDesc, dtype: DType, checked: &Checked) -> Option<M
 }
 
 /// Whether C and the epilogue's `residual` operands (none, or one) can each be moved with TMA
-/// ([`output_map_key`], [`residual_map_key`]): what a row-norm group needs to take its last
+/// (as for [`c_map_key`] and [`residual_map_key`]): what a row-norm group needs to take its last
 /// tile's epilogue through the ring. `false` for two residuals, which are read per thread.
 pub fn epilogue_tma(call: &GemmCall<'_>, checked: &Checked) -> bool {
     let residual = call
@@ -816,7 +817,7 @@ pub fn epilogue_tma(call: &GemmCall<'_>, checked: &Checked) -> bool {
 
 /// The tensor map key of the `residual` matrix for [`Sm90Args::tmap_r`] (used only with C's
 /// map), or `None`: exactly one `residual` operand, no row norm before it (that stage would run
-/// in the finishing kernel), and a matrix [`output_map_key`] takes.
+/// in the finishing kernel), and a matrix TMA can move as it moves C ([`c_map_key`]).
 pub fn residual_map_key(call: &GemmCall<'_>, checked: &Checked) -> Option<MapKey> {
     let mut residuals = call.epilogue.iter().filter_map(|e| match e.operand {
         Operand::Residual(r) => Some((e.stage, r)),

@@ -1,7 +1,7 @@
 //! `#[fused_gemm(epilogue = [...])]`: declares a fused GEMM kernel.
 //!
-//! Pipeline (one function each): [`parse`] the attribute into the typed [`ast`], [`validate`] it
-//! and the annotated item (every error reported, each at its token), then [`expand`] into device
+//! Pipeline (one private module each): `parse` the attribute into the typed `ast`, `validate` it
+//! and the annotated item (every error reported, each at its token), then `expand` into device
 //! entry points (under `cfg(target_arch = "nvptx64")`) and a host spec + typed launcher. On any
 //! error the user's item is emitted unchanged beside the `compile_error!`s.
 //!

@@ -95,7 +95,7 @@ params!(
     VectorParams { ptr: u64 }
 );
 
-/// `scale(row)`: x·s[r] with `s` an f32 vector of length M (e.g. RMSNorm's 1/rms of the rows
+/// `scale(row)`: `x·s[r]` with `s` an f32 vector of length M (e.g. RMSNorm's 1/rms of the rows
 /// of this GEMM's input, CODA's `diag(r)·(X·W)`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ScaleRow;
@@ -111,7 +111,7 @@ impl Stage for ScaleRow {
     }
 }
 
-/// `scale(col)`: x·s[c] with `s` an f32 vector of length N (output columns).
+/// `scale(col)`: `x·s[c]` with `s` an f32 vector of length N (output columns).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ScaleCol;
 impl Stage for ScaleCol {
@@ -126,7 +126,7 @@ impl Stage for ScaleCol {
     }
 }
 
-/// `bias`: x + b[c], `b` of length N (one value per output column, broadcast down the rows:
+/// `bias`: `x + b[c]`, `b` of length N (one value per output column, broadcast down the rows:
 /// a `Linear` layer's bias).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BiasCol;
@@ -178,7 +178,7 @@ impl Stage for BiasCol {
     }
 }
 
-/// `bias(row)`: x + b[r], `b` of length M (one value per row, broadcast along it).
+/// `bias(row)`: `x + b[r]`, `b` of length M (one value per row, broadcast along it).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BiasRow;
 impl Stage for BiasRow {
@@ -626,7 +626,8 @@ params!(
     }
 );
 
-/// `layer_norm(eps)`: (x − μ)/√(σ² + ε)·γ[c] + β[c] over each row's N values (biased variance).
+/// `layer_norm(eps)`: `(x − μ)/√(σ² + ε)·γ[c] + β[c]` over each row's N values (biased
+/// variance).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LayerNorm;
 impl RowNorm for LayerNorm {
@@ -671,7 +672,7 @@ impl RowNorm for LayerNorm {
     }
 }
 
-/// `rms_norm(eps)`: x/√(mean(x²) + ε)·γ[c] over each row's N values. Squares are accumulated
+/// `rms_norm(eps)`: `x/√(mean(x²) + ε)·γ[c]` over each row's N values. Squares are accumulated
 /// in f32 whatever the output type (known-faults #7).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RmsNorm;

@@ -13,7 +13,7 @@
 //! - Warpgroups 1 and 2, the **consumers** (`setmaxnreg.inc` to [`CONSUMER_REGS`]), wait on
 //!   `full[s]`, issue four m64nNk16 `wgmma`s per 64-row half they own, keep one batch in
 //!   flight and release the previous stage (one `empty` arrival per warp), then run the
-//!   epilogue ([`super::finish`]) from registers.
+//!   epilogue (`super::finish`) from registers.
 //!
 //! Three schedules, chosen by the tile's warps along M (see [`TILES_SM90`]):
 //! - **cooperative** (`WM = 8`): both warpgroups work on every tile, warpgroup `c` on rows
@@ -42,10 +42,10 @@
 //! Where [`stages_c`] allows it, each consumer warpgroup writes its finished 64×64 chunks into
 //! one of two 128-byte-swizzled staging buffers in shared memory. With a tensor map of C
 //! ([`Sm90Args::tmap_c`]) its thread 0 stores each chunk with one bulk tensor copy
-//! ([`finish_chunk`], the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
+//! (`finish_chunk`, the TMA-store epilogue of CUTLASS 3): a few conflict-free `st.shared`
 //! per thread instead of 16 scattered 4-byte global stores, and the copy overlaps the next
 //! chunk's epilogue. Without one (C's start or row stride not 16-byte aligned) the
-//! warpgroup's threads copy the chunk out row by row ([`copy_out_staged`]). Kernels without a
+//! warpgroup's threads copy the chunk out row by row (`copy_out_staged`). Kernels without a
 //! row norm always stage, so they carry no per-thread stores of the accumulators, which were
 //! written out for every chunk and skipped whenever C had a map: the ping-pong
 //! bias+GELU(tanh) kernel went from 5 432 to 4 136 SASS instructions, and ran 2.6 % faster at
@@ -62,7 +62,7 @@
 //! # Epilogue
 //!
 //! Each consumer warpgroup hands its accumulators to the stages in 64-column chunks
-//! ([`EPI_COLS`]), one [`finish_chunk`] call per chunk: fewer values live at once next to the
+//! ([`EPI_COLS`]), one `finish_chunk` call per chunk: fewer values live at once next to the
 //! 128 accumulator registers. Chunks are written out one after another, except for stage lists
 //! with a row norm or a long stage ([`Stage::LONG_CHAIN`], erf GELU): eight copies of a row
 //! norm's chain outgrew the instruction cache, and erf GELU ran 5-11 % faster in a loop, so
@@ -83,7 +83,7 @@
 //! An epilogue with a row norm on a cooperative 128-row tile may run with
 //! [`Sm90Args::norm_cluster`] = `cn` ≥ 1: clusters of `cn` CTAs along N, rank `r` computing
 //! tile column `cn·u + r` of the same row block, so a cluster spans whole rows when
-//! `cn·BN ≥ N`. The epilogue ([`row_norm_epilogue`]) runs the stages before the norm on every
+//! `cn·BN ≥ N`. The epilogue (`row_norm_epilogue`) runs the stages before the norm on every
 //! chunk, swaps each row's (count, mean, M2) with the other CTAs through distributed shared
 //! memory, and normalizes and stores in the same kernel: no partial-statistics workspace and no
 //! second pass over C (CODA's partial statistics, exchanged on chip instead of through DRAM).
@@ -92,13 +92,13 @@
 //! of 4 on an H200, which ran BERT-large's 32 row blocks (M = 4096, N = 1024) in two waves.
 //! With [`Sm90Args::norm_exchange`] the `cn` CTAs of a row block are consecutive CTAs of a
 //! cooperative launch instead (33 groups of 4), and swap the statistics through global
-//! memory ([`exchange_global`]): a few hundred bytes per row block through L2.
+//! memory (`exchange_global`): a few hundred bytes per row block through L2.
 //!
 //! # Fragments
 //!
 //! Warp `w` of a consumer warpgroup holds, for each 64-row half `h` it owns, rows
 //! `16w..16w+16` of that half in the `mma.sync` m16n8 layout ([`crate::mma::sm90`]): an
-//! `Acc<1, BN/8>` with `warp_row = tile_row + half_row + 16w`, given to [`super::finish`] as is.
+//! `Acc<1, BN/8>` with `warp_row = tile_row + half_row + 16w`, given to `super::finish` as is.
 //! Stages see one warp along N (`warps_n = 1`), so none needs shared memory or a CTA barrier.
 //!
 //! # Launch
@@ -414,7 +414,7 @@ pub struct Sm90Args {
     /// `c` consecutive CTAs of a grid launched without clusters but cooperatively (all CTAs
     /// resident at once), which swap them through global memory: [`GemmArgs::workspace`]
     /// holds `⌈M/128⌉·c·128` slots of 16 bytes and [`GemmArgs::counters`] `⌈M/128⌉` zeroed
-    /// `u32` counters, left zeroed again ([`exchange_global`]). A cluster's CTAs must sit in
+    /// `u32` counters, left zeroed again (`exchange_global`). A cluster's CTAs must sit in
     /// one GPC, so fewer such groups fit at once than SMs ÷ `c` (30 of 4 on an H200).
     pub norm_exchange: u32,
 }
