@@ -69,8 +69,9 @@ fn encode(dtype: Dtype, v: f32) -> ([u8; 2], f32) {
 /// rename).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for `dtype` f32, `dst` equal to `src`, or a value that overflows
-/// f16 (|x| > 65504); every error of reading the source model; [`Error::Io`] when `dst` cannot
+/// [`Error::InvalidArgument`] for `dtype` f32, `dst` equal to `src` or holding links to its
+/// files, or a finite value that rounds to infinity in `dtype` (|x| ≥ 65520 for f16, beyond
+/// about 3.39e38 for bf16); every error of reading the source model; [`Error::Io`] when `dst` cannot
 /// be created or written.
 pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertReport> {
     if dtype == Dtype::F32 {
@@ -80,6 +81,8 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
             dtype,
         ));
     }
+    // Paths resolved through every symbolic link: output files that are links back into the
+    // source directory would otherwise overwrite the model being read.
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -93,6 +96,17 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
     }
     let from = ModelFiles::in_dir(src);
     let to = ModelFiles::in_dir(dst);
+    let sources = [&from.weights, &from.config, &from.tokenizer];
+    for out in [&to.weights, &to.config, &to.tokenizer] {
+        if let Some(s) = sources.iter().find(|s| same(s, out)) {
+            return Err(Error::invalid(
+                "--output",
+                "files that are not the source model's (a link in the output directory points \
+                 back to it)",
+                format!("{} is {}", out.display(), s.display()),
+            ));
+        }
+    }
 
     let bytes = read_model_file(&from.weights)?;
     let st = SafeTensors::deserialize(&bytes).map_err(|source| Error::SafeTensors {
@@ -138,14 +152,14 @@ pub fn convert_model(src: &Path, dst: &Path, dtype: Dtype) -> Result<ConvertRepo
         let mut out = Vec::with_capacity(t.data().len() / width * 2);
         for b in t.data().chunks_exact(width) {
             let v = widen(b);
-            if dtype == Dtype::F16 && v.is_finite() && v.abs() > 65504.0 {
+            let (e, err) = encode(dtype, v);
+            if v.is_finite() && !err.is_finite() {
                 return Err(Error::invalid(
                     "weights",
-                    "values within the f16 range (|x| ≤ 65504)",
-                    format!("{v} in `{name}`"),
+                    format!("finite values that stay finite in {dtype}"),
+                    format!("{v} in `{name}`, which rounds to infinity"),
                 ));
             }
-            let (e, err) = encode(dtype, v);
             out.extend_from_slice(&e);
             report.max_abs_rounding = report.max_abs_rounding.max(err);
             if v.abs() >= 1e-4 {

@@ -61,31 +61,31 @@ pub fn write_npy(w: impl Write, emb: &Embeddings) -> io::Result<()> {
     npy.finish()
 }
 
-/// Checks, before any work is done, that `path` can become the output file: its directory
-/// exists and it is not itself a directory. [`write_output`] still reports later failures.
+/// Checks, before any work is done, that `path` can become the output file, as far as that can
+/// be known without writing it: where [`write_output`] would replace a file, that the file (if
+/// any) is writable and that a temporary file can be created next to it; where it would write
+/// in place (stdout, stderr, a FIFO, a device), that it opens for writing. [`write_output`]
+/// still reports later failures.
 ///
 /// # Errors
-/// [`Error::Io`] naming the path and the reason.
+/// [`Error::Io`] naming the path and the reason (a missing directory, a directory given as the
+/// file, permissions, a loop of symbolic links).
 pub fn check_output_path(path: &Path) -> Result<()> {
-    let parent = parent_dir(path);
-    if !parent.is_dir() {
-        return Err(Error::io(
-            "write output",
-            path,
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("directory {} does not exist", parent.display()),
-            ),
-        ));
+    let fail = |e| Error::io("write output", path, e);
+    match output_target(path).map_err(fail)? {
+        Target::Stream(_) => Ok(()),
+        Target::InPlace => open_in_place(path).map(drop).map_err(fail),
+        Target::Replace { target, .. } => {
+            let parent = parent_dir(&target);
+            if !parent.is_dir() {
+                return Err(fail(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("directory {} does not exist", parent.display()),
+                )));
+            }
+            temp_builder().tempfile_in(parent).map(drop).map_err(fail)
+        }
     }
-    if path.is_dir() {
-        return Err(Error::io(
-            "write output",
-            path,
-            io::Error::new(io::ErrorKind::IsADirectory, "it is a directory"),
-        ));
-    }
-    Ok(())
 }
 
 fn parent_dir(path: &Path) -> &Path {
@@ -95,14 +95,129 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// Where the bytes for an output path go.
+enum Target {
+    /// The path is this process's stdout or stderr (`/dev/stdout`, `/proc/self/fd/1`, or a file
+    /// the shell redirected a stream to): the data goes through the open stream, so an append
+    /// redirection (`>>`) keeps its earlier contents and other output keeps its order.
+    Stream(Stream),
+    /// An existing FIFO or device: it cannot be replaced by a rename, so it is opened and
+    /// written.
+    InPlace,
+    /// A regular file (or none yet) at `target`, the path with its symbolic links followed:
+    /// written by a temporary file renamed over it.
+    Replace {
+        target: PathBuf,
+        existing: Option<std::fs::Metadata>,
+    },
+}
+
+/// Decides where `path`'s data goes ([`Target`]). An existing regular file must be writable by
+/// this process (as a shell's `>` requires), although the rename would not need it.
+fn output_target(path: &Path) -> io::Result<Target> {
+    // The kernel's view first: it follows `/proc/self/fd` links, which name open files rather
+    // than paths.
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "it is a directory",
+            ));
+        }
+        Ok(m) => {
+            if same_file_as(&m, &io::stdout()) {
+                return Ok(Target::Stream(Stream::Stdout));
+            }
+            if same_file_as(&m, &io::stderr()) {
+                return Ok(Target::Stream(Stream::Stderr));
+            }
+            if !m.is_file() {
+                return Ok(Target::InPlace);
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let target = resolve_symlinks(path)?;
+    let existing = match std::fs::metadata(&target) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(m) = &existing {
+        if m.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "it is a directory",
+            ));
+        }
+        // Opening for writing without truncation changes nothing; it fails where `>` would.
+        std::fs::OpenOptions::new().write(true).open(&target)?;
+    }
+    Ok(Target::Replace { target, existing })
+}
+
+/// Whether `m` describes the file that `stream` (stdout or stderr) is open on.
+#[cfg(unix)]
+fn same_file_as(m: &std::fs::Metadata, stream: &impl std::os::fd::AsFd) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fd) = stream.as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd)
+        .metadata()
+        .is_ok_and(|s| s.dev() == m.dev() && s.ino() == m.ino())
+}
+
+#[cfg(not(unix))]
+fn same_file_as<T>(_: &std::fs::Metadata, _: &T) -> bool {
+    false
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+fn write_stream(
+    stream: Stream,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
+    let (name, result) = match stream {
+        Stream::Stdout => {
+            let mut w = io::BufWriter::new(io::stdout().lock());
+            ("stdout", write(&mut w).and_then(|()| w.flush()))
+        }
+        Stream::Stderr => {
+            let mut w = io::BufWriter::new(io::stderr().lock());
+            ("stderr", write(&mut w).and_then(|()| w.flush()))
+        }
+    };
+    result.map_err(|e| Error::io("write", name, e))
+}
+
+fn open_in_place(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().write(true).open(path)
+}
+
+fn temp_builder() -> tempfile::Builder<'static, 'static> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".fused-gemm-output.");
+    builder
+}
+
 /// Writes the output to `path`, or to stdout with `path = None`.
 ///
-/// `path` is first resolved through any symbolic links (a link stays a link; its target gets
-/// the data). An existing target that is not a regular file (a FIFO, a character device) is
-/// opened and written directly. Otherwise `write` runs into a temporary file next to the
-/// target, which is then renamed over it: the file appears complete or not at all. The new
-/// file gets the permissions of the file it replaces, or those of a newly created file
-/// (0666 minus the umask) when there was none.
+/// Where the data goes ([`check_output_path`] checks the same, before the work):
+/// - a `path` that is this process's stdout or stderr (`/dev/stdout`, or the file a shell
+///   redirected it to) is written through that stream;
+/// - an existing FIFO or character device is opened and written directly;
+/// - otherwise `path` is resolved through its symbolic links (a link stays a link; its target
+///   gets the data) and `write` runs into a temporary file next to the target, which is then
+///   renamed over it: the file appears complete or not at all. The new file gets the
+///   permissions of the file it replaces, or those of a newly created file (0666 minus the
+///   umask) when there was none. A file this process may not write is an error, not replaced.
 ///
 /// # Errors
 /// [`Error::Io`] when `path` cannot be resolved or opened, or the temporary file cannot be
@@ -113,36 +228,18 @@ pub fn write_output(
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<()> {
     let Some(path) = path else {
-        let stdout = io::stdout();
-        let mut lock = io::BufWriter::new(stdout.lock());
-        return write(&mut lock)
-            .and_then(|()| lock.flush())
-            .map_err(|e| Error::io("write", "stdout", e));
+        return write_stream(Stream::Stdout, write);
     };
     let fail = |e| Error::io("write output", path, e);
-    let target = resolve_symlinks(path).map_err(fail)?;
-    let existing = match std::fs::metadata(&target) {
-        Ok(m) => Some(m),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(fail(e)),
-    };
-    if let Some(m) = existing.as_ref().filter(|m| !m.is_file()) {
-        if m.is_dir() {
-            return Err(fail(io::Error::new(
-                io::ErrorKind::IsADirectory,
-                "it is a directory",
-            )));
+    let (target, existing) = match output_target(path).map_err(fail)? {
+        Target::Stream(s) => return write_stream(s, write),
+        Target::InPlace => {
+            let mut w = io::BufWriter::new(open_in_place(path).map_err(fail)?);
+            return write(&mut w).and_then(|()| w.flush()).map_err(fail);
         }
-        // A FIFO or device cannot be replaced by a rename: the data must go into it.
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&target)
-            .map_err(fail)?;
-        let mut w = io::BufWriter::new(file);
-        return write(&mut w).and_then(|()| w.flush()).map_err(fail);
-    }
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".fused-gemm-output.");
+        Target::Replace { target, existing } => (target, existing),
+    };
+    let mut builder = temp_builder();
     // The temporary file's default 0600 would stick to the output after the rename. Set-id
     // bits are dropped, as a write by another user would.
     #[cfg(unix)]

@@ -286,6 +286,66 @@ fn wrong_tensor_shape_fails_naming_it() {
     assert!(!out_path.exists());
 }
 
+/// `-o /dev/stdout` writes through the tool's own stdout: into a pipe, and into a file opened
+/// for appending (`>> log`) without replacing what the file held; with `--similarity` the table
+/// follows the embeddings in the same stream.
+#[cfg(target_os = "linux")]
+#[test]
+fn output_to_dev_stdout_goes_through_stdout() {
+    let mut c = bin();
+    c.args([
+        "embed",
+        "--device",
+        "cpu",
+        "a dog runs",
+        "-o",
+        "/dev/stdout",
+    ]);
+    let out = run(c, b"");
+    assert!(out.status.success());
+    assert_eq!(parse_jsonl(&out.stdout).len(), 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    std::fs::write(&log, "PREVIOUS\n").unwrap();
+    let append = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    let mut c = bin();
+    c.args([
+        "embed",
+        "--device",
+        "cpu",
+        "--similarity",
+        "a dog runs",
+        "a cat sleeps",
+    ])
+    .args(["-o", "/dev/stdout"])
+    .stdout(append)
+    .stderr(Stdio::piped());
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let rest = text
+        .strip_prefix("PREVIOUS\n")
+        .expect("earlier contents kept");
+    let (embeddings, table): (Vec<&str>, Vec<&str>) =
+        rest.lines().partition(|l| l.starts_with('{'));
+    assert_eq!(embeddings.len(), 2, "{text}");
+    assert!(rest.starts_with('{'), "embeddings first: {text}");
+    assert!(table.iter().any(|l| l.contains("a cat sleeps")), "{text}");
+    assert_eq!(names_in(dir.path()), ["log"]);
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect()
+}
+
 #[test]
 fn unwritable_output_fails_before_work() {
     let dir = tempfile::tempdir().unwrap();

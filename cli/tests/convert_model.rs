@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{fixture, model, model_dir};
 use fused_gemm_cli::convert::convert_model;
 use fused_gemm_cli::embed::cosine;
@@ -150,4 +152,77 @@ fn an_f16_model_converts_to_bf16() {
     assert_eq!((r.converted, r.max_abs_rounding), (0, 0.0), "{r:?}");
     assert_eq!(std::fs::read(&r.weights).unwrap(), b);
     Model::load(&again, 128).unwrap();
+}
+
+/// Output files that are links to the source model's files are refused before anything is
+/// written: following them would overwrite the model being converted.
+#[cfg(unix)]
+#[test]
+fn links_back_to_the_source_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    // A copy, so that a failure cannot touch the cached model.
+    convert_model(&model_dir(), &src, Dtype::F16).unwrap();
+    let before = std::fs::read(src.join("model.safetensors")).unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    for f in ["model.safetensors", "config.json", "tokenizer.json"] {
+        std::os::unix::fs::symlink(Path::new("../src").join(f), dst.join(f)).unwrap();
+    }
+    let e = convert_model(&src, &dst, Dtype::Bf16).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                arg: "--output",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(src.join("model.safetensors")).unwrap(),
+        before
+    );
+}
+
+/// A finite value that rounds to infinity in the target dtype is an error naming the tensor,
+/// for bf16 (beyond about 3.39e38) as for f16 (|x| ≥ 65520); 65519, which rounds to 65504, is
+/// converted.
+#[test]
+fn values_that_round_to_infinity_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, values: &[f32]| {
+        let m = dir.path().join(name);
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = safetensors::tensor::TensorView::new(
+            safetensors::Dtype::F32,
+            vec![values.len()],
+            &data,
+        )
+        .unwrap();
+        let bytes = safetensors::serialize([("big", view)], None).unwrap();
+        common::write_model_dir(&m, common::TINY_CONFIG, &bytes);
+        m
+    };
+    for (dtype, v) in [
+        (Dtype::Bf16, f32::MAX),
+        (Dtype::F16, 65520.0),
+        (Dtype::F16, -1e6),
+    ] {
+        let src = write("src", &[1.0, v]);
+        let e = convert_model(&src, &dir.path().join("out"), dtype).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "weights", .. }),
+            "{dtype} {v}: {e}"
+        );
+        assert!(e.to_string().contains("big"), "{e}");
+    }
+    // 65519 rounds to the largest f16; the conversion then fails only because this is not a
+    // whole model, after the weights were written.
+    let src = write("src", &[65519.0]);
+    let e = convert_model(&src, &dir.path().join("ok"), Dtype::F16).unwrap_err();
+    assert!(
+        !matches!(e, Error::InvalidArgument { arg: "weights", .. }),
+        "{e}"
+    );
 }

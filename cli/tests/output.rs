@@ -129,3 +129,37 @@ fn a_link_loop_or_a_directory_is_an_error() {
     assert_eq!(names(d), ["a", "b", "dir", "to-dir"]);
     assert_eq!(names(&d.join("dir")), Vec::<String>::new());
 }
+
+#[test]
+fn the_early_check_follows_links_and_probes_the_directory() {
+    use fused_gemm_cli::output::check_output_path;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A dangling link into a missing directory: the check reports it, not the late write.
+    std::os::unix::fs::symlink("nodir/x", d.join("dangling")).unwrap();
+    let e = check_output_path(&d.join("dangling")).unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    // A dangling link into an existing directory, an existing file, a new name: all fine, and
+    // the probe leaves nothing behind.
+    std::os::unix::fs::symlink("target", d.join("link")).unwrap();
+    std::fs::write(d.join("file"), b"old").unwrap();
+    for p in ["link", "file", "new"] {
+        check_output_path(&d.join(p)).unwrap();
+    }
+    assert_eq!(names(d), ["dangling", "file", "link"]);
+    assert_eq!(std::fs::read(d.join("file")).unwrap(), b"old");
+    let e = check_output_path(d).unwrap_err();
+    assert!(e.to_string().contains("directory"), "{e}");
+}
+
+#[test]
+fn dev_null_is_written_in_place() {
+    write(Path::new("/dev/null"), b"discarded");
+    assert!(
+        std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    fused_gemm_cli::output::check_output_path(Path::new("/dev/null")).unwrap();
+}
