@@ -3,9 +3,8 @@
 
 mod common;
 
-use common::{model, model_dir};
+use common::{model, model_dir, reference_tokenizer};
 use fused_gemm_cli::{CpuBackend, Dtype, MiniLmTokenizer, embed};
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 #[test]
 fn accents_and_case_are_removed() {
@@ -74,21 +73,6 @@ fn max_seq_len_below_two_is_rejected() {
     }
 }
 
-/// The tokenizers crate truncating as sentence-transformers does, run on the whole text: what
-/// [`MiniLmTokenizer::encode`] must return, however it gets there.
-fn reference(max_seq_len: usize) -> Tokenizer {
-    let mut t = Tokenizer::from_file(model_dir().join("tokenizer.json")).unwrap();
-    t.with_truncation(Some(TruncationParams {
-        direction: TruncationDirection::Right,
-        max_length: max_seq_len,
-        strategy: TruncationStrategy::LongestFirst,
-        stride: 0,
-    }))
-    .unwrap();
-    t.with_padding(None);
-    t
-}
-
 /// Long inputs are tokenized by prefixes cut before a space; the ids must be those of the
 /// whole text. The pieces put at a cut what could change the tokens before it: combining marks
 /// after a space, CJK characters (the normalizer pads them with spaces), special tokens,
@@ -140,7 +124,7 @@ fn long_inputs_give_the_ids_of_the_whole_text() {
     let mut checked_long = 0;
     for max in [2usize, 3, 9, 40, 256] {
         let t = MiniLmTokenizer::from_file(&path, max).unwrap();
-        let r = reference(max);
+        let r = reference_tokenizer(max);
         let reference_ids = |text: &str| r.encode(text, true).unwrap().get_ids().to_vec();
         for case in 0..60 {
             // Up to ~12 KB: past the first prefix (16 bytes per token) for every max here.

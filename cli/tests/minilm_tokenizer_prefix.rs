@@ -5,24 +5,11 @@
 
 mod common;
 
-use common::model_dir;
+use common::{model_dir, reference_tokenizer};
 use fused_gemm_cli::MiniLmTokenizer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
-
-fn reference(max_seq_len: usize) -> Tokenizer {
-    let mut t = Tokenizer::from_file(model_dir().join("tokenizer.json")).unwrap();
-    t.with_truncation(Some(TruncationParams {
-        direction: TruncationDirection::Right,
-        max_length: max_seq_len,
-        strategy: TruncationStrategy::LongestFirst,
-        stride: 0,
-    }))
-    .unwrap();
-    t.with_padding(None);
-    t
-}
+use tokenizers::Tokenizer;
 
 /// Draws indices for the generators below.
 struct Rng(StdRng);
@@ -267,7 +254,7 @@ fn prefix_tokenization_matches_whole_text_on_random_inputs() {
     let mut long = 0;
     for max in [2usize, 3, 4, 5, 9, 17, 33, 64, 128, 256, 512] {
         let t = MiniLmTokenizer::from_file(&path, max).unwrap();
-        let r = reference(max);
+        let r = reference_tokenizer(max);
         for case in 0..cases {
             let target = 1 + rng.below(20 * max + 2000).min(20_000);
             let pieces = gen_pieces(&mut rng, target);
@@ -327,7 +314,7 @@ fn prefix_tokenization_matches_at_the_cut_point() {
     ];
     for max in [2usize, 3, 4, 5, 6, 8, 9] {
         let t = MiniLmTokenizer::from_file(&path, max).unwrap();
-        let r = reference(max);
+        let r = reference_tokenizer(max);
         for f in fillers {
             for tail in tails {
                 for n in [1usize, 3, 16, 17, 33] {

@@ -10,6 +10,7 @@ use fused_gemm_cli::Model;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// The model directory: `FUSED_GEMM_MODEL_DIR` if set, else the cache that
 /// `scripts/fetch-model.sh` fills (run here when missing; it is idempotent and locked).
@@ -160,4 +161,19 @@ pub fn write_model_dir(dir: &Path, config: &str, weights: &[u8]) {
         dir.join("tokenizer.json"),
     )
     .unwrap();
+}
+
+/// The tokenizers crate truncating as sentence-transformers does, run on the whole text: what
+/// `MiniLmTokenizer::encode` must return, however it gets there.
+pub fn reference_tokenizer(max_seq_len: usize) -> Tokenizer {
+    let mut t = Tokenizer::from_file(model_dir().join("tokenizer.json")).unwrap();
+    t.with_truncation(Some(TruncationParams {
+        direction: TruncationDirection::Right,
+        max_length: max_seq_len,
+        strategy: TruncationStrategy::LongestFirst,
+        stride: 0,
+    }))
+    .unwrap();
+    t.with_padding(None);
+    t
 }
