@@ -7,9 +7,10 @@
 # The example sentences come on the tool's stdin, which `embed` reads only when given no
 # sentence and no --file: `scripts/run.sh "a sentence" "another"` or `scripts/run.sh --file F`
 # embed those instead. With --file this script's stdin is the tool's (--file /dev/stdin works);
-# otherwise it is not read.
+# otherwise it is not read (piped sentences need --file /dev/stdin).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+# Through a symbolic link too: the repository is where the script itself lies.
+root="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
 # setup.sh sets $toolchain: rustup picks the pinned one from the caller's directory otherwise.
 . "$root/scripts/setup.sh"
 "$root/scripts/fetch-model.sh"
@@ -22,8 +23,14 @@ for arg in "$@"; do
     --file | --file=*) file=1 ;;
     esac
 done
+quiet=(--quiet)
+if [ ! -x "${CARGO_TARGET_DIR:-$root/target}/release/fused-gemm" ]; then
+    # The first build is long and would otherwise be silent: cargo shows its progress.
+    echo "run.sh: first build of fused-gemm in release mode (25-40 minutes on 2 cores)" >&2
+    quiet=()
+fi
 run=(env RUSTUP_TOOLCHAIN="$toolchain" cargo run --manifest-path "$root/Cargo.toml" --release
-    --quiet --locked -p fused-gemm-cli -- embed "${similarity[@]}" "$@")
+    "${quiet[@]}" --locked -p fused-gemm-cli -- embed "${similarity[@]}" "$@")
 if [ -n "$file" ]; then
     exec "${run[@]}"
 fi

@@ -1,7 +1,7 @@
 //! `fused-gemm`: sentence embeddings with all-MiniLM-L6-v2, and a GPU smoke test.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -57,7 +57,7 @@ struct EmbedArgs {
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     format: Format,
     /// Write embeddings to this file (atomically: a temporary file renamed into place) instead
-    /// of stdout.
+    /// of stdout; `-` is stdout.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
     /// Print the cosine-similarity matrix to stdout; embeddings are then written only when
@@ -162,7 +162,8 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         return Err(Error::invalid("--batch-size", "at least 1", 0));
     }
     let writes_embeddings = !args.similarity || args.output.is_some();
-    if let Some(path) = &args.output {
+    let output = args.output.as_deref().filter(|p| *p != Path::new("-"));
+    if let Some(path) = output {
         check_output_path(path)?;
     } else if writes_embeddings && args.format == Format::Npy && std::io::stdout().is_terminal() {
         return Err(Error::invalid(
@@ -235,10 +236,9 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
 
     let t_out = Instant::now();
     if writes_embeddings {
-        let path = args.output.as_deref();
         match args.format {
-            Format::Jsonl => write_output(path, |w| write_jsonl(w, &sentences, &emb))?,
-            Format::Npy => write_output(path, |w| write_npy(w, &emb))?,
+            Format::Jsonl => write_output(output, |w| write_jsonl(w, &sentences, &emb))?,
+            Format::Npy => write_output(output, |w| write_npy(w, &emb))?,
         }
     }
     if args.similarity {

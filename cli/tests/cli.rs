@@ -286,24 +286,22 @@ fn wrong_tensor_shape_fails_naming_it() {
     assert!(!out_path.exists());
 }
 
-/// `-o /dev/stdout` writes through the tool's own stdout: into a pipe, and into a file opened
-/// for appending (`>> log`) without replacing what the file held; with `--similarity` the table
-/// follows the embeddings in the same stream.
+/// `-o /dev/stdout` and `-o -` write through the tool's own stdout: into a pipe (`-` is not a
+/// file name), and into a file opened for appending (`>> log`) without replacing what the file
+/// held; with `--similarity` the table follows the embeddings in the same stream.
 #[cfg(target_os = "linux")]
 #[test]
 fn output_to_dev_stdout_goes_through_stdout() {
-    let mut c = bin();
-    c.args([
-        "embed",
-        "--device",
-        "cpu",
-        "a dog runs",
-        "-o",
-        "/dev/stdout",
-    ]);
-    let out = run(c, b"");
-    assert!(out.status.success());
-    assert_eq!(parse_jsonl(&out.stdout).len(), 1);
+    for target in ["/dev/stdout", "-"] {
+        let cwd = tempfile::tempdir().unwrap();
+        let mut c = bin();
+        c.current_dir(cwd.path())
+            .args(["embed", "--device", "cpu", "a dog runs", "-o", target]);
+        let out = run(c, b"");
+        assert!(out.status.success(), "-o {target}");
+        assert_eq!(parse_jsonl(&out.stdout).len(), 1, "-o {target}");
+        assert_empty(cwd.path());
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
