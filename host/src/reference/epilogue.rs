@@ -569,17 +569,10 @@ mod tests {
         let too_large = |r: Result<Vec<f64>, ReferenceError>| {
             assert!(matches!(r, Err(ReferenceError::TooLarge { .. })), "{r:?}");
         };
+        // Empty A and B, no stages: only the shape decides.
+        let empty = |m, n, k| fused_gemm_reference(m, n, k, &[], &[], false, &[], None);
         // M·K = 2^64: wrapped to 0 it matched the empty A and indexed out of it.
-        too_large(fused_gemm_reference(
-            1 << 32,
-            0,
-            1 << 32,
-            &[],
-            &[],
-            false,
-            &[],
-            None,
-        ));
+        too_large(empty(1 << 32, 0, 1 << 32));
         too_large(fused_gemm_split_k_reference(
             1 << 32,
             0,
@@ -593,33 +586,12 @@ mod tests {
         ));
         too_large(gemm_k_slice(1 << 32, 0, 1 << 32, &[], &[], true, 0..0));
         // M·N = 2^64 with K = 0.
-        too_large(fused_gemm_reference(
-            1 << 32,
-            1 << 32,
-            0,
-            &[],
-            &[],
-            false,
-            &[],
-            None,
-        ));
+        too_large(empty(1 << 32, 1 << 32, 0));
         // M·N = 2^62 fits in usize but not in memory (2^65 bytes).
-        too_large(fused_gemm_reference(
-            1 << 31,
-            1 << 31,
-            0,
-            &[],
-            &[],
-            false,
-            &[],
-            None,
-        ));
+        too_large(empty(1 << 31, 1 << 31, 0));
         too_large(apply_stages(1 << 32, 1 << 32, &[], &[], None));
         // An empty product of many rows is fast and exact.
-        assert_eq!(
-            fused_gemm_reference(1 << 40, 0, 0, &[], &[], false, &[], None),
-            Ok(Vec::new())
-        );
+        assert_eq!(empty(1 << 40, 0, 0), Ok(Vec::new()));
         too_large(swiglu(1 << 32, 1 << 32, &[], PairLayout::Interleaved));
         too_large(layer_norm_rows(1 << 32, 1 << 32, &[], &[], &[], 1e-5));
         too_large(rope(
