@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::backend::{Backend, Stage, Timings};
 use crate::config::MiniLmConfig;
 use crate::error::{Error, Result};
-use crate::tokenize::{MiniLmTokenizer, TokenBatch};
+use crate::tokenize::{DEFAULT_MAX_SEQ_LEN, Encoded, MiniLmTokenizer, TokenBatch};
 use crate::weights::ModelWeights;
 
 /// The files of a model directory (the layout of a Hugging Face / sentence-transformers model).
@@ -54,15 +54,19 @@ pub struct Model {
 
 impl Model {
     /// Loads config, weights and tokenizer from `dir`, truncating inputs to `max_seq_len`
-    /// tokens.
+    /// tokens (`[CLS]` and `[SEP]` included). `None` means [`DEFAULT_MAX_SEQ_LEN`], or the
+    /// model's `max_position_embeddings` where that is smaller.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `max_seq_len` is not in `2..=max_position_embeddings`;
     /// every error of [`MiniLmConfig::from_file`], [`ModelWeights::load`] and
     /// [`MiniLmTokenizer::from_file`].
-    pub fn load(dir: &Path, max_seq_len: usize) -> Result<Self> {
+    pub fn load(dir: &Path, max_seq_len: impl Into<Option<usize>>) -> Result<Self> {
         let files = ModelFiles::in_dir(dir);
         let config = MiniLmConfig::from_file(&files.config)?;
+        let max_seq_len = max_seq_len
+            .into()
+            .unwrap_or(DEFAULT_MAX_SEQ_LEN.min(config.max_position_embeddings));
         if !(2..=config.max_position_embeddings).contains(&max_seq_len) {
             return Err(Error::invalid(
                 "--max-seq-len",
@@ -92,6 +96,9 @@ pub struct Embeddings {
     pub dim: usize,
     /// `count·dim` values.
     pub data: Vec<f32>,
+    /// Indices (in input order, ascending) of the sentences longer than the tokenizer's
+    /// `max_seq_len`, embedded from their first `max_seq_len` tokens.
+    pub truncated: Vec<usize>,
 }
 
 impl Embeddings {
@@ -168,7 +175,7 @@ pub fn embed<B: Backend, S: AsRef<str>>(
         return Err(Error::invalid("--batch-size", "at least 1", 0));
     }
     let t0 = Instant::now();
-    let ids = tokenizer.encode_all(sentences)?;
+    let Encoded { ids, truncated } = tokenizer.encode_all(sentences)?;
     if let Some(t) = timings.as_deref_mut() {
         t.add(Stage::Tokenize, t0.elapsed());
     }
@@ -190,5 +197,6 @@ pub fn embed<B: Backend, S: AsRef<str>>(
         count: sentences.len(),
         dim,
         data,
+        truncated,
     })
 }

@@ -50,6 +50,19 @@ pub enum Error {
         /// The tensor's name, e.g. `encoder.layer.3.attention.self.query.weight`.
         name: String,
     },
+    /// The weights file holds more encoder layers than the config's `num_hidden_layers`
+    /// (fewer layers are a [`Error::MissingTensor`]).
+    #[error(
+        "weights file {path} has tensors of {file} encoder layers, but config.json's num_hidden_layers is {config}: they describe different models"
+    )]
+    LayerCount {
+        /// The weights file.
+        path: PathBuf,
+        /// `num_hidden_layers` in the config.
+        config: usize,
+        /// Layers in the file: one more than the highest `encoder.layer.{i}` index.
+        file: usize,
+    },
     /// A tensor has a shape other than the config implies.
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
     TensorShape {

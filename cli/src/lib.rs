@@ -44,5 +44,5 @@ pub use backend::{Activations, Backend, Dtype, Stage, Timings, encode, forward};
 pub use config::{Activation, MiniLmConfig};
 pub use embed::{Embeddings, Model, default_model_dir, embed};
 pub use error::{Error, Result};
-pub use tokenize::{DEFAULT_MAX_SEQ_LEN, MiniLmTokenizer, TokenBatch};
+pub use tokenize::{DEFAULT_MAX_SEQ_LEN, Encoded, MiniLmTokenizer, TokenBatch};
 pub use weights::ModelWeights;

@@ -13,11 +13,11 @@ use fused_gemm_cli::backend::cuda::bench::{self, BenchConfig};
 use fused_gemm_cli::device::{DeviceChoice, DtypeChoice, Placement, check_dtype, resolve_device};
 use fused_gemm_cli::input::{read_lines_from, read_lines_from_file};
 use fused_gemm_cli::output::{
-    Format, check_output_path, similarity_table, write_jsonl, write_npy, write_output,
+    Format, check_output_path, plural, similarity_table, write_jsonl, write_npy, write_output,
 };
 use fused_gemm_cli::{
-    AnyCudaBackend, Backend, CpuBackend, CudaOptions, DEFAULT_MAX_SEQ_LEN, Embeddings, Error,
-    Model, Result, Stage, Timings, default_model_dir, embed, with_cuda_backend,
+    AnyCudaBackend, Backend, CpuBackend, CudaOptions, Embeddings, Error, Model, Result, Stage,
+    Timings, default_model_dir, embed, with_cuda_backend,
 };
 
 #[derive(Parser)]
@@ -75,13 +75,11 @@ struct EmbedArgs {
     /// Sentences per forward pass (sentences are sorted by length and padded per batch).
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    #[arg(
-        long,
-        default_value_t = DEFAULT_MAX_SEQ_LEN,
-        help = "Truncate inputs to this many tokens, [CLS] and [SEP] included \
-                (sentence-transformers uses 256 for this model)"
-    )]
-    max_seq_len: usize,
+    /// Truncate inputs to this many tokens, [CLS] and [SEP] included; longer sentences are
+    /// counted on stderr [default: 256 as sentence-transformers uses for this model, or the
+    /// model's max_position_embeddings where smaller]
+    #[arg(long)]
+    max_seq_len: Option<usize>,
     /// Print per-stage times to stderr (each step synchronized; on the GPU, device times from
     /// CUDA events, every batch run eagerly).
     #[arg(long)]
@@ -233,6 +231,17 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     };
     bar.finish_and_clear();
     let embed_time = t_embed.elapsed();
+    if !emb.truncated.is_empty() {
+        eprintln!(
+            "fused-gemm: {}",
+            truncation_note(
+                &emb.truncated,
+                emb.count,
+                model.tokenizer.max_seq_len(),
+                model.config.max_position_embeddings
+            )
+        );
+    }
 
     let t_out = Instant::now();
     if writes_embeddings {
@@ -249,11 +258,11 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
 
     if args.timings {
         eprintln!(
-            "device {} ({dtype}), {} sentences in {} batch(es) of at most {}; model load {:.1} ms, \
+            "device {} ({dtype}), {} in {} of at most {}; model load {:.1} ms, \
              embed {:.1} ms ({:.1} sentences/s)",
             placement.name(),
-            sentences.len(),
-            batches,
+            plural(sentences.len(), "sentence"),
+            plural(batches, "batch"),
             args.batch_size,
             load_time.as_secs_f64() * 1e3,
             embed_time.as_secs_f64() * 1e3,
@@ -262,6 +271,36 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         eprintln!("{timings}");
     }
     Ok(())
+}
+
+/// The stderr line for the sentences cut to `max_seq_len` tokens (`truncated`: their input
+/// indices, of `count`), with the limit that keeps more of them when there is one.
+fn truncation_note(
+    truncated: &[usize],
+    count: usize,
+    max_seq_len: usize,
+    positions: usize,
+) -> String {
+    const SHOWN: usize = 8;
+    let mut indices = truncated
+        .iter()
+        .take(SHOWN)
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if truncated.len() > SHOWN {
+        indices += ", ...";
+    }
+    let mut note = format!(
+        "cut to the first {max_seq_len} tokens ([CLS] and [SEP] included), as \
+         sentence-transformers does: {} of {} (index {indices})",
+        truncated.len(),
+        plural(count, "sentence"),
+    );
+    if max_seq_len < positions {
+        note += &format!("; --max-seq-len up to {positions} keeps more");
+    }
+    note
 }
 
 /// [`embed()`] with the tool's progress bar and optional timings.
@@ -292,7 +331,7 @@ fn run_bench(args: BenchArgs) -> Result<()> {
         check_output_path(path)?;
     }
     let t_load = Instant::now();
-    let model = Model::load(&model_dir, DEFAULT_MAX_SEQ_LEN)?;
+    let model = Model::load(&model_dir, None)?;
     let options = CudaOptions {
         graphs: !args.no_graphs,
         ..CudaOptions::default()

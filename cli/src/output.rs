@@ -294,7 +294,7 @@ pub fn similarity_table<S: AsRef<str>>(sentences: &[S], emb: &Embeddings) -> Str
     let n = emb.count;
     let m = emb.cosine_matrix();
     let w = format!("[{}]", n.saturating_sub(1)).len().max(7);
-    let mut out = format!("cosine similarity ({n} sentences)\n{:>w$}", "");
+    let mut out = format!("cosine similarity ({})\n{:>w$}", plural(n, "sentence"), "");
     for j in 0..n {
         out += &format!(" {:>w$}", format!("[{j}]"));
     }
@@ -323,4 +323,13 @@ fn shorten(s: &str, max_chars: usize) -> String {
     let mut t: String = one_line.chars().take(max_chars - 1).collect();
     t.push('…');
     t
+}
+
+/// `"1 sentence"`, `"2 sentences"`: `n` and `noun`, with an `s` unless `n` is 1.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }

@@ -122,35 +122,45 @@ impl MiniLmTokenizer {
     /// Token ids of one sentence, `[CLS] … [SEP]`, truncated, unpadded.
     ///
     /// A long sentence is tokenized by prefixes cut before a space, doubling in length until
-    /// one fills `max_seq_len` tokens: with the BERT normalizer and pre-tokenizer the tokens of
+    /// one has more than `max_seq_len` tokens: with the BERT normalizer and pre-tokenizer the tokens of
     /// such a prefix are the first tokens of the whole sentence, so the result is the same as
     /// tokenizing it whole, in time proportional to `max_seq_len` rather than to its length.
     ///
     /// # Errors
     /// [`Error::Tokenize`] (index 0) if the tokenizer fails.
     pub fn encode(&self, sentence: &str) -> Result<Vec<u32>> {
-        self.encode_indexed(0, sentence)
+        Ok(self.encode_indexed(0, sentence)?.0)
     }
 
-    /// Token ids of each sentence, as [`MiniLmTokenizer::encode`].
+    /// Token ids of each sentence, as [`MiniLmTokenizer::encode`], and which sentences were cut.
     ///
     /// # Errors
     /// [`Error::Tokenize`] naming the sentence that failed.
-    pub fn encode_all<S: AsRef<str>>(&self, sentences: &[S]) -> Result<Vec<Vec<u32>>> {
-        sentences
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.encode_indexed(i, s.as_ref()))
-            .collect()
+    pub fn encode_all<S: AsRef<str>>(&self, sentences: &[S]) -> Result<Encoded> {
+        let mut out = Encoded {
+            ids: Vec::with_capacity(sentences.len()),
+            truncated: Vec::new(),
+        };
+        for (i, s) in sentences.iter().enumerate() {
+            let (ids, cut) = self.encode_indexed(i, s.as_ref())?;
+            out.ids.push(ids);
+            if cut {
+                out.truncated.push(i);
+            }
+        }
+        Ok(out)
     }
 
-    fn encode_indexed(&self, index: usize, sentence: &str) -> Result<Vec<u32>> {
+    /// The ids, and whether the sentence was cut.
+    fn encode_indexed(&self, index: usize, sentence: &str) -> Result<(Vec<u32>, bool)> {
         if self.prefix_exact {
             let mut budget = PREFIX_BYTES_PER_TOKEN.saturating_mul(self.max_seq_len);
             while let Some(cut) = cut_before_space(sentence, budget) {
-                let ids = self.encode_whole(index, &sentence[..cut])?;
-                if ids.len() >= self.max_seq_len {
-                    return Ok(ids);
+                // Only a cut prefix proves the whole sentence is cut: a prefix of exactly
+                // `max_seq_len` tokens may be followed by nothing but spaces.
+                let (ids, cut_prefix) = self.encode_whole(index, &sentence[..cut])?;
+                if cut_prefix {
+                    return Ok((ids, true));
                 }
                 budget = cut.max(budget).saturating_mul(2);
             }
@@ -158,7 +168,7 @@ impl MiniLmTokenizer {
         self.encode_whole(index, sentence)
     }
 
-    fn encode_whole(&self, index: usize, sentence: &str) -> Result<Vec<u32>> {
+    fn encode_whole(&self, index: usize, sentence: &str) -> Result<(Vec<u32>, bool)> {
         let enc = self
             .inner
             .encode(sentence, true)
@@ -166,8 +176,19 @@ impl MiniLmTokenizer {
                 index,
                 message: e.to_string(),
             })?;
-        Ok(enc.get_ids().to_vec())
+        // Truncation moves the cut tokens into the overflowing encodings.
+        Ok((enc.get_ids().to_vec(), !enc.get_overflowing().is_empty()))
     }
+}
+
+/// What [`MiniLmTokenizer::encode_all`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// Per sentence, in input order: `[CLS] … [SEP]` token ids, at most `max_seq_len` of them.
+    pub ids: Vec<Vec<u32>>,
+    /// Indices (in input order, ascending) of the sentences longer than `max_seq_len` tokens,
+    /// which were cut to it.
+    pub truncated: Vec<usize>,
 }
 
 /// Bytes of text per token of the first prefix [`MiniLmTokenizer::encode`] tries: English

@@ -160,8 +160,9 @@ impl ModelWeights {
     /// # Errors
     /// [`Error::ModelFileMissing`] if the file does not exist, [`Error::Io`] if it cannot be
     /// read, [`Error::SafeTensors`] if it is corrupt or truncated, [`Error::MissingTensor`],
-    /// [`Error::TensorShape`] (naming the tensor, expected and actual shape) and
-    /// [`Error::TensorDtype`].
+    /// [`Error::TensorShape`] (naming the tensor, expected and actual shape),
+    /// [`Error::TensorDtype`], and [`Error::LayerCount`] when the file has tensors of more
+    /// encoder layers than `config.num_layers`.
     pub fn load(path: &Path, config: &MiniLmConfig) -> Result<Self> {
         let bytes = read_model_file(path)?;
         Self::from_bytes(&bytes, path, config)
@@ -219,6 +220,25 @@ impl ModelWeights {
             )?,
             layer_norm: ln("embeddings.LayerNorm")?,
         };
+        // A file with more layers than the config is another model: running its first layers
+        // would give wrong embeddings without a word.
+        let file_layers = st
+            .names()
+            .iter()
+            .filter_map(|n| {
+                let rest = n.strip_prefix(prefix)?.strip_prefix("encoder.layer.")?;
+                rest.split('.').next()?.parse::<usize>().ok()
+            })
+            .map(|i| i.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        if file_layers > c.num_layers {
+            return Err(Error::LayerCount {
+                path: path.to_owned(),
+                config: c.num_layers,
+                file: file_layers,
+            });
+        }
         // Grows with the layers found in the file, never sized from the config alone.
         let mut layers = Vec::new();
         for i in 0..c.num_layers {

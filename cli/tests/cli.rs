@@ -435,6 +435,59 @@ fn smoke_runs_on_gpu_or_says_it_uses_the_cpu() {
     }
 }
 
+/// Sentences longer than --max-seq-len are embedded from their first tokens and counted on
+/// stderr (with the limit that keeps more); short ones say nothing; one sentence is singular.
+#[test]
+fn truncated_sentences_are_reported_on_stderr() {
+    let long = "tokens ".repeat(20);
+    let mut c = bin();
+    c.args([
+        "embed",
+        "--similarity",
+        "--max-seq-len",
+        "8",
+        "short",
+        &long,
+        "also short",
+    ]);
+    let out = run(c, b"");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cut to the first 8 tokens")
+            && err.contains("1 of 3 sentences")
+            && err.contains("(index 1)")
+            && err.contains("--max-seq-len up to 512"),
+        "{err}"
+    );
+    let mut c = bin();
+    c.args(["embed", "--similarity", "short"]);
+    let out = run(c, b"");
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("tokens"));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.starts_with("cosine similarity (1 sentence)\n"),
+        "{table}"
+    );
+}
+
+/// A model whose position table is shorter than the default 256 runs without --max-seq-len
+/// (the tiny model has 8 positions); a weights file with more layers than the config fails.
+#[test]
+fn default_max_seq_len_fits_the_model_and_extra_layers_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    let mut shapes = tiny_shapes(&[]);
+    shapes.push(("encoder.layer.1.output.dense.bias".into(), vec![4]));
+    write_model_dir(&m, TINY_CONFIG, &safetensors_bytes(&shapes));
+    let mut c = bin();
+    c.args(["embed", "hello"]).env("FUSED_GEMM_MODEL_DIR", &m);
+    let out = run(c, b"");
+    assert_fails(&out, &["2 encoder layers", "num_hidden_layers is 1"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("--max-seq-len"));
+}
+
 #[test]
 fn config_values_out_of_range_fail_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();

@@ -64,6 +64,38 @@ fn truncation_keeps_cls_and_sep_within_max_seq_len() {
     }
 }
 
+/// `encode_all` names exactly the sentences whose whole tokenization is longer than
+/// `max_seq_len`, on both the prefix path (text longer than the first prefix) and the whole-text
+/// path, including one of exactly `max_seq_len` tokens followed by a long run of spaces (its
+/// prefixes fill `max_seq_len` without being cut).
+#[test]
+fn encode_all_names_the_truncated_sentences() {
+    let path = model_dir().join("tokenizer.json");
+    for max in [2usize, 8, 17] {
+        let t = MiniLmTokenizer::from_file(&path, max).unwrap();
+        let exact = "word ".repeat(max - 2);
+        let texts = [
+            "short".to_owned(),
+            "tokens ".repeat(700),
+            exact.clone(),
+            format!("{exact}{}", " ".repeat(40 * max)),
+            format!("{exact}{}x", " ".repeat(40 * max)),
+            "word ".repeat(max - 1),
+            String::new(),
+        ];
+        let r = reference_tokenizer(1 << 20);
+        let want: Vec<usize> = (0..texts.len())
+            .filter(|&i| r.encode(texts[i].as_str(), true).unwrap().len() > max)
+            .collect();
+        let got = t.encode_all(&texts).unwrap();
+        assert_eq!(got.truncated, want, "max_seq_len {max}");
+        assert!(want.contains(&1) && !want.contains(&2), "max_seq_len {max}");
+        for (ids, text) in got.ids.iter().zip(&texts) {
+            assert_eq!(ids, &t.encode(text).unwrap());
+        }
+    }
+}
+
 #[test]
 fn max_seq_len_below_two_is_rejected() {
     let path = model_dir().join("tokenizer.json");

@@ -148,6 +148,38 @@ fn missing_tensor_is_named() {
 }
 
 #[test]
+fn more_layers_in_the_file_than_the_config_is_an_error() {
+    // The tiny config has one layer; a file with a second one is another model.
+    let one = tiny_shapes(&[]);
+    let mut two = one.clone();
+    for (n, s) in &one {
+        if let Some(rest) = n.strip_prefix("encoder.layer.0.") {
+            two.push((format!("encoder.layer.1.{rest}"), s.clone()));
+        }
+    }
+    let bert: Vec<_> = two
+        .iter()
+        .map(|(n, s)| (format!("bert.{n}"), s.clone()))
+        .collect();
+    // One stray tensor of a far layer counts too.
+    let mut stray = one.clone();
+    stray.push(("encoder.layer.11.output.dense.bias".into(), vec![4]));
+    for (shapes, file) in [(&two, 2), (&bert, 2), (&stray, 12)] {
+        match load_tiny(&safetensors_bytes(shapes)).unwrap_err() {
+            Error::LayerCount {
+                config, file: f, ..
+            } => assert_eq!((config, f), (1, file)),
+            e => panic!("unexpected error {e}"),
+        }
+    }
+    let e = load_tiny(&safetensors_bytes(&two)).unwrap_err().to_string();
+    assert!(
+        e.contains("2 encoder layers") && e.contains("num_hidden_layers is 1"),
+        "{e}"
+    );
+}
+
+#[test]
 fn truncated_and_corrupt_files_are_typed_errors() {
     let good = safetensors_bytes(&tiny_shapes(&[]));
     for cut in [0, 7, 8, 50, good.len() / 2, good.len() - 1] {
