@@ -388,10 +388,10 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
                 .find(|(n, _, _)| n == name)
                 .map(|(_, t, c)| (*t, *c));
         }
-        if line == "{" {
-            if let Some((threads, ctas)) = pending.take() {
-                out.push_str(&format!(".maxntid {threads}, 1, 1\n.minnctapersm {ctas}\n"));
-            }
+        if line == "{"
+            && let Some((threads, ctas)) = pending.take()
+        {
+            out.push_str(&format!(".maxntid {threads}, 1, 1\n.minnctapersm {ctas}\n"));
         }
         out.push_str(line);
         out.push('\n');

@@ -7,6 +7,10 @@
 //! the same on both sides by construction. Intrinsics called on the host panic: they exist there
 //! only so generic kernel code compiles.
 #![no_std]
+// Index loops over fixed-size register arrays keep each access's index, which the warp-level
+// layout code also uses for addressing; `x % d == 0` is one instruction where `is_multiple_of`
+// adds a test for `d == 0` when `d` is not a constant.
+#![allow(clippy::needless_range_loop, clippy::manual_is_multiple_of)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
     target_arch = "nvptx64",

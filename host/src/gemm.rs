@@ -498,8 +498,8 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     // takes the fragment path with these (larger) column blocks: slower, equally correct.
     let wide = !in_signature::<Q>()
         && spec.output.size() == 2
-        && call.c.ptr % 16 == 0
-        && call.c.ld % 8 == 0;
+        && call.c.ptr.is_multiple_of(16)
+        && call.c.ld.is_multiple_of(8);
     let cols_per_cta = norm_finish_cols(checked.m, checked.n, gpu.props().sm_count, wide);
     let fargs = Param(NormFinishArgs {
         c: call.c.ptr,
@@ -807,11 +807,14 @@ mod tests {
         assert_eq!(norm_finish_cols(17, 4095, 0, false), 256);
         for (m, n) in [(1u32, 65u32), (4095, 4097), (33, 129)] {
             let c = norm_finish_cols(m, n, 132, false);
-            assert!(c % 64 == 0 && (64..=512).contains(&c), "{m}x{n}: {c}");
+            assert!(
+                c.is_multiple_of(64) && (64..=512).contains(&c),
+                "{m}x{n}: {c}"
+            );
             for sms in [0, 1, 132, 1000] {
                 let c = norm_finish_cols(m, n, sms, true);
                 assert!(
-                    c % 64 == 0 && c >= 64 && c < n + 64,
+                    c.is_multiple_of(64) && c >= 64 && c < n + 64,
                     "{m}x{n} on {sms} SMs: {c}"
                 );
             }

@@ -787,8 +787,8 @@ fn row_norm_group(plan: &Plan) -> bool {
 fn output_map_key(mat: &MatrixDesc, dtype: DType, checked: &Checked) -> Option<MapKey> {
     let stride = mat.ld as u64 * dtype.size() as u64;
     let ok = dtype.size() == 2
-        && mat.ptr % 16 == 0
-        && (stride % 16 == 0 || checked.m <= 1)
+        && mat.ptr.is_multiple_of(16)
+        && (stride.is_multiple_of(16) || checked.m <= 1)
         && checked.m > 0
         && checked.n > 0;
     ok.then(|| {

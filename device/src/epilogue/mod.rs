@@ -566,7 +566,7 @@ mod tests {
                 threads,
             };
             let esize = 2u64;
-            let got = addresses(p, |q, f| q.matrix_lines(base, ld, 2, |a| f(a)));
+            let got = addresses(p, |q, f| q.matrix_lines(base, ld, 2, f));
             let mut want = std::collections::BTreeSet::new();
             for r in row0..(row0 + rows).min(m) {
                 for c in col0..(col0 + cols).min(n) {

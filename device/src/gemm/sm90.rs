@@ -1556,6 +1556,7 @@ struct RowNormCta {
 /// exchange in dynamic shared memory and `xbar` the barrier of buffer `iter % 2`, initialised
 /// for `64·cn` arrivals and made visible to the cluster.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     args: &GemmArgs,
     epi: &E::Params,

@@ -298,7 +298,8 @@ pub unsafe fn exit_head(p: &ExitHeadArgs) {
                 s += crate::math::exp(*row.add(j as usize) - m);
                 j += 1;
             }
-            // NaN logits never count as confident.
+            // NaN logits never count as confident: the negated `>=` is true for NaN.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             if !(1.0 / s >= p.threshold) {
                 all = false;
             }

@@ -35,7 +35,7 @@ use serde::Serialize;
 use super::dag::{Dep, DepRows, OpSpec, Region, WaveGraph, producer_rows};
 use super::family::Family;
 use super::table::{SplitScratch, gemm_args, split_scratch_bytes};
-use super::waves::{Program, ScheduleOptions, VDevice, Variant, schedule};
+use super::waves::{FixedArms, Program, ScheduleOptions, VDevice, Variant, schedule};
 use crate::gemm::Param;
 use crate::gpu::DeviceProps;
 use crate::launch::LaunchShape;
@@ -608,10 +608,7 @@ pub fn plan_loop(
 /// its kind with that tile and the factor (`None` where its kind has no such arm), for
 /// [`ScheduleOptions::fixed`]. Some choices cannot be planned (e.g. more splits than K
 /// allows); [`plan_loop`] says so.
-pub fn uniform_variants(
-    body: &LoopBody,
-    family: &Family,
-) -> Vec<(String, Vec<Option<(usize, u32)>>)> {
+pub fn uniform_variants(body: &LoopBody, family: &Family) -> Vec<(String, FixedArms)> {
     let mut tiles: Vec<_> = family
         .arms
         .iter()

@@ -244,7 +244,7 @@ impl WaveRunner {
     /// plain launches (they cannot read it: schedule with `merge` on and `fallback` off);
     /// driver errors.
     pub fn launch_unless(&self, gpu: &Gpu, skip_if: u64) -> Result<()> {
-        if skip_if == 0 || skip_if % 4 != 0 {
+        if skip_if == 0 || !skip_if.is_multiple_of(4) {
             return Err(Error::invalid(
                 "skip_if",
                 "a 4-byte aligned device address",

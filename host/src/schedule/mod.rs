@@ -40,6 +40,6 @@ pub use dag::{Access, OpSpec, Region, WaveGraph};
 pub use exec::WaveRunner;
 pub use family::{Arm, Family};
 pub use waves::{
-    PersistentProgram, PlacedTask, Program, Schedule, ScheduleOptions, VDevice, Variant, per_op,
-    schedule,
+    FixedArms, PersistentProgram, PlacedTask, Program, Schedule, ScheduleOptions, VDevice, Variant,
+    per_op, schedule,
 };

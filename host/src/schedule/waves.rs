@@ -87,8 +87,12 @@ pub struct ScheduleOptions {
     pub roofline: Roofline,
     /// Per operator, a fixed (arm, splits) instead of the choice (tests; benchmarks of a given
     /// variant). `None` entries are chosen as usual.
-    pub fixed: Vec<Option<(usize, u32)>>,
+    pub fixed: FixedArms,
 }
+
+/// Per operator of a loop body or wave graph, in operator order: `Some((arm index in the
+/// family, split-K factor))` to fix that operator's variant, `None` to let the schedule choose.
+pub type FixedArms = Vec<Option<(usize, u32)>>;
 
 impl Default for ScheduleOptions {
     fn default() -> Self {
