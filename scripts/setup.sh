@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the build and tests need, idempotently: the pinned nightly toolchain with
-# rust-src (for -Zbuild-std) and ptxas (PyPI nvidia-cuda-nvcc 13.0.x, matching the GPU machine's
-# CUDA 13.0) under .tools/. Source it (`. scripts/setup.sh`) to get FUSED_GEMM_PTXAS exported.
+# rust-src (for -Zbuild-std), ptxas (PyPI nvidia-cuda-nvcc 13.0.x, matching the GPU machine's
+# CUDA 13.0) and nvdisasm (for the SASS test, tests/sass.rs) under .tools/. Source it
+# (`. scripts/setup.sh`) to get FUSED_GEMM_PTXAS and FUSED_GEMM_NVDISASM exported.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
@@ -25,3 +26,12 @@ if [ ! -x "$ptxas" ]; then
         --target "$root/.tools/cuda-nvcc" nvidia-cuda-nvcc==13.0.88 >&2
 fi
 export FUSED_GEMM_PTXAS="$ptxas"
+
+# 13.2.51 is the oldest CUDA 13 nvdisasm on PyPI; it reads the sm_90a cubins of ptxas 13.0.
+nvdisasm="$root/.tools/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm"
+if [ ! -x "$nvdisasm" ]; then
+    echo "setup: installing nvdisasm (pip nvidia-cuda-nvdisasm==13.2.51) into .tools/" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+        --target "$root/.tools/cuda-nvdisasm" nvidia-cuda-nvdisasm==13.2.51 >&2
+fi
+export FUSED_GEMM_NVDISASM="$nvdisasm"
