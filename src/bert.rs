@@ -497,7 +497,7 @@ pub fn attention_unless<T: BertElement>(
     out: &mut dyn DevicePtrMut<T>,
     skip_if: u64,
 ) -> Result<()> {
-    if skip_if % 4 != 0 {
+    if !skip_if.is_multiple_of(4) {
         return Err(Error::Misaligned {
             arg: "skip_if",
             what: "address",

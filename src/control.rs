@@ -559,14 +559,14 @@ impl GatedMlp {
                 format!("{blocks}, {batch}, {d}, {ffn}"),
             ));
         }
-        if let Gating::Forced(s) = &gating {
-            if s.len() != blocks {
-                return Err(Error::invalid(
-                    "gating",
-                    format!("{blocks} skip flags"),
-                    s.len(),
-                ));
-            }
+        if let Gating::Forced(s) = &gating
+            && s.len() != blocks
+        {
+            return Err(Error::invalid(
+                "gating",
+                format!("{blocks} skip flags"),
+                s.len(),
+            ));
         }
         let b = batch;
         let mut xs = Tensor::zeros(gpu, (blocks + 1) * b, d, DType::Bf16)?;

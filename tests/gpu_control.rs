@@ -403,10 +403,10 @@ fn gated_case_with(
             "block {i}: gate {} vs f64 {gate}",
             gv[i]
         );
-        if let Gating::Threshold(t) = gating {
-            if (gate - t as f64).abs() > 1e-3 {
-                assert_eq!(ran[i], gate > t as f64, "block {i}: gate {gate}");
-            }
+        if let Gating::Threshold(t) = gating
+            && (gate - t as f64).abs() > 1e-3
+        {
+            assert_eq!(ran[i], gate > t as f64, "block {i}: gate {gate}");
         }
         if !ran[i] {
             assert!(

@@ -188,7 +188,7 @@ fn plain_gemm_all_layouts_and_dtypes() {
             true,
             vec![],
             None,
-            |g, a, b, c| gemm::gemm_bf16(g, a, b, c),
+            gemm::gemm_bf16,
         );
         case(
             &mut fx,
@@ -199,7 +199,7 @@ fn plain_gemm_all_layouts_and_dtypes() {
             true,
             vec![],
             None,
-            |g, a, b, c| gemm::gemm_f16(g, a, b, c),
+            gemm::gemm_f16,
         );
         case(
             &mut fx,
@@ -210,7 +210,7 @@ fn plain_gemm_all_layouts_and_dtypes() {
             false,
             vec![],
             None,
-            |g, a, b, c| gemm::gemm_bf16_brow(g, a, b, c),
+            gemm::gemm_bf16_brow,
         );
         case(
             &mut fx,
@@ -221,7 +221,7 @@ fn plain_gemm_all_layouts_and_dtypes() {
             false,
             vec![],
             None,
-            |g, a, b, c| gemm::gemm_f16_brow(g, a, b, c),
+            gemm::gemm_f16_brow,
         );
         case(
             &mut fx,
@@ -232,7 +232,7 @@ fn plain_gemm_all_layouts_and_dtypes() {
             true,
             vec![],
             None,
-            |g, a, b, c| gemm::gemm_bf16_f32(g, a, b, c),
+            gemm::gemm_bf16_f32,
         );
     }
 }
@@ -313,7 +313,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::Relu],
             None,
-            |g, a, b, c| stages::stage_relu(g, a, b, c),
+            stages::stage_relu,
         );
         case(
             &mut fx,
@@ -324,7 +324,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::Gelu],
             None,
-            |g, a, b, c| stages::stage_gelu(g, a, b, c),
+            stages::stage_gelu,
         );
         case(
             &mut fx,
@@ -335,7 +335,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::GeluTanh],
             None,
-            |g, a, b, c| stages::stage_gelu_tanh(g, a, b, c),
+            stages::stage_gelu_tanh,
         );
         case(
             &mut fx,
@@ -346,7 +346,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::Silu],
             None,
-            |g, a, b, c| stages::stage_silu(g, a, b, c),
+            stages::stage_silu,
         );
         case(
             &mut fx,
@@ -357,7 +357,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::Sigmoid],
             None,
-            |g, a, b, c| stages::stage_sigmoid(g, a, b, c),
+            stages::stage_sigmoid,
         );
         let r = fx.random(m, n, bf, 1.0);
         case(
@@ -381,7 +381,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::Accumulate],
             Some(&c0),
-            |g, a, b, c| stages::stage_accumulate(g, a, b, c),
+            stages::stage_accumulate,
         );
         let (gamma, beta) = (vecf(&mut fx, n, bf), vecf(&mut fx, n, bf));
         let ln = RefStage::LayerNorm {
@@ -425,7 +425,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::SwiGlu(PairLayout::Interleaved)],
             None,
-            |g, a, b, c| stages::stage_swiglu(g, a, b, c),
+            stages::stage_swiglu,
         );
         case(
             &mut fx,
@@ -436,7 +436,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::GeGlu(PairLayout::Interleaved)],
             None,
-            |g, a, b, c| stages::stage_geglu(g, a, b, c),
+            stages::stage_geglu,
         );
         let head_dim = if n % 64 == 0 { 64 } else { n };
         let rot = if head_dim % 2 == 0 {
@@ -481,7 +481,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::Cast(DType::F16)],
             None,
-            |g, a, b, c| stages::stage_cast_f16(g, a, b, c),
+            stages::stage_cast_f16,
         );
         case(
             &mut fx,
@@ -492,7 +492,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::User(|x| x * x + 1.0)],
             None,
-            |g, a, b, c| stages::stage_user(g, a, b, c),
+            stages::stage_user,
         );
     }
 }
@@ -660,7 +660,7 @@ fn transformer_block_combinations() {
             true,
             vec![RefStage::SwiGlu(PairLayout::Interleaved)],
             None,
-            |g, a, b, c| blocks::mlp_up_swiglu(g, a, b, c),
+            blocks::mlp_up_swiglu,
         );
         let rs = fx.random(1, m, DType::F32, 1.0);
         case(

@@ -146,7 +146,7 @@ fn constant_scale_user_stage_and_cast() {
             true,
             &[RefStage::Scale(0.125), RefStage::User(square_plus_one)],
             None,
-            |g, a, b, c| stages::stage_scale_const_user(g, a, b, c),
+            stages::stage_scale_const_user,
         );
         case(
             &mut fx,
@@ -156,7 +156,7 @@ fn constant_scale_user_stage_and_cast() {
             true,
             &[RefStage::Gelu, RefStage::Cast(bf)],
             None,
-            |g, a, b, c| stages::stage_cast_bf16(g, a, b, c),
+            stages::stage_cast_bf16,
         );
     }
 }

@@ -152,7 +152,7 @@ fn cached_plan(
         assert!(l.hit && std::sync::Arc::ptr_eq(&p, &plan));
     }
     lookups.sort_by(f64::total_cmp);
-    let planning = (!first.hit).then(|| first.planning.as_secs_f64() * 1e3);
+    let planning = (!first.hit).then_some(first.planning.as_secs_f64() * 1e3);
     Ok((plan, planning, lookups[lookups.len() / 2]))
 }
 
@@ -444,7 +444,7 @@ fn early_exit_rows(gpu: &Gpu, args: &Args, rows: &mut Vec<Row>) -> Result<()> {
         let t = seq_bucket(len);
         let key = PlanKey::new("minilm-exit-l6", 1, t as u32, 1);
         let (plan, first) = cache.get_or_plan(&key, |_| ExitRunner::plan(gpu, &model, t))?;
-        let planning = (!first.hit).then(|| first.planning.as_secs_f64() * 1e3);
+        let planning = (!first.hit).then_some(first.planning.as_secs_f64() * 1e3);
         // Another length of the same bucket reuses the plan.
         let near = PlanKey::new("minilm-exit-l6", 1, (t / 2 + 1) as u32, 1);
         let t0 = Instant::now();
