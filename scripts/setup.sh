@@ -19,19 +19,20 @@ if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1 \
     rustup toolchain install "$toolchain" --profile minimal --component rust-src,llvm-tools,clippy,rustfmt >&2
 fi
 
-ptxas="$root/.tools/cuda-nvcc/nvidia/cu13/bin/ptxas"
-if [ ! -x "$ptxas" ]; then
-    echo "setup: installing ptxas (pip nvidia-cuda-nvcc==13.0.88) into .tools/" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-        --target "$root/.tools/cuda-nvcc" nvidia-cuda-nvcc==13.0.88 >&2
-fi
-export FUSED_GEMM_PTXAS="$ptxas"
+# cuda_tool NAME DIR WHEEL: the CUDA tool NAME from the PyPI wheel WHEEL, installed under
+# .tools/DIR on first use; prints its path.
+cuda_tool() {
+    local path="$root/.tools/$2/nvidia/cu13/bin/$1"
+    if [ ! -x "$path" ]; then
+        echo "setup: installing $1 (pip $3) into .tools/" >&2
+        python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+            --target "$root/.tools/$2" "$3" >&2 || return 1
+    fi
+    echo "$path"
+}
 
+FUSED_GEMM_PTXAS="$(cuda_tool ptxas cuda-nvcc nvidia-cuda-nvcc==13.0.88)"
+export FUSED_GEMM_PTXAS
 # 13.2.51 is the oldest CUDA 13 nvdisasm on PyPI; it reads the sm_90a cubins of ptxas 13.0.
-nvdisasm="$root/.tools/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm"
-if [ ! -x "$nvdisasm" ]; then
-    echo "setup: installing nvdisasm (pip nvidia-cuda-nvdisasm==13.2.51) into .tools/" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-        --target "$root/.tools/cuda-nvdisasm" nvidia-cuda-nvdisasm==13.2.51 >&2
-fi
-export FUSED_GEMM_NVDISASM="$nvdisasm"
+FUSED_GEMM_NVDISASM="$(cuda_tool nvdisasm cuda-nvdisasm nvidia-cuda-nvdisasm==13.2.51)"
+export FUSED_GEMM_NVDISASM
