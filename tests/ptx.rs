@@ -5,31 +5,20 @@
 //! `scripts/setup.sh` installs it under `.tools/` and the test finds it there, through
 //! `FUSED_GEMM_PTXAS`, or on `PATH`.
 
+mod tools;
+
 use std::path::PathBuf;
 use std::process::Command;
 
 use fused_gemm::host::module::PtxSet;
 
 fn ptxas() -> PathBuf {
-    if let Some(p) = std::env::var_os("FUSED_GEMM_PTXAS") {
-        return PathBuf::from(p);
-    }
-    let local =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/cuda-nvcc/nvidia/cu13/bin/ptxas");
-    if local.exists() {
-        return local;
-    }
-    if Command::new("ptxas")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return PathBuf::from("ptxas");
-    }
-    panic!(
-        "ptxas not found. Install it with `scripts/setup.sh` (pip wheel nvidia-cuda-nvcc==13.0.88 into .tools/), \
-         or set FUSED_GEMM_PTXAS=/path/to/ptxas"
-    );
+    tools::cuda_tool(
+        "ptxas",
+        "FUSED_GEMM_PTXAS",
+        "cuda-nvcc",
+        "nvidia-cuda-nvcc==13.0.88",
+    )
 }
 
 /// Per-kernel resources parsed from `ptxas -v`.

@@ -8,31 +8,20 @@
 //! `scripts/setup.sh` installs it under `.tools/` and the test finds it there, through
 //! `FUSED_GEMM_NVDISASM`, or on `PATH`.
 
+mod tools;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 fn nvdisasm() -> PathBuf {
-    if let Some(p) = std::env::var_os("FUSED_GEMM_NVDISASM") {
-        return PathBuf::from(p);
-    }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(".tools/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm");
-    if local.exists() {
-        return local;
-    }
-    if Command::new("nvdisasm")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return PathBuf::from("nvdisasm");
-    }
-    panic!(
-        "nvdisasm not found. Install it with `scripts/setup.sh` (pip wheel \
-         nvidia-cuda-nvdisasm==13.2.51 into .tools/), or set FUSED_GEMM_NVDISASM=/path/to/nvdisasm"
-    );
+    tools::cuda_tool(
+        "nvdisasm",
+        "FUSED_GEMM_NVDISASM",
+        "cuda-nvdisasm",
+        "nvidia-cuda-nvdisasm==13.2.51",
+    )
 }
 
 /// Per function of a disassembly: how many `HGMMA` and how many local-memory instructions.
