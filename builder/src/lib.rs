@@ -91,7 +91,7 @@ pub enum BuildError {
         /// The arch whose build failed.
         arch: Arch,
     },
-    /// ptxas rejected the PTX (its messages were printed above).
+    /// ptxas rejected the PTX (its messages were printed to stderr).
     #[error("ptxas failed on {path} for {arch}")]
     Ptxas {
         /// The arch.
@@ -127,6 +127,10 @@ pub struct PtxArtifact {
     /// The machine code ptxas made of it (`$OUT_DIR/<crate>.<arch>.cubin`); the file is empty
     /// when no ptxas was given (see [`PtxBuilder::ptxas`]).
     pub cubin: PathBuf,
+    /// What `ptxas -v` reported while making `cubin` (`$OUT_DIR/<crate>.<arch>.ptxas.log`):
+    /// per entry point its registers, stack frame, spill bytes and shared memory, and any
+    /// warnings. Tests read it instead of running ptxas a second time; empty without ptxas.
+    pub ptxas_log: PathBuf,
 }
 
 /// Builds a kernel crate to PTX; see the [crate docs](crate).
@@ -184,7 +188,8 @@ impl PtxBuilder {
 
     /// Also assembles each PTX module to a cubin with this `ptxas` (all archs in parallel), so
     /// the program loads machine code instead of JIT-compiling the PTX at start-up (seconds for
-    /// large kernel crates). Without it the `.cubin` files are written empty.
+    /// large kernel crates), and keeps ptxas' `-v` report ([`PtxArtifact::ptxas_log`]). Without
+    /// it the `.cubin` and `.ptxas.log` files are written empty.
     pub fn ptxas(mut self, ptxas: impl Into<PathBuf>) -> Self {
         self.ptxas = Some(ptxas.into());
         self
@@ -327,7 +332,13 @@ impl PtxBuilder {
                 source,
             })?;
             let cubin = out_dir.join(format!("{crate_name}.{}.cubin", arch.name()));
-            artifacts.push(PtxArtifact { arch, path, cubin });
+            let ptxas_log = out_dir.join(format!("{crate_name}.{}.ptxas.log", arch.name()));
+            artifacts.push(PtxArtifact {
+                arch,
+                path,
+                cubin,
+                ptxas_log,
+            });
         }
         self.assemble(&artifacts)?;
         Ok(artifacts)
@@ -401,24 +412,39 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
 
 impl PtxBuilder {
     fn assemble(&self, artifacts: &[PtxArtifact]) -> Result<(), BuildError> {
+        let write = |path: &Path, bytes: &[u8]| {
+            std::fs::write(path, bytes).map_err(|source| BuildError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
         let Some(ptxas) = &self.ptxas else {
             for a in artifacts {
-                std::fs::write(&a.cubin, []).map_err(|source| BuildError::Io {
-                    path: a.cubin.clone(),
-                    source,
-                })?;
+                write(&a.cubin, &[])?;
+                write(&a.ptxas_log, &[])?;
             }
             return Ok(());
         };
         println!("cargo::rerun-if-changed={}", ptxas.display());
         let mut children = Vec::new();
         for a in artifacts {
+            // Into a file, not a pipe: a child whose pipe filled would wait for the parent,
+            // which waits for the archs in turn, and the archs would no longer run in parallel.
+            let io = |source| BuildError::Io {
+                path: a.ptxas_log.clone(),
+                source,
+            };
+            let log = std::fs::File::create(&a.ptxas_log).map_err(io)?;
+            let log_err = log.try_clone().map_err(io)?;
             let child = Command::new(ptxas)
                 .arg(format!("-arch={}", a.arch.name()))
                 .arg("-O3")
+                .arg("-v")
                 .arg(&a.path)
                 .arg("-o")
                 .arg(&a.cubin)
+                .stdout(log)
+                .stderr(log_err)
                 .spawn()
                 .map_err(|source| BuildError::Spawn {
                     cargo: ptxas.display().to_string(),
@@ -432,6 +458,13 @@ impl PtxBuilder {
                 source,
             })?;
             if !status.success() {
+                let log = std::fs::read_to_string(&a.ptxas_log).unwrap_or_default();
+                // The errors and warnings, without -v's per-kernel report.
+                for line in log.lines() {
+                    if !line.starts_with("ptxas info") && !line.starts_with(' ') {
+                        eprintln!("{line}");
+                    }
+                }
                 return Err(BuildError::Ptxas {
                     arch: a.arch,
                     path: a.path.clone(),
@@ -498,6 +531,64 @@ mod tests {
             "{out}"
         );
         assert_eq!(out.matches(".maxntid").count(), 1, "only k1 gets bounds");
+    }
+
+    /// A stand-in ptxas (a shell script) that reports on both streams, then fails when the PTX
+    /// file's name contains "bad": the report lands in the log, the failure is an error.
+    #[cfg(unix)]
+    #[test]
+    fn ptxas_report_is_kept_and_a_failure_is_an_error() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("fgb-ptxas-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("ptxas");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho \"ptxas info    : Compiling entry function 'k' for '$1'\"\n\
+             echo 'ptxas info    : Used 40 registers' >&2\n\
+             case \"$4\" in *bad*) echo 'ptxas fatal   : bad input' >&2; exit 1;; esac\n\
+             : > \"$6\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let artifact = |name: &str, arch: Arch| PtxArtifact {
+            arch,
+            path: dir.join(format!("{name}.ptx")),
+            cubin: dir.join(format!("{name}.cubin")),
+            ptxas_log: dir.join(format!("{name}.ptxas.log")),
+        };
+        let builder = PtxBuilder::new(&dir).ptxas(&fake);
+        let good = [
+            artifact("good80", Arch::Sm80),
+            artifact("good90a", Arch::Sm90a),
+        ];
+        builder.assemble(&good).unwrap();
+        for a in &good {
+            let log = std::fs::read_to_string(&a.ptxas_log).unwrap();
+            let arch = format!("-arch={}", a.arch.name());
+            assert!(
+                log.contains(&format!("entry function 'k' for '{arch}'")),
+                "{log}"
+            );
+            assert!(log.contains("Used 40 registers"), "{log}");
+            assert!(a.cubin.exists());
+        }
+        let bad = [artifact("bad", Arch::Sm90)];
+        match builder.assemble(&bad) {
+            Err(BuildError::Ptxas { arch, path }) => {
+                assert_eq!((arch, path), (Arch::Sm90, dir.join("bad.ptx")));
+            }
+            other => panic!("expected BuildError::Ptxas, got {other:?}"),
+        }
+        assert!(
+            std::fs::read_to_string(&bad[0].ptxas_log)
+                .unwrap()
+                .contains("bad input")
+        );
+        let none = [artifact("none", Arch::Sm80)];
+        PtxBuilder::new(&dir).assemble(&none).unwrap();
+        assert_eq!(std::fs::read(&none[0].ptxas_log).unwrap(), b"");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

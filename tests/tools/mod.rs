@@ -1,4 +1,4 @@
-//! Finding the CUDA tools that the machine-code tests (`ptx.rs`, `sass.rs`) run on the CPU.
+//! Finding the CUDA tools that the machine-code tests (`sass.rs`) run on the CPU.
 
 use std::path::PathBuf;
 use std::process::Command;
