@@ -294,13 +294,7 @@ fn write_results(r: &Report, table: &str, dir: &Path) -> Result<Vec<PathBuf>> {
         move |source| BenchError::Io { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let device: String = r
-        .device
-        .name
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
+    let device = fused_gemm_bench::report::device_slug(&r.device.name);
     let stem = format!("{}-{}-{device}", r.date.replace(':', ""), r.dtype);
     let json = dir.join(format!("{stem}.json"));
     std::fs::write(&json, serde_json::to_string_pretty(r)?).map_err(io(&json))?;

@@ -307,9 +307,25 @@ pub fn format_table(r: &Report) -> String {
     s
 }
 
+/// The device's name as a file-name part: lower case, every character other than an ASCII letter
+/// or digit replaced by `-` (`NVIDIA H100 80GB HBM3` → `nvidia-h100-80gb-hbm3`).
+pub fn device_slug(name: &str) -> String {
+    name.to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn device_names_become_file_name_parts() {
+        assert_eq!(device_slug("NVIDIA H200"), "nvidia-h200");
+        assert_eq!(device_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3");
+        assert_eq!(device_slug("A/B c_d"), "a-b-c-d");
+    }
 
     pub(crate) fn sample() -> Report {
         let t = |m: f64| Summary {

@@ -18,8 +18,8 @@
 //!
 //! Environment: `HOPPER_BENCH_QUICK=1` runs three shapes; `HOPPER_BENCH_ROWS=<text>` only the
 //! rows whose label contains the text (for a profiler); `HOPPER_BENCH_OUT` is the output
-//! directory (default `bench/results`). Writes `hopper-h200.csv`, `hopper-h200.md` (the
-//! table, the targets met or missed, the command), `hopper-h200.png` (per row, ours ÷ cuBLAS
+//! directory (default `bench/results`). Writes `hopper-<device>.csv`, `hopper-<device>.md` (the
+//! table, the targets met or missed, the command), `hopper-<device>.png` (per row, ours ÷ cuBLAS
 //! GEMM and ours ÷ cuBLASLt's fused epilogue) and the sm_90a cubin the process loaded with the
 //! command that checks its SASS for `HGMMA`. `HOPPER_CHART_FROM=<csv>` only redraws the chart
 //! of an earlier run's CSV next to it (no GPU needed). `HOPPER_BENCH_STAGES=1` instead times one
@@ -868,6 +868,9 @@ fn run() -> Result<()> {
         rows.push(row);
     }
 
+    // `hopper-h200.*` on an H200: results of different cards never overwrite each other.
+    let slug = fused_gemm_bench::report::device_slug(gpu.name());
+    let stem = format!("hopper-{}", slug.strip_prefix("nvidia-").unwrap_or(&slug));
     let mut csv = String::from(
         "label,op,m,n,k,ours_ms,ours_tflops,ours_entry,cublas_gemm_ms,cublaslt_fused_ms,tile_times_ms,check_rel_diff\n",
     );
@@ -896,7 +899,7 @@ fn run() -> Result<()> {
             r.check.map(|x| format!("{x:.2e}")).unwrap_or_default()
         );
     }
-    let csv_path = out_dir.join("hopper-h200.csv");
+    let csv_path = out_dir.join(format!("{stem}.csv"));
     std::fs::write(&csv_path, &csv).map_err(|e| io(&csv_path, e))?;
     let ratios: Vec<_> = rows
         .iter()
@@ -909,7 +912,7 @@ fn run() -> Result<()> {
         "Hopper mainloop: time ratios vs cuBLAS ({}, bf16)",
         gpu.name()
     );
-    chart(&title, &ratios, &out_dir.join("hopper-h200.png"))?;
+    chart(&title, &ratios, &out_dir.join(format!("{stem}.png")))?;
 
     let cubin = out_dir.join("fused_gemm.sm_90a.cubin");
     let module = fused_gemm::ptx::BUILTIN
@@ -974,7 +977,7 @@ fn run() -> Result<()> {
          cuobjdump --dump-sass {p} | grep -cE 'STL|LDL'\n```\n",
         p = cubin.display()
     );
-    let md_path = out_dir.join("hopper-h200.md");
+    let md_path = out_dir.join(format!("{stem}.md"));
     std::fs::write(&md_path, &md).map_err(|e| io(&md_path, e))?;
     println!("\n{md}");
     println!("wrote {} and {}", csv_path.display(), md_path.display());
