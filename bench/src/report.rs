@@ -323,7 +323,10 @@ pub(crate) mod tests {
     #[test]
     fn device_names_become_file_name_parts() {
         assert_eq!(device_slug("NVIDIA H200"), "nvidia-h200");
-        assert_eq!(device_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3");
+        assert_eq!(
+            device_slug("NVIDIA H100 80GB HBM3"),
+            "nvidia-h100-80gb-hbm3"
+        );
         assert_eq!(device_slug("A/B c_d"), "a-b-c-d");
     }
 
