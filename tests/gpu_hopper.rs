@@ -2,7 +2,8 @@
 //! parts on their own (a TMA copy into 128-byte-swizzled shared memory, one `wgmma` tile), then
 //! every epilogue stage family on it against the f64 reference, at awkward shapes, with the
 //! output poisoned (NaN) before each launch, on each of its tile shapes, and the fallback to the
-//! sm_80 mainloop where TMA cannot read the operands.
+//! sm_80 mainloop where TMA cannot read the operands, and the measured tile choice
+//! (`autotune`).
 //!
 //! Run them one at a time so the first failure is the informative one (a trapped kernel
 //! poisons the CUDA context for the rest of the process):
@@ -18,6 +19,7 @@ use fused_gemm::device::copy::tma::swizzle_128b_offset;
 use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::types::DType;
+use fused_gemm::host::autotune::{Autotuner, Mainloop};
 use fused_gemm::host::gemm::{
     NormExchange, Overrides, RopeArgs, last_entry, last_finish_dependent, last_residual_with_tma,
     last_stored_with_tma, with_overrides,
@@ -1524,4 +1526,80 @@ fn t13_staged_c_copied_out_by_threads_into_a_strided_view() {
             }
         }
     }
+}
+
+/// With an autotuner, the launcher times the Hopper candidates on a scratch C, caches the
+/// fastest per key (in memory and on disk) and launches it; C ends as after one launch (an
+/// `accumulate` epilogue adds its product once, though every candidate ran six times). A tuner
+/// reading the same cache (another process) reuses the choice without timing; inside a graph
+/// capture nothing is timed or recorded and the model's choice is captured.
+#[test]
+fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
+    let Some(mut fx) = Fx::new("autotune") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("fused-gemm-t14-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let before = fx.gpu.set_autotuner(Some(Autotuner::new(&dir)));
+    let bf = DType::Bf16;
+    let (m, n, k) = (2048, 2048, 2048);
+    let accumulate = |fx: &mut Fx, label: &str| {
+        let c0 = fx.random(m, n, bf, 1.0);
+        case(
+            fx,
+            label,
+            (m, n, k),
+            bf,
+            bf,
+            vec![RefStage::Sigmoid, RefStage::Accumulate],
+            Some(&c0),
+            None,
+            Some(true),
+            hopper::h_sigmoid_accumulate,
+        );
+        last_entry().unwrap_or("?").to_string()
+    };
+    let first = accumulate(&mut fx, "sigmoid+accumulate (tuning)");
+    let tuner = fx.gpu.set_autotuner(None).expect("set above");
+    assert!(tuner.warnings().is_empty(), "{:?}", tuner.warnings());
+    let entries: Vec<_> = tuner.entries().cloned().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let e = &entries[0];
+    println!("tuned: {} -> {:?} {:.4} ms", e.key, e.tile, e.measured_ms);
+    assert_eq!(
+        (e.key.mainloop, e.key.kernel.as_str(), e.tuned_on),
+        (Mainloop::Sm90, "h_sigmoid_accumulate", (2048, 2048, 2048))
+    );
+    assert!(e.measured_ms > 0.0 && e.measured_ms < 10.0, "{e:?}");
+    let (bm, bn, bk, wm, wn, st) = e.tile;
+    assert!(TILES_SM90.contains(&TileShape::new(bm, bn, bk, wm, wn, st)));
+    let tag = format!("_t{bm}x{bn}x{bk}_w{wm}x{wn}_s{st}_");
+    assert!(first.contains(&tag), "launched {first}, cached {tag}");
+
+    fx.gpu.set_autotuner(Some(Autotuner::new(&dir)));
+    let again = accumulate(&mut fx, "sigmoid+accumulate (cached)");
+    assert!(again.contains(&tag), "launched {again}, cached {tag}");
+
+    // A shape of another class, captured: the model's tile, nothing timed or recorded.
+    let (m, n, k) = (1000, 4096, 512);
+    let a = fx.random(m, k, bf, 1.0);
+    let b = fx.random(n, k, bf, 1.0);
+    let mut c = fx.poisoned(m, n, bf);
+    let graph = fx
+        .gpu
+        .capture(|g| hopper::h_gemm_bf16(g, &a.t, &b.t, &mut c).map(|_| ()))
+        .expect("capture with an autotuner and nothing cached");
+    graph.replay().unwrap();
+    let err = rel_frobenius_error(&fx.get(&c), &gemm64(m, n, k, &a.v, &b.v));
+    assert!(err < threshold(bf), "captured GEMM: {err:e}");
+    let tuner = fx.gpu.set_autotuner(before).expect("set above");
+    let after: Vec<_> = tuner.entries().cloned().collect();
+    assert_eq!(
+        after, entries,
+        "the cached launch and the capture recorded nothing"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -9,6 +9,19 @@
 //! missing, unreadable or corrupt file is ignored with a warning (never a panic or an error);
 //! writes go to a temporary file renamed over the cache, merged with entries other processes
 //! wrote meanwhile.
+//!
+//! # The Hopper path
+//!
+//! With an autotuner set on a [`Gpu`] ([`Gpu::set_autotuner`], or `FUSED_GEMM_AUTOTUNE=1` when
+//! the `Gpu` is opened), each launch that takes the Hopper path ([`crate::sm90`]) with no
+//! override in effect picks its tile by measurement instead of by the model: the first launch of
+//! a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's [`SM90_TOP_K`] best candidates and
+//! caches the fastest; later launches, in this process or another, reuse it. The candidates
+//! run on a scratch copy of C's footprint, never on the caller's C, so epilogues that read C
+//! (`accumulate`, a `residual` aliasing C) see C as the caller left it. While the stream is
+//! being captured into a CUDA graph nothing is timed: a cached choice is used, else the
+//! model's. Why: the model was fitted on an H200, and on an H100 its choice ran up to 28 % slower
+//! than the fastest tile (`bench/results/hopper-h100-2026-12-05.md`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,8 +29,10 @@ use std::path::{Path, PathBuf};
 use fused_gemm_device::gemm::TileShape;
 use serde::{Deserialize, Serialize};
 
+use crate::gemm::{GemmKernelSpec, KernelVariant};
 use crate::plan::{Plan, Planner, Problem};
-use crate::{Error, Result};
+use crate::validate::{Checked, GemmCall};
+use crate::{Error, Gpu, Result};
 
 /// Environment variable naming the cache directory.
 pub const CACHE_ENV: &str = "FUSED_GEMM_CACHE_DIR";
@@ -39,6 +54,18 @@ pub fn nk_class(x: u32) -> u32 {
     x.div_ceil(128).saturating_mul(128)
 }
 
+/// The mainloop a cached choice is for: the same kernel has tiles for both on an H100/H200.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Mainloop {
+    /// The sm_80 `mma.sync` mainloop of [`crate::plan`]'s tiles ([`Autotuner::tune`]).
+    #[default]
+    Sm80,
+    /// The Hopper TMA + `wgmma` mainloop of [`crate::sm90`] (see [the module docs](self)).
+    Sm90,
+}
+
 /// What a cached choice is valid for.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TuneKey {
@@ -58,6 +85,10 @@ pub struct TuneKey {
     pub k_class: u32,
     /// N and K multiples of 8 (the 16-byte vector path is possible for 16-bit types).
     pub aligned: bool,
+    /// The mainloop the choice is for (absent in files written before the Hopper path was
+    /// tuned: [`Mainloop::Sm80`]).
+    #[serde(default)]
+    pub mainloop: Mainloop,
 }
 
 impl TuneKey {
@@ -72,13 +103,21 @@ impl TuneKey {
             n_class: nk_class(problem.n),
             k_class: nk_class(problem.k),
             aligned: problem.n.is_multiple_of(8) && problem.k.is_multiple_of(8),
+            mainloop: Mainloop::Sm80,
         }
+    }
+
+    /// The same key for `mainloop`.
+    pub fn with_mainloop(mut self, mainloop: Mainloop) -> Self {
+        self.mainloop = mainloop;
+        self
     }
 }
 
 impl std::fmt::Display for TuneKey {
     /// The key as it appears in the cache file:
-    /// `device|sm_CC|kernel|dtype|mM|nN|kK|aligned`.
+    /// `device|sm_CC|kernel|dtype|mM|nN|kK|aligned`, with `|sm90` appended for
+    /// [`Mainloop::Sm90`] (so that sm_80 keys read the same as before that field existed).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -91,7 +130,11 @@ impl std::fmt::Display for TuneKey {
             self.n_class,
             self.k_class,
             if self.aligned { "aligned" } else { "unaligned" }
-        )
+        )?;
+        match self.mainloop {
+            Mainloop::Sm80 => Ok(()),
+            Mainloop::Sm90 => write!(f, "|sm90"),
+        }
     }
 }
 
@@ -222,6 +265,19 @@ impl Autotuner {
         self.entries.get(&key.to_string())
     }
 
+    /// Every cached entry, in key order.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    /// Caches `entry` under its key and saves the cache; a failure to save is only a warning.
+    pub fn record(&mut self, entry: Entry) {
+        self.entries.insert(entry.key.to_string(), entry);
+        if let Err(e) = self.save() {
+            self.warn(format!("cannot save the cache: {e}"));
+        }
+    }
+
     /// The cached choice for `key` as a plan for `problem`: the candidate of `planner` with the
     /// cached tile and split-K factor, if that candidate can launch for `problem`.
     pub fn lookup(&self, planner: &Planner, key: &TuneKey, problem: &Problem) -> Option<Plan> {
@@ -276,19 +332,13 @@ impl Autotuner {
                 detail: format!("every candidate failed: {}", failures.join("; ")),
             });
         };
-        self.entries.insert(
-            key.to_string(),
-            Entry {
-                key: key.clone(),
-                tile: tile_tuple(&plan.tile),
-                splits: plan.splits,
-                measured_ms: ms,
-                tuned_on: (problem.m, problem.n, problem.k),
-            },
-        );
-        if let Err(e) = self.save() {
-            self.warn(format!("cannot save the cache: {e}"));
-        }
+        self.record(Entry {
+            key: key.clone(),
+            tile: tile_tuple(&plan.tile),
+            splits: plan.splits,
+            measured_ms: ms,
+            tuned_on: (problem.m, problem.n, problem.k),
+        });
         Ok(plan)
     }
 
@@ -318,4 +368,117 @@ impl Autotuner {
         std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
     }
+}
+
+/// Environment variable that, set to `1` when a [`Gpu`] is opened, gives it an autotuner
+/// caching in [`default_cache_dir`] ([`Gpu::set_autotuner`]).
+pub const AUTOTUNE_ENV: &str = "FUSED_GEMM_AUTOTUNE";
+
+/// Whether [`AUTOTUNE_ENV`] asks for an autotuner (`1`, `true`, `on`, any case).
+pub fn autotune_from_env() -> bool {
+    std::env::var(AUTOTUNE_ENV)
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "on"))
+}
+
+/// Hopper candidates timed per [`TuneKey`]: the model's fastest [`SM90_TOP_K`] of at most five
+/// compiled tiles ([`TILES_SM90`](fused_gemm_device::gemm::sm90::TILES_SM90)).
+pub const SM90_TOP_K: usize = 4;
+
+/// Back-to-back launches per timed sample of a Hopper candidate (so that host-side launch time
+/// hides behind the kernels), and samples per candidate (their median counts).
+const SM90_LAUNCHES: usize = 5;
+const SM90_SAMPLES: usize = 3;
+
+/// The Hopper candidate to launch (see [the module docs](self)): `candidates` is
+/// [`crate::sm90::choose`]'s list, the model's fastest first; `build` gives the epilogue's
+/// parameters as for [`crate::gemm::launch`].
+///
+/// # Errors
+/// Driver errors from allocating the scratch C or querying the stream. A candidate that fails
+/// to launch is skipped with a warning; when all fail, the model's choice is returned (its own
+/// launch then reports the error).
+pub(crate) fn pick_sm90<P, N, Q>(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+    mut candidates: Vec<(&'static KernelVariant, Plan)>,
+    build: &impl Fn(u64) -> (P, Option<(N, Q)>),
+) -> Result<(&'static KernelVariant, Plan)>
+where
+    P: fused_gemm_device::params::KernelParam,
+    N: fused_gemm_device::params::KernelParam,
+    Q: fused_gemm_device::params::KernelParam,
+{
+    // A forced tile leaves one candidate; other overrides change what a launch measures.
+    if candidates.len() <= 1 || crate::gemm::current_overrides() != Default::default() {
+        return Ok(candidates.swap_remove(0));
+    }
+    let mut slot = gpu.autotuner();
+    let Some(tuner) = slot.as_mut() else {
+        return Ok(candidates.swap_remove(0));
+    };
+    let problem = Problem::from_call(call, checked, spec.accumulate);
+    let props = gpu.props();
+    let key = TuneKey::new(gpu.name(), props.compute_capability, spec.name, &problem)
+        .with_mainloop(Mainloop::Sm90);
+    if let Some(e) = tuner.entry(&key) {
+        // A cached tile this shape cannot use (another member of its class): the model's.
+        let i = candidates
+            .iter()
+            .position(|(v, _)| tile_tuple(&v.tile) == e.tile)
+            .unwrap_or(0);
+        return Ok(candidates.swap_remove(i));
+    }
+    // Timing would synchronize inside a graph capture, which invalidates it.
+    let capture = gpu.stream().capture_status()?;
+    if capture != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Ok(candidates.swap_remove(0));
+    }
+
+    // C's footprint at the same address modulo 256 and the same leading dimension, so that
+    // every candidate takes the store path it would take on the caller's C.
+    let c = &call.c;
+    let offset = c.ptr % 256;
+    let bytes = ((c.rows.max(1) - 1) * c.ld + c.cols) * c.dtype.size() + offset as usize;
+    let scratch = gpu.zeros::<u8>(bytes)?;
+    let base = cudarc::driver::DevicePtr::device_ptr(&scratch, gpu.stream()).0;
+    let timed_call = GemmCall {
+        c: crate::tensor::MatrixDesc {
+            ptr: base + offset,
+            ..*c
+        },
+        ..*call
+    };
+    let mut best: Option<(usize, f32)> = None;
+    for (i, (variant, plan)) in candidates.iter().enumerate().take(SM90_TOP_K) {
+        let ms = gpu.time_ms(1, SM90_SAMPLES, |g| {
+            for _ in 0..SM90_LAUNCHES {
+                crate::sm90::launch(g, spec, &timed_call, checked, variant, *plan, build)?;
+            }
+            Ok(())
+        });
+        let t = &variant.tile;
+        match ms.map(|ms| ms / SM90_LAUNCHES as f32) {
+            Ok(ms) if ms.is_finite() && ms > 0.0 => {
+                if best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((i, ms));
+                }
+            }
+            Ok(ms) => tuner.warn(format!("{key}: tile {t:?} timed at {ms} ms; skipped")),
+            Err(e) => tuner.warn(format!("{key}: tile {t:?} failed: {e}; skipped")),
+        }
+    }
+    drop(scratch);
+    let Some((i, ms)) = best else {
+        return Ok(candidates.swap_remove(0));
+    };
+    tuner.record(Entry {
+        key,
+        tile: tile_tuple(&candidates[i].0.tile),
+        splits: 1,
+        measured_ms: ms,
+        tuned_on: (problem.m, problem.n, problem.k),
+    });
+    Ok(candidates.swap_remove(i))
 }

@@ -341,7 +341,8 @@ pub(crate) fn grow(gpu: &Gpu, slot: &mut Option<CudaSlice<u8>>, bytes: u64) -> R
 ///
 /// `build(stats)` returns the epilogue's parameters and, when the spec has a row norm, the
 /// finishing kernel's (norm, post-stage) parameters; `stats` is the device address of the
-/// row-statistics workspace, or 0 when the plan finishes the norm in the CTA.
+/// row-statistics workspace, or 0 when the plan finishes the norm in the CTA. It is called once
+/// per launch, and once per timed launch when an autotuner measures the Hopper candidates.
 ///
 /// Returns the plan that ran, or `None` when M or N is 0 (nothing to do).
 ///
@@ -353,7 +354,7 @@ pub fn launch<P, N, Q>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
     call: &GemmCall<'_>,
-    build: impl FnOnce(u64) -> (P, Option<(N, Q)>),
+    build: impl Fn(u64) -> (P, Option<(N, Q)>),
 ) -> Result<Option<Plan>>
 where
     P: KernelParam,
@@ -364,7 +365,9 @@ where
     if checked.work == Work::Empty {
         return Ok(None);
     }
-    if let Some((variant, plan)) = crate::sm90::choose(gpu, spec, call, &checked)? {
+    if let Some(candidates) = crate::sm90::choose(gpu, spec, call, &checked)? {
+        let (variant, plan) =
+            crate::autotune::pick_sm90(gpu, spec, call, &checked, candidates, &build)?;
         return crate::sm90::launch(gpu, spec, call, &checked, variant, plan, build);
     }
     let mut vec = checked.vector.mainloop();

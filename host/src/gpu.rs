@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     /// Local memory per thread of compiled entry points ([`Gpu::local_bytes`]).
     local_bytes: Mutex<HashMap<(usize, &'static str), i32>>,
     workspace: crate::gemm::WorkspaceCell,
+    /// Measured tile choice for the Hopper path ([`Gpu::set_autotuner`]).
+    autotuner: Mutex<Option<crate::autotune::Autotuner>>,
 }
 
 /// A CUDA device ready to launch kernels: primary context, the stream launches go to, and a
@@ -162,9 +164,34 @@ impl Gpu {
                 functions: Mutex::new(HashMap::new()),
                 local_bytes: Mutex::new(HashMap::new()),
                 workspace: Default::default(),
+                autotuner: Mutex::new(
+                    crate::autotune::autotune_from_env().then(crate::autotune::Autotuner::from_env),
+                ),
             }),
             stream,
         })
+    }
+
+    /// Sets the autotuner of this device (all handles sharing it) and returns the previous one:
+    /// with `Some`, launches on the Hopper path pick their tile by measurement, cached per
+    /// [`TuneKey`](crate::autotune::TuneKey) in memory and on disk ([`crate::autotune`]); with
+    /// `None`, by the model alone. A `Gpu` opened with `FUSED_GEMM_AUTOTUNE=1` starts with
+    /// [`Autotuner::from_env`](crate::autotune::Autotuner::from_env), otherwise with `None`.
+    pub fn set_autotuner(
+        &self,
+        tuner: Option<crate::autotune::Autotuner>,
+    ) -> Option<crate::autotune::Autotuner> {
+        std::mem::replace(&mut *self.autotuner(), tuner)
+    }
+
+    /// The autotuner slot (a panic while it was held does not disable it).
+    pub(crate) fn autotuner(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<crate::autotune::Autotuner>> {
+        self.shared
+            .autotuner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The device's name as the driver reports it.

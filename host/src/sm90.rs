@@ -33,6 +33,11 @@
 //! partial round is split along K ([`tail_splits`]): its few tiles are shared by many SMs
 //! instead of leaving the others idle for a whole mainloop. The sm_80 planner's best plan wins
 //! when it predicts less (skinny problems, where split-K pays).
+//!
+//! With an autotuner on the [`Gpu`] ([`Gpu::set_autotuner`]), the Hopper tile is measured
+//! instead: [`choose`] lists the candidates in the model's order and [`crate::autotune`] times
+//! the first few once per kernel and shape class. Whether the Hopper path runs at all stays the
+//! model's decision.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -414,9 +419,11 @@ fn epilogue_traits(p: &Problem) -> EpilogueTraits {
     }
 }
 
-/// The variant and plan the Hopper path would launch for `call`, or `None` to use the sm_80
-/// path. Honours the thread's [`crate::gemm::Overrides`]: an sm_90 tile forces this path (an
-/// error when it cannot run), an sm_80 tile or split-K > 1 rules it out.
+/// The variants and plans the Hopper path could launch for `call`, the model's fastest first
+/// (never empty), or `None` to use the sm_80 path. Honours the thread's
+/// [`crate::gemm::Overrides`]: an sm_90 tile forces this path with that tile alone (an error
+/// when it cannot run), an sm_80 tile or split-K > 1 rules it out. The launcher takes the first,
+/// or with an autotuner the fastest measured ([`crate::autotune`]).
 ///
 /// # Errors
 /// [`Error::LaunchLimit`] when an override names an sm_90 tile the call cannot use; driver
@@ -426,7 +433,7 @@ pub fn choose(
     spec: &GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
-) -> Result<Option<(&'static KernelVariant, Plan)>> {
+) -> Result<Option<Vec<(&'static KernelVariant, Plan)>>> {
     let o = crate::gemm::current_overrides();
     let forced = o.tile.filter(is_sm90_tile);
     if (o.tile.is_some() && forced.is_none()) || o.splits.is_some_and(|s| s > 1) {
@@ -443,7 +450,7 @@ pub fn choose(
     }
     let problem = Problem::from_call(call, checked, spec.accumulate);
     let sms = gpu.props().sm_count;
-    let mut best: Option<(&'static KernelVariant, Plan)> = None;
+    let mut candidates: Vec<(&'static KernelVariant, Plan)> = Vec::new();
     for v in spec
         .variants
         .iter()
@@ -478,14 +485,11 @@ pub fn choose(
         if p.smem_bytes > gpu.props().smem_per_block_optin {
             continue;
         }
-        if best
-            .as_ref()
-            .is_none_or(|(_, b)| p.predicted_us < b.predicted_us)
-        {
-            best = Some((v, p));
-        }
+        candidates.push((v, p));
     }
-    let Some(best) = best else {
+    // Stable: equal predictions keep the variants' order.
+    candidates.sort_by(|(_, a), (_, b)| a.predicted_us.total_cmp(&b.predicted_us));
+    let Some(best) = candidates.first() else {
         return match forced {
             Some(t) => Err(Error::LaunchLimit(format!(
                 "`{}` has no compiled sm_90 variant for tile {t:?}",
@@ -517,7 +521,7 @@ pub fn choose(
             }
         }
     }
-    Ok(Some(best))
+    Ok(Some(candidates))
 }
 
 /// How many row blocks a row norm over `ctas` tiles of `variant` (with `smem_bytes` of shared

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use fused_gemm_device::types::DType;
 use fused_gemm_host::autotune::{
-    Autotuner, CACHE_ENV, CACHE_FILE, Entry, TuneKey, default_cache_dir, m_class, nk_class,
+    AUTOTUNE_ENV, Autotuner, CACHE_ENV, CACHE_FILE, Entry, Mainloop, TuneKey, autotune_from_env,
+    default_cache_dir, m_class, nk_class,
 };
 use fused_gemm_host::gpu::DeviceProps;
 use fused_gemm_host::plan::{Plan, Planner, Problem};
@@ -259,4 +260,64 @@ fn the_cache_directory_comes_from_the_environment() {
     unsafe { std::env::remove_var(CACHE_ENV) };
     let d = default_cache_dir();
     assert!(d.ends_with("fused-gemm"), "{}", d.display());
+}
+
+#[test]
+fn the_autotune_switch_comes_from_the_environment() {
+    // SAFETY: no other test in this binary reads or writes this variable.
+    for (value, on) in [
+        ("1", true),
+        ("ON", true),
+        (" true ", true),
+        ("0", false),
+        ("", false),
+    ] {
+        unsafe { std::env::set_var(AUTOTUNE_ENV, value) };
+        assert_eq!(autotune_from_env(), on, "{value:?}");
+    }
+    unsafe { std::env::remove_var(AUTOTUNE_ENV) };
+    assert!(!autotune_from_env());
+}
+
+#[test]
+fn hopper_choices_have_keys_of_their_own_and_old_files_still_read() {
+    let dir = temp_dir("sm90");
+    let p = Problem::gemm(4096, 1024, 4096, DType::Bf16);
+    let sm80 = TuneKey::new("NVIDIA H100 80GB HBM3", 90, "k", &p);
+    let sm90 = sm80.clone().with_mainloop(Mainloop::Sm90);
+    assert_ne!(sm80, sm90);
+    assert_eq!(sm80.mainloop, Mainloop::Sm80);
+    assert_eq!(
+        sm80.to_string(),
+        "NVIDIA H100 80GB HBM3|sm_90|k|bf16|m4096|n1024|k4096|aligned"
+    );
+    assert_eq!(sm90.to_string(), format!("{sm80}|sm90"));
+
+    // A file written before the field existed: its entries are sm_80 ones.
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = r#"{"version": 1, "entries": {"NVIDIA H100 80GB HBM3|sm_90|k|bf16|m4096|n1024|k4096|aligned": {
+        "key": {"device": "NVIDIA H100 80GB HBM3", "compute_capability": 90, "kernel": "k",
+                "dtype": "bf16", "m_class": 4096, "n_class": 1024, "k_class": 4096, "aligned": true},
+        "tile": [128, 128, 32, 2, 4, 4], "splits": 2, "measured_ms": 0.05, "tuned_on": [4096, 1024, 4096]}}}"#;
+    std::fs::write(dir.join(CACHE_FILE), old).unwrap();
+    let mut tuner = Autotuner::new(&dir);
+    assert!(tuner.warnings().is_empty(), "{:?}", tuner.warnings());
+    assert_eq!(tuner.entry(&sm80).unwrap().splits, 2);
+    assert!(tuner.entry(&sm90).is_none());
+
+    // A Hopper choice is recorded beside it, saved, and read back by another tuner.
+    tuner.record(Entry {
+        key: sm90.clone(),
+        tile: (128, 256, 64, 8, 1, 4),
+        splits: 1,
+        measured_ms: 0.041,
+        tuned_on: (4096, 1024, 4096),
+    });
+    assert!(tuner.warnings().is_empty(), "{:?}", tuner.warnings());
+    let reread = Autotuner::new(&dir);
+    assert_eq!(reread.entries().count(), 2);
+    assert_eq!(reread.entry(&sm90).unwrap().tile, (128, 256, 64, 8, 1, 4));
+    assert_eq!(reread.entry(&sm90).unwrap().key.mainloop, Mainloop::Sm90);
+    assert_eq!(reread.entry(&sm80).unwrap().tile, (128, 128, 32, 2, 4, 4));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
