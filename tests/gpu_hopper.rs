@@ -1530,7 +1530,7 @@ fn t13_staged_c_copied_out_by_threads_into_a_strided_view() {
 
 /// With an autotuner, the launcher times the Hopper candidates on a scratch C, caches the
 /// fastest per key (in memory and on disk) and launches it; C ends as after one launch (an
-/// `accumulate` epilogue adds its product once, though every candidate ran six times). A tuner
+/// `accumulate` epilogue adds its product once, though every candidate ran eight times). A tuner
 /// reading the same cache (another process) reuses the choice without timing; inside a graph
 /// capture nothing is timed or recorded and the model's choice is captured.
 #[test]

@@ -3,7 +3,7 @@
 # then the GPU test binaries, bin/hopper and bin/fused-gemm-bench stripped and packed as
 # target/kit.txz). All GPU tests (gpu_hopper's t14 checks the autotuner), the Hopper benchmark
 # with its autotuned column, the SASS check with cuobjdump, and the main benchmark's quick table.
-# With HOPPER_ONLY=1 only the Hopper benchmark runs (the second card).
+# With HOPPER_ONLY=1 only gpu_hopper's tests and the Hopper benchmark run.
 set -uo pipefail
 R=$OUT; OUT=/tmp/res; rm -rf $OUT; mkdir -p $OUT
 work=/tmp/fg; rm -rf $work; mkdir -p $work
@@ -11,10 +11,13 @@ tar -C $work -xJf target/kit.txz || exit 2
 b=$work/gpu-bundle
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64" RUST_BACKTRACE=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/device.txt
+echo "=== tests $(date +%T)"
 if [ -z "${HOPPER_ONLY:-}" ]; then
-  echo "=== tests $(date +%T)"
-  FG_TEST_TIMEOUT=240 $b/run.sh > $OUT/tests.log 2>&1; grep -E "^=== |FAILED|panicked|test result|PASSED|tuned:" $OUT/tests.log
+  FG_TEST_TIMEOUT=240 $b/run.sh > $OUT/tests.log 2>&1
+else
+  timeout 240 $b/tests/gpu_hopper --test-threads=1 --nocapture > $OUT/tests.log 2>&1
 fi
+grep -E "^=== |FAILED|panicked|test result|PASSED|tuned:" $OUT/tests.log
 tmp=/tmp/o; rm -rf $tmp; mkdir -p $tmp
 echo "=== hopper bench $(date +%T)"
 HOPPER_BENCH_OUT=$tmp timeout 300 $b/bin/hopper > $OUT/hopper-bench.log 2>&1; echo rc=$?

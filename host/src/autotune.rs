@@ -17,8 +17,11 @@
 //! override in effect picks its tile by measurement instead of by the model: the first launch of
 //! a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's [`SM90_TOP_K`] best candidates and
 //! caches the fastest; later launches, in this process or another, reuse it. The candidates
-//! run on a scratch copy of C's footprint, never on the caller's C, so epilogues that read C
-//! (`accumulate`, a `residual` aliasing C) see C as the caller left it. While the stream is
+//! are timed in interleaved rounds, each launch after a write of twice the L2 size (so that
+//! A and B come from DRAM), and the model's choice stays unless another is [`SM90_MARGIN`]
+//! faster. They run on a scratch copy of C's footprint, never on the caller's C, so epilogues
+//! that read C (`accumulate`, a `residual` aliasing C) see C as the caller left it. Tuning
+//! allocates that scratch and the L2-sized buffer for its duration. While the stream is
 //! being captured into a CUDA graph nothing is timed: a cached choice is used, else the
 //! model's. Why: the model was fitted on an H200, and on an H100 its choice ran up to 28 % slower
 //! than the fastest tile (`bench/results/hopper-h100-2026-12-05.md`).
@@ -384,10 +387,15 @@ pub fn autotune_from_env() -> bool {
 /// compiled tiles ([`TILES_SM90`](fused_gemm_device::gemm::sm90::TILES_SM90)).
 pub const SM90_TOP_K: usize = 4;
 
-/// Back-to-back launches per timed sample of a Hopper candidate (so that host-side launch time
-/// hides behind the kernels), and samples per candidate (their median counts).
-const SM90_LAUNCHES: usize = 5;
-const SM90_SAMPLES: usize = 3;
+/// Timed rounds per Hopper candidate (their median counts), after one untimed round. Each
+/// round launches every candidate once, in turn, so that clock changes fall on all of them
+/// alike: timed one after another, the first candidate ran while the clocks rose and lost
+/// at shapes where it is the fastest (H100, `bench/results/hopper-autotune-h100-2026-12-05.md`).
+const SM90_ROUNDS: usize = 7;
+
+/// How much faster than the model's choice another candidate must measure to replace it (a
+/// fraction): closer than this is noise.
+pub const SM90_MARGIN: f32 = 0.01;
 
 /// The Hopper candidate to launch (see [the module docs](self)): `candidates` is
 /// [`crate::sm90::choose`]'s list, the model's fastest first; `build` gives the epilogue's
@@ -450,29 +458,57 @@ where
         },
         ..*call
     };
-    let mut best: Option<(usize, f32)> = None;
-    for (i, (variant, plan)) in candidates.iter().enumerate().take(SM90_TOP_K) {
-        let ms = gpu.time_ms(1, SM90_SAMPLES, |g| {
-            for _ in 0..SM90_LAUNCHES {
-                crate::sm90::launch(g, spec, &timed_call, checked, variant, *plan, build)?;
+    // Each launch follows a write of twice the L2 size, so that it reads A and B from DRAM
+    // as in a model (a loop over the same operands would time them in L2).
+    let mut flush = gpu.zeros::<u8>(2 * props.l2_bytes.max(1) as usize)?;
+    let stream = gpu.stream();
+    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let n = candidates.len().min(SM90_TOP_K);
+    let mut samples = vec![Vec::with_capacity(SM90_ROUNDS); n];
+    let mut failed = vec![false; n];
+    for round in 0..=SM90_ROUNDS {
+        let mut events = Vec::with_capacity(n);
+        for (i, (variant, plan)) in candidates.iter().take(n).enumerate() {
+            if failed[i] {
+                continue;
             }
-            Ok(())
-        });
-        let t = &variant.tile;
-        match ms.map(|ms| ms / SM90_LAUNCHES as f32) {
-            Ok(ms) if ms.is_finite() && ms > 0.0 => {
-                if best.is_none_or(|(_, b)| ms < b) {
-                    best = Some((i, ms));
+            stream.memset_zeros(&mut flush)?;
+            let start = stream.record_event(timing)?;
+            match crate::sm90::launch(gpu, spec, &timed_call, checked, variant, *plan, build) {
+                Ok(_) => events.push((i, start, stream.record_event(timing)?)),
+                Err(e) => {
+                    failed[i] = true;
+                    tuner.warn(format!(
+                        "{key}: tile {:?} failed: {e}; skipped",
+                        variant.tile
+                    ));
                 }
             }
-            Ok(ms) => tuner.warn(format!("{key}: tile {t:?} timed at {ms} ms; skipped")),
-            Err(e) => tuner.warn(format!("{key}: tile {t:?} failed: {e}; skipped")),
+        }
+        for (i, start, end) in events {
+            let ms = start.elapsed_ms(&end)?;
+            if round > 0 && ms.is_finite() && ms > 0.0 {
+                samples[i].push(ms);
+            }
         }
     }
-    drop(scratch);
-    let Some((i, ms)) = best else {
+    drop((scratch, flush));
+    let median = |v: &mut Vec<f32>| {
+        v.sort_by(f32::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let times: Vec<Option<f32>> = samples.iter_mut().map(median).collect();
+    let best = times
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.map(|t| (i, t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let Some((mut i, mut ms)) = best else {
         return Ok(candidates.swap_remove(0));
     };
+    if let Some(model) = times[0].filter(|&t| t <= ms * (1.0 + SM90_MARGIN)) {
+        (i, ms) = (0, model);
+    }
     tuner.record(Entry {
         key,
         tile: tile_tuple(&candidates[i].0.tile),
