@@ -1530,7 +1530,7 @@ fn t13_staged_c_copied_out_by_threads_into_a_strided_view() {
 
 /// With an autotuner, the launcher times the Hopper candidates on a scratch C, caches the
 /// fastest per key (in memory and on disk) and launches it; C ends as after one launch (an
-/// `accumulate` epilogue adds its product once, though every candidate ran eight times). A tuner
+/// `accumulate` epilogue adds its product once, though every candidate ran many times). A tuner
 /// reading the same cache (another process) reuses the choice without timing; inside a graph
 /// capture nothing is timed or recorded and the model's choice is captured.
 #[test]
@@ -1574,6 +1574,9 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
         (Mainloop::Sm90, "h_sigmoid_accumulate", (2048, 2048, 2048))
     );
     assert!(e.measured_ms > 0.0 && e.measured_ms < 10.0, "{e:?}");
+    assert!(e.timed.len() >= 2, "{e:?}");
+    assert!(e.timed.iter().any(|(t, _)| *t == e.tile), "{e:?}");
+    println!("timed: {:?}", e.timed);
     let (bm, bn, bk, wm, wn, st) = e.tile;
     assert!(TILES_SM90.contains(&TileShape::new(bm, bn, bk, wm, wn, st)));
     let tag = format!("_t{bm}x{bn}x{bk}_w{wm}x{wn}_s{st}_");

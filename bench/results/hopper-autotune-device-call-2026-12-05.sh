@@ -17,11 +17,11 @@ if [ -z "${HOPPER_ONLY:-}" ]; then
 else
   timeout 240 $b/tests/gpu_hopper --test-threads=1 --nocapture > $OUT/tests.log 2>&1
 fi
-grep -E "^=== |FAILED|panicked|test result|PASSED|tuned:" $OUT/tests.log
+grep -E "^=== |FAILED|panicked|test result|PASSED|tuned:|timed:" $OUT/tests.log
 tmp=/tmp/o; rm -rf $tmp; mkdir -p $tmp
 echo "=== hopper bench $(date +%T)"
 HOPPER_BENCH_OUT=$tmp timeout 300 $b/bin/hopper > $OUT/hopper-bench.log 2>&1; echo rc=$?
-cp $tmp/hopper-*.csv $tmp/hopper-*.md $tmp/hopper-*.png $OUT/ 2>/dev/null
+cp $tmp/hopper-*.csv $tmp/hopper-*.md $tmp/hopper-*.png $tmp/hopper-*.json $OUT/ 2>/dev/null
 grep -E "^\| " $tmp/hopper-*.md | cut -d'|' -f2-12
 tail -3 $OUT/hopper-bench.log
 if [ -z "${HOPPER_ONLY:-}" ]; then

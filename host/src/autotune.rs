@@ -16,12 +16,14 @@
 //! the `Gpu` is opened), each launch that takes the Hopper path ([`crate::sm90`]) with no
 //! override in effect picks its tile by measurement instead of by the model: the first launch of
 //! a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's [`SM90_TOP_K`] best candidates and
-//! caches the fastest; later launches, in this process or another, reuse it. The candidates
-//! are timed in interleaved rounds, each launch after a write of twice the L2 size (so that
-//! A and B come from DRAM), and the model's choice stays unless another is [`SM90_MARGIN`]
-//! faster. They run on a scratch copy of C's footprint, never on the caller's C, so epilogues
-//! that read C (`accumulate`, a `residual` aliasing C) see C as the caller left it. Tuning
-//! allocates that scratch and the L2-sized buffer for its duration. While the stream is
+//! caches the fastest; later launches, in this process or another, reuse it. They are timed
+//! as the Hopper benchmark times them: each captured into a CUDA graph of launches that cycle
+//! through operand sets holding together twice the L2 (copies of A and B, so that launches
+//! read them from DRAM), the graphs replayed in interleaved rounds, medians compared; the
+//! model's choice stays unless another is [`SM90_MARGIN`] faster. Candidates write scratch
+//! C buffers, never the caller's C, so epilogues that read C (`accumulate`, a `residual`
+//! aliasing C) see C as the caller left it. Tuning allocates these sets (up to twice the L2
+//! plus C's footprint per set) for its duration. While the stream is
 //! being captured into a CUDA graph nothing is timed: a cached choice is used, else the
 //! model's. Why: the model was fitted on an H200, and on an H100 its choice ran up to 28 % slower
 //! than the fastest tile (`bench/results/hopper-h100-2026-12-05.md`).
@@ -68,6 +70,9 @@ pub enum Mainloop {
     /// The Hopper TMA + `wgmma` mainloop of [`crate::sm90`] (see [the module docs](self)).
     Sm90,
 }
+
+/// A tile as `(BM, BN, BK, warps_m, warps_n, stages)`.
+pub type TileTuple = (u32, u32, u32, u32, u32, u32);
 
 /// What a cached choice is valid for.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -147,13 +152,16 @@ pub struct Entry {
     /// The key, spelled out.
     pub key: TuneKey,
     /// `(BM, BN, BK, warps_m, warps_n, stages)` of the winner.
-    pub tile: (u32, u32, u32, u32, u32, u32),
+    pub tile: TileTuple,
     /// Its split-K factor.
     pub splits: u32,
     /// Its time on the shape it was tuned on, ms.
     pub measured_ms: f32,
     /// The shape it was tuned on.
     pub tuned_on: (u32, u32, u32),
+    /// Every candidate timed, as `(tile, ms)` (Hopper choices; empty in older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timed: Vec<(TileTuple, f32)>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -162,7 +170,7 @@ struct CacheFile {
     entries: BTreeMap<String, Entry>,
 }
 
-fn tile_tuple(t: &TileShape) -> (u32, u32, u32, u32, u32, u32) {
+fn tile_tuple(t: &TileShape) -> TileTuple {
     (t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages)
 }
 
@@ -341,6 +349,7 @@ impl Autotuner {
             splits: plan.splits,
             measured_ms: ms,
             tuned_on: (problem.m, problem.n, problem.k),
+            timed: Vec::new(),
         });
         Ok(plan)
     }
@@ -388,14 +397,45 @@ pub fn autotune_from_env() -> bool {
 pub const SM90_TOP_K: usize = 4;
 
 /// Timed rounds per Hopper candidate (their median counts), after one untimed round. Each
-/// round launches every candidate once, in turn, so that clock changes fall on all of them
-/// alike: timed one after another, the first candidate ran while the clocks rose and lost
-/// at shapes where it is the fastest (H100, `bench/results/hopper-autotune-h100-2026-12-05.md`).
-const SM90_ROUNDS: usize = 7;
+/// round replays every candidate's graph once, in turn, so that clock changes fall on all of
+/// them alike (timed one after another, the first candidate ran while the clocks rose).
+const SM90_ROUNDS: usize = 5;
+
+/// Device time one replay of a candidate's graph aims at, µs (by the model's prediction).
+const SM90_REPLAY_US: f64 = 4000.0;
+
+/// At most this many operand sets rotate ([`pick_sm90`]).
+const SM90_MAX_SETS: usize = 8;
 
 /// How much faster than the model's choice another candidate must measure to replace it (a
 /// fraction): closer than this is noise.
 pub const SM90_MARGIN: f32 = 0.01;
+
+/// Bytes from element (0, 0) of `m` to the end of its last row, and its address modulo 256.
+fn footprint(m: &crate::tensor::MatrixDesc) -> (usize, u64) {
+    let bytes = ((m.rows.max(1) - 1) * m.ld + m.cols) * m.dtype.size();
+    (bytes, m.ptr % 256)
+}
+
+/// A device buffer laid out like `m` (same leading dimension, same address modulo 256, so the
+/// same load and store paths apply), holding a copy of `m` when `copy`; and its descriptor.
+fn buffer_like(
+    gpu: &Gpu,
+    m: &crate::tensor::MatrixDesc,
+    copy: bool,
+) -> Result<(cudarc::driver::CudaSlice<u8>, crate::tensor::MatrixDesc)> {
+    let (bytes, offset) = footprint(m);
+    let buf = gpu.zeros::<u8>(bytes + offset as usize)?;
+    let ptr = cudarc::driver::DevicePtr::device_ptr(&buf, gpu.stream()).0 + offset;
+    if copy {
+        // SAFETY: both ranges are `bytes` long: the source is the operand `check_gemm`
+        // validated, the destination was just allocated; the copy is ordered on the stream.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(ptr, m.ptr, bytes, gpu.stream().cu_stream())
+        }?;
+    }
+    Ok((buf, crate::tensor::MatrixDesc { ptr, ..*m }))
+}
 
 /// The Hopper candidate to launch (see [the module docs](self)): `candidates` is
 /// [`crate::sm90::choose`]'s list, the model's fastest first; `build` gives the epilogue's
@@ -444,60 +484,88 @@ where
         return Ok(candidates.swap_remove(0));
     }
 
-    // C's footprint at the same address modulo 256 and the same leading dimension, so that
-    // every candidate takes the store path it would take on the caller's C.
-    let c = &call.c;
-    let offset = c.ptr % 256;
-    let bytes = ((c.rows.max(1) - 1) * c.ld + c.cols) * c.dtype.size() + offset as usize;
-    let scratch = gpu.zeros::<u8>(bytes)?;
-    let base = cudarc::driver::DevicePtr::device_ptr(&scratch, gpu.stream()).0;
-    let timed_call = GemmCall {
-        c: crate::tensor::MatrixDesc {
-            ptr: base + offset,
-            ..*c
-        },
-        ..*call
-    };
-    // Each launch follows a write of twice the L2 size, so that it reads A and B from DRAM
-    // as in a model (a loop over the same operands would time them in L2).
-    let mut flush = gpu.zeros::<u8>(2 * props.l2_bytes.max(1) as usize)?;
-    let stream = gpu.stream();
-    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let n = candidates.len().min(SM90_TOP_K);
-    let mut samples = vec![Vec::with_capacity(SM90_ROUNDS); n];
-    let mut failed = vec![false; n];
-    for round in 0..=SM90_ROUNDS {
-        let mut events = Vec::with_capacity(n);
-        for (i, (variant, plan)) in candidates.iter().take(n).enumerate() {
-            if failed[i] {
-                continue;
-            }
-            stream.memset_zeros(&mut flush)?;
-            let start = stream.record_event(timing)?;
-            match crate::sm90::launch(gpu, spec, &timed_call, checked, variant, *plan, build) {
-                Ok(_) => events.push((i, start, stream.record_event(timing)?)),
-                Err(e) => {
-                    failed[i] = true;
-                    tuner.warn(format!(
-                        "{key}: tile {:?} failed: {e}; skipped",
-                        variant.tile
-                    ));
-                }
-            }
+    // Operand sets as the Hopper benchmark rotates them: the caller's A and B first, then
+    // copies until the sets hold twice the L2 (so that each launch reads A and B from DRAM,
+    // as a model's layers do); every set has its own scratch C, so the caller's C is never
+    // written.
+    let (a_bytes, b_bytes, c_bytes) = (
+        footprint(&call.a).0,
+        footprint(&call.b).0,
+        footprint(&call.c).0,
+    );
+    let set_bytes = (a_bytes + b_bytes + c_bytes).max(1);
+    let sets = (2 * props.l2_bytes as usize)
+        .div_ceil(set_bytes)
+        .clamp(1, SM90_MAX_SETS);
+    let mut buffers = Vec::new();
+    let mut calls = Vec::with_capacity(sets);
+    for i in 0..sets {
+        let mut timed = *call;
+        if i > 0 {
+            let (a, a_desc) = buffer_like(gpu, &call.a, true)?;
+            let (b, b_desc) = buffer_like(gpu, &call.b, true)?;
+            (timed.a, timed.b) = (a_desc, b_desc);
+            buffers.extend([a, b]);
         }
-        for (i, start, end) in events {
-            let ms = start.elapsed_ms(&end)?;
-            if round > 0 && ms.is_finite() && ms > 0.0 {
-                samples[i].push(ms);
+        let (c, c_desc) = buffer_like(gpu, &call.c, false)?;
+        timed.c = c_desc;
+        buffers.push(c);
+        calls.push(timed);
+    }
+    let n = candidates.len().min(SM90_TOP_K);
+    // Each candidate once on every set, outside a capture: workspaces grow and tensor maps are
+    // made here, not while a graph is recorded.
+    let mut graphs = Vec::with_capacity(n);
+    for (variant, plan) in candidates.iter().take(n) {
+        let warm = calls
+            .iter()
+            .try_for_each(|c| {
+                crate::sm90::launch(gpu, spec, c, checked, variant, *plan, build).map(|_| ())
+            })
+            .and_then(|()| gpu.synchronize());
+        let reps = ((SM90_REPLAY_US / plan.predicted_us.max(1.0)).ceil() as usize).clamp(sets, 200);
+        let graph = warm.and_then(|()| {
+            gpu.capture(|g| {
+                for i in 0..reps {
+                    crate::sm90::launch(g, spec, &calls[i % sets], checked, variant, *plan, build)?;
+                }
+                Ok(())
+            })
+        });
+        match graph.and_then(|g| g.upload().map(|()| g)) {
+            Ok(g) => graphs.push(Some((g, reps))),
+            Err(e) => {
+                tuner.warn(format!(
+                    "{key}: tile {:?} failed: {e}; skipped",
+                    variant.tile
+                ));
+                graphs.push(None);
             }
         }
     }
-    drop((scratch, flush));
+    let mut samples = vec![Vec::with_capacity(SM90_ROUNDS); n];
+    for round in 0..=SM90_ROUNDS {
+        for (g, out) in graphs.iter().zip(samples.iter_mut()) {
+            let Some((graph, reps)) = g else { continue };
+            let ms = gpu.time_ms(0, 1, |_| graph.replay())? / *reps as f32;
+            if round > 0 && ms.is_finite() && ms > 0.0 {
+                out.push(ms);
+            }
+        }
+    }
+    drop(graphs);
+    gpu.synchronize()?;
+    drop(buffers);
     let median = |v: &mut Vec<f32>| {
         v.sort_by(f32::total_cmp);
         v.get(v.len() / 2).copied()
     };
     let times: Vec<Option<f32>> = samples.iter_mut().map(median).collect();
+    let timed: Vec<_> = candidates
+        .iter()
+        .zip(&times)
+        .filter_map(|((v, _), t)| t.map(|t| (tile_tuple(&v.tile), t)))
+        .collect();
     let best = times
         .iter()
         .enumerate()
@@ -515,6 +583,7 @@ where
         splits: 1,
         measured_ms: ms,
         tuned_on: (problem.m, problem.n, problem.k),
+        timed,
     });
     Ok(candidates.swap_remove(i))
 }

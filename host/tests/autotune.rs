@@ -209,6 +209,7 @@ fn an_unusable_cached_choice_is_retuned() {
         splits: 16,
         measured_ms: 0.01,
         tuned_on: (64, 1024, 128),
+        timed: Vec::new(),
     };
     std::fs::create_dir_all(&dir).unwrap();
     let file = serde_json::json!({ "version": 1, "entries": { key.to_string(): entry } });
@@ -312,12 +313,18 @@ fn hopper_choices_have_keys_of_their_own_and_old_files_still_read() {
         splits: 1,
         measured_ms: 0.041,
         tuned_on: (4096, 1024, 4096),
+        timed: vec![
+            ((128, 256, 64, 8, 1, 4), 0.041),
+            ((128, 128, 64, 4, 1, 6), 0.045),
+        ],
     });
     assert!(tuner.warnings().is_empty(), "{:?}", tuner.warnings());
     let reread = Autotuner::new(&dir);
     assert_eq!(reread.entries().count(), 2);
     assert_eq!(reread.entry(&sm90).unwrap().tile, (128, 256, 64, 8, 1, 4));
     assert_eq!(reread.entry(&sm90).unwrap().key.mainloop, Mainloop::Sm90);
+    assert_eq!(reread.entry(&sm90).unwrap().timed.len(), 2);
+    assert!(reread.entry(&sm80).unwrap().timed.is_empty());
     assert_eq!(reread.entry(&sm80).unwrap().tile, (128, 128, 32, 2, 4, 4));
     std::fs::remove_dir_all(&dir).unwrap();
 }

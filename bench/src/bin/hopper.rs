@@ -32,7 +32,8 @@
 //!
 //! The "autotuned" column is ours with an autotuner (`fused_gemm::host::autotune`, its cache in
 //! a fresh temporary directory): one launch before the capture times the candidates on this
-//! device and caches the fastest, which the captured launches then use.
+//! device and caches the fastest, which the captured launches then use; the cache, with every
+//! candidate's measured time, is kept as `hopper-<device>-autotune.json`.
 
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
@@ -1045,6 +1046,11 @@ fn run() -> Result<()> {
     println!("wrote {} and {}", csv_path.display(), md_path.display());
     if let Some(t) = &tuner {
         println!("autotuner: {} warnings", t.warnings().len());
+        // What the tuner measured per candidate, beside the table.
+        let kept = out_dir.join(format!("{stem}-autotune.json"));
+        if let Err(e) = std::fs::copy(t.cache_path(), &kept) {
+            println!("autotuner cache not kept: {e}");
+        }
     }
     let _ = std::fs::remove_dir_all(&tune_dir);
     Ok(())
