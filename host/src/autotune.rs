@@ -23,8 +23,8 @@
 //!   another, reuse it.
 //! - Candidates are timed as the Hopper benchmark times them: each captured into a CUDA graph
 //!   of launches that cycle through operand sets holding together twice the L2 (copies of A
-//!   and B, so that launches read them from DRAM); the graphs replayed in interleaved rounds;
-//!   medians compared. The model's choice stays unless another is [`SM90_MARGIN`] faster.
+//!   and B, so that launches read them from DRAM); the graphs replayed in interleaved rounds,
+//!   the first 250 ms of them untimed (the clocks settle); medians compared. The model's choice stays unless another is [`SM90_MARGIN`] faster.
 //! - Candidates write scratch C buffers, never the caller's C, so epilogues that read C
 //!   (`accumulate`, a `residual` aliasing C) see C as the caller left it. Tuning allocates the
 //!   sets (up to twice the L2, plus C's footprint per set) for its duration.
@@ -402,10 +402,15 @@ pub fn autotune_from_env() -> bool {
 /// compiled tiles ([`TILES_SM90`](fused_gemm_device::gemm::sm90::TILES_SM90)).
 pub const SM90_TOP_K: usize = 4;
 
-/// Timed rounds per Hopper candidate (their median counts), after one untimed round. Each
-/// round replays every candidate's graph once, in turn, so that clock changes fall on all of
-/// them alike (timed one after another, the first candidate ran while the clocks rose).
-const SM90_ROUNDS: usize = 5;
+/// Timed rounds per Hopper candidate (their median counts). Each round replays every
+/// candidate's graph once, in turn, so that clock changes fall on all of them alike (timed one
+/// after another, the first candidate ran while the clocks rose).
+const SM90_ROUNDS: usize = 9;
+
+/// Untimed rounds come first until the device has run the candidates for this long, ms: with
+/// about 100 ms of rounds, two tunings of the same H100 shapes ranked the tiles differently by
+/// up to 12 %, and both differed from the benchmark's steady state.
+const SM90_WARMUP_MS: f32 = 250.0;
 
 /// Device time one replay of a candidate's graph aims at, µs (by the model's prediction).
 const SM90_REPLAY_US: f64 = 4000.0;
@@ -558,13 +563,23 @@ where
         }
     }
     let mut samples = vec![Vec::with_capacity(SM90_ROUNDS); n];
-    for round in 0..=SM90_ROUNDS {
+    let (mut warm_ms, mut round) = (0.0f32, 0);
+    while round < SM90_ROUNDS {
+        let warm = warm_ms < SM90_WARMUP_MS;
         for (g, out) in graphs.iter().zip(samples.iter_mut()) {
             let Some((graph, reps)) = g else { continue };
-            let ms = gpu.time_ms(0, 1, |_| graph.replay())? / *reps as f32;
-            if round > 0 && ms.is_finite() && ms > 0.0 {
+            let replay = gpu.time_ms(0, 1, |_| graph.replay())?;
+            warm_ms += replay;
+            let ms = replay / *reps as f32;
+            if !warm && ms.is_finite() && ms > 0.0 {
                 out.push(ms);
             }
+        }
+        if graphs.iter().all(Option::is_none) {
+            break;
+        }
+        if !warm {
+            round += 1;
         }
     }
     drop(graphs);
