@@ -453,9 +453,10 @@ fn buffer_like(
 /// parameters as for [`crate::gemm::launch`].
 ///
 /// # Errors
-/// Driver errors from allocating the scratch C or querying the stream. A candidate that fails
-/// to launch is skipped with a warning; when all fail, the model's choice is returned (its own
-/// launch then reports the error).
+/// Driver errors from querying the stream or timing. A failure to allocate the scratch operand
+/// sets is a warning, and the model's choice is returned; so is a candidate that fails to
+/// launch (skipped), and when all fail, the model's choice is returned (its own launch then
+/// reports the error).
 pub(crate) fn pick_sm90<P, N, Q>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
@@ -518,7 +519,7 @@ where
         .clamp(1, SM90_MAX_SETS);
     let mut buffers = Vec::new();
     let mut calls = Vec::with_capacity(sets);
-    for i in 0..sets {
+    let made = (0..sets).try_for_each(|i| {
         let mut timed = *call;
         if i > 0 {
             let (a, a_desc) = buffer_like(gpu, &call.a, true)?;
@@ -530,6 +531,14 @@ where
         timed.c = c_desc;
         buffers.push(c);
         calls.push(timed);
+        Ok::<_, Error>(())
+    });
+    if let Err(e) = made {
+        // Out of memory for the scratch sets, say: the caller's launch still runs.
+        tuner.warn(format!(
+            "{key}: no room to time candidates ({e}); the model's tile"
+        ));
+        return Ok(candidates.swap_remove(0));
     }
     let n = candidates.len().min(SM90_TOP_K);
     // Each candidate once on every set, outside a capture: workspaces grow and tensor maps are
