@@ -1586,8 +1586,8 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     let again = accumulate(&mut fx, "sigmoid+accumulate (cached)");
     assert!(again.contains(&tag), "launched {again}, cached {tag}");
 
-    // A shape of another class, captured: the model's tile, nothing timed or recorded.
-    let (m, n, k) = (1000, 4096, 512);
+    // Another kernel, captured: the model's tile, nothing timed or recorded.
+    let (m, n, k) = (2048, 2048, 2048);
     let a = fx.random(m, k, bf, 1.0);
     let b = fx.random(n, k, bf, 1.0);
     let mut c = fx.poisoned(m, n, bf);
@@ -1595,6 +1595,8 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
         .gpu
         .capture(|g| hopper::h_gemm_bf16(g, &a.t, &b.t, &mut c).map(|_| ()))
         .expect("capture with an autotuner and nothing cached");
+    let captured = last_entry().unwrap_or("?");
+    assert!(captured.contains("__sm90tma_"), "captured {captured}");
     graph.replay().unwrap();
     let err = rel_frobenius_error(&fx.get(&c), &gemm64(m, n, k, &a.v, &b.v));
     assert!(err < threshold(bf), "captured GEMM: {err:e}");

@@ -18,9 +18,9 @@
 //! an H200, and on an H100 its tile ran up to 28 % slower than the fastest one
 //! (`bench/results/hopper-h100-2026-12-05.md`).
 //!
-//! - The first launch of a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's
-//!   [`SM90_TOP_K`] best candidates and caches the fastest; later launches, in this process or
-//!   another, reuse it.
+//! - The first launch of a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's best
+//!   candidates ([`Autotuner::with_top_k`], 4 by default, of at most five compiled tiles) and
+//!   caches the fastest; later launches, in this process or another, reuse it.
 //! - Candidates are timed as the Hopper benchmark times them: each captured into a CUDA graph
 //!   of launches that cycle through operand sets holding together twice the L2 (copies of A
 //!   and B, so that launches read them from DRAM); the graphs replayed in interleaved rounds,
@@ -30,6 +30,14 @@
 //!   sets (up to twice the L2, plus C's footprint per set) for its duration.
 //! - While the stream is being captured into a CUDA graph nothing is timed: a cached choice is
 //!   used, else the model's.
+//! - Tuning holds the device's autotuner for its duration (0.3 s to a few seconds), so other
+//!   threads' Hopper launches on the device wait for it. It records graphs with
+//!   [`Gpu::capture`], which switches cudarc's per-buffer event tracking off for the context
+//!   while it records: do not tune on one thread while another captures or launches on
+//!   several streams. Candidates may grow the device's shared split-K and statistics
+//!   workspaces, which frees the smaller ones, as any launch that needs more does: graphs
+//!   captured earlier that use them must be captured again. Each tuning leaves its scratch
+//!   operands' tensor maps (128 bytes each) in the device's map cache.
 //! - Epilogues with a row norm keep the model's tile: it was the fastest at every LayerNorm
 //!   shape of the Hopper benchmark on an H100 and an H200, while there this timing and the
 //!   benchmark's disagreed (`bench/results/hopper-autotune-2026-12-05.md`).
@@ -398,10 +406,6 @@ pub fn autotune_from_env() -> bool {
         .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "on"))
 }
 
-/// Hopper candidates timed per [`TuneKey`]: the model's fastest [`SM90_TOP_K`] of at most five
-/// compiled tiles ([`TILES_SM90`](fused_gemm_device::gemm::sm90::TILES_SM90)).
-pub const SM90_TOP_K: usize = 4;
-
 /// Timed rounds per Hopper candidate (their median counts). Each round replays every
 /// candidate's graph once, in turn, so that clock changes fall on all of them alike (timed one
 /// after another, the first candidate ran while the clocks rose).
@@ -540,7 +544,7 @@ where
         ));
         return Ok(candidates.swap_remove(0));
     }
-    let n = candidates.len().min(SM90_TOP_K);
+    let n = candidates.len().min(tuner.top_k);
     // Each candidate once on every set, outside a capture: workspaces grow and tensor maps are
     // made here, not while a graph is recorded.
     let mut graphs = Vec::with_capacity(n);
@@ -575,9 +579,18 @@ where
     let (mut warm_ms, mut round) = (0.0f32, 0);
     while round < SM90_ROUNDS {
         let warm = warm_ms < SM90_WARMUP_MS;
-        for (g, out) in graphs.iter().zip(samples.iter_mut()) {
-            let Some((graph, reps)) = g else { continue };
-            let replay = gpu.time_ms(0, 1, |_| graph.replay())?;
+        for (g, out) in graphs.iter_mut().zip(samples.iter_mut()) {
+            let Some((graph, reps)) = g.as_ref() else {
+                continue;
+            };
+            let replay = match gpu.time_ms(0, 1, |_| graph.replay()) {
+                Ok(ms) => ms,
+                Err(e) => {
+                    tuner.warn(format!("{key}: a replay failed: {e}; candidate skipped"));
+                    *g = None;
+                    continue;
+                }
+            };
             warm_ms += replay;
             let ms = replay / *reps as f32;
             if !warm && ms.is_finite() && ms > 0.0 {

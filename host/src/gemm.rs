@@ -342,7 +342,8 @@ pub(crate) fn grow(gpu: &Gpu, slot: &mut Option<CudaSlice<u8>>, bytes: u64) -> R
 /// `build(stats)` returns the epilogue's parameters and, when the spec has a row norm, the
 /// finishing kernel's (norm, post-stage) parameters; `stats` is the device address of the
 /// row-statistics workspace, or 0 when the plan finishes the norm in the CTA. It is called once
-/// per launch, and once per timed launch when an autotuner measures the Hopper candidates.
+/// per launch, and, when an autotuner measures the Hopper candidates, once per launch it makes
+/// or records in a graph while doing so.
 ///
 /// Returns the plan that ran, or `None` when M or N is 0 (nothing to do).
 ///

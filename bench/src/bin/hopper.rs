@@ -856,6 +856,9 @@ fn run() -> Result<()> {
         return chart_from_csv(std::path::Path::new(&csv));
     }
     let gpu = Gpu::new(0)?;
+    // "ours" is the model's choice even under FUSED_GEMM_AUTOTUNE=1; the autotuned column has
+    // its own tuner.
+    gpu.set_autotuner(None);
     if std::env::var_os("HOPPER_BENCH_STAGES").is_some() {
         return stage_costs(&gpu);
     }
