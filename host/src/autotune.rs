@@ -23,8 +23,9 @@
 //!   caches the fastest; later launches, in this process or another, reuse it.
 //! - Candidates are timed as the Hopper benchmark times them: each captured into a CUDA graph
 //!   of launches that cycle through operand sets holding together twice the L2 (copies of A
-//!   and B, so that launches read them from DRAM); the graphs replayed in interleaved rounds,
-//!   the first 250 ms of them untimed (the clocks settle); medians compared. The model's choice stays unless another is [`SM90_MARGIN`] faster.
+//!   and B, so that launches read them from DRAM); the graphs replayed in interleaved rounds
+//!   ([`Gpu::time_interleaved`]), the first 250 ms of them untimed (the clocks settle); medians
+//!   compared. The model's choice stays unless another is [`SM90_MARGIN`] faster.
 //! - Candidates write scratch C buffers, never the caller's C, so epilogues that read C
 //!   (`accumulate`, a `residual` aliasing C) see C as the caller left it. Tuning allocates the
 //!   sets (up to twice the L2, plus C's footprint per set) for its duration.
@@ -548,7 +549,7 @@ where
     // Each candidate once on every set, outside a capture: workspaces grow and tensor maps are
     // made here, not while a graph is recorded.
     let mut graphs = Vec::with_capacity(n);
-    for (variant, plan) in candidates.iter().take(n) {
+    for (i, (variant, plan)) in candidates.iter().enumerate().take(n) {
         let warm = calls
             .iter()
             .try_for_each(|c| {
@@ -558,76 +559,51 @@ where
         let reps = ((SM90_REPLAY_US / plan.predicted_us.max(1.0)).ceil() as usize).clamp(sets, 200);
         let graph = warm.and_then(|()| {
             gpu.capture(|g| {
-                for i in 0..reps {
-                    crate::sm90::launch(g, spec, &calls[i % sets], checked, variant, *plan, build)?;
+                for r in 0..reps {
+                    crate::sm90::launch(g, spec, &calls[r % sets], checked, variant, *plan, build)?;
                 }
                 Ok(())
             })
         });
         match graph.and_then(|g| g.upload().map(|()| g)) {
-            Ok(g) => graphs.push(Some((g, reps))),
-            Err(e) => {
-                tuner.warn(format!(
-                    "{key}: tile {:?} failed: {e}; skipped",
-                    variant.tile
-                ));
-                graphs.push(None);
-            }
+            Ok(g) => graphs.push((i, g, reps)),
+            Err(e) => tuner.warn(format!(
+                "{key}: tile {:?} failed: {e}; skipped",
+                variant.tile
+            )),
         }
     }
-    let mut samples = vec![Vec::with_capacity(SM90_ROUNDS); n];
-    let (mut warm_ms, mut round) = (0.0f32, 0);
-    while round < SM90_ROUNDS {
-        let warm = warm_ms < SM90_WARMUP_MS;
-        for (g, out) in graphs.iter_mut().zip(samples.iter_mut()) {
-            let Some((graph, reps)) = g.as_ref() else {
-                continue;
-            };
-            let replay = match gpu.time_ms(0, 1, |_| graph.replay()) {
-                Ok(ms) => ms,
-                Err(e) => {
-                    tuner.warn(format!("{key}: a replay failed: {e}; candidate skipped"));
-                    *g = None;
-                    continue;
-                }
-            };
-            warm_ms += replay;
-            let ms = replay / *reps as f32;
-            if !warm && ms.is_finite() && ms > 0.0 {
-                out.push(ms);
-            }
+    let replays: Vec<_> = graphs.iter().map(|(_, g, reps)| (g, *reps)).collect();
+    let times = match gpu.time_interleaved(&replays, SM90_WARMUP_MS, SM90_ROUNDS) {
+        Ok(t) => t,
+        Err(e) => {
+            tuner.warn(format!("{key}: timing failed ({e}); the model's tile"));
+            return Ok(candidates.swap_remove(0));
         }
-        if graphs.iter().all(Option::is_none) {
-            break;
-        }
-        if !warm {
-            round += 1;
-        }
-    }
+    };
+    drop(replays);
+    let timed: Vec<(usize, f32)> = graphs
+        .iter()
+        .zip(&times)
+        .map(|((i, _, _), &t)| (*i, t))
+        .filter(|(_, t)| t.is_finite() && *t > 0.0)
+        .collect();
     drop(graphs);
     gpu.synchronize()?;
     drop(buffers);
-    let median = |v: &mut Vec<f32>| {
-        v.sort_by(f32::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
-    let times: Vec<Option<f32>> = samples.iter_mut().map(median).collect();
-    let timed: Vec<_> = candidates
-        .iter()
-        .zip(&times)
-        .filter_map(|((v, _), t)| t.map(|t| (tile_tuple(&v.tile), t)))
-        .collect();
-    let best = times
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| t.map(|t| (i, t)))
-        .min_by(|a, b| a.1.total_cmp(&b.1));
-    let Some((mut i, mut ms)) = best else {
+    let Some(&(mut i, mut ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
         return Ok(candidates.swap_remove(0));
     };
-    if let Some(model) = times[0].filter(|&t| t <= ms * (1.0 + SM90_MARGIN)) {
+    if let Some(&(_, model)) = timed
+        .iter()
+        .find(|&&(j, t)| j == 0 && t <= ms * (1.0 + SM90_MARGIN))
+    {
         (i, ms) = (0, model);
     }
+    let timed = timed
+        .iter()
+        .map(|&(j, t)| (tile_tuple(&candidates[j].0.tile), t))
+        .collect();
     tuner.record(Entry {
         key,
         tile: tile_tuple(&candidates[i].0.tile),

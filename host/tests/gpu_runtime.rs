@@ -243,6 +243,33 @@ fn axpy_graph_replays_like_direct_launches() {
     assert!(twice.iter().zip(&x).all(|(&t, &xi)| t == 2.0 * xi));
 }
 
+/// `Gpu::time_interleaved` replays every graph in each round: a graph of one axpy and one of
+/// four, both on the same buffer, give one time per graph and per launch, and the buffer ends
+/// with exactly as many axpys as the replays made (warm-up and timed rounds alike).
+#[test]
+fn interleaved_timing_replays_each_graph_every_round() {
+    let Some(gpu) = gpu_or_skip("interleaved_timing") else {
+        return;
+    };
+    let n = 1 << 22;
+    let dx = gpu.upload(&vec![1.0f32; n]).unwrap();
+    let mut y = gpu.upload(&vec![0.0f32; n]).unwrap();
+    let one = gpu.capture(|g| axpy(g, 1.0, &dx, &mut y)).unwrap();
+    let four = gpu
+        .capture(|g| (0..4).try_for_each(|_| axpy(g, 1.0, &dx, &mut y)))
+        .unwrap();
+    let ms = gpu
+        .time_interleaved(&[(&one, 1), (&four, 4)], 0.0, 5)
+        .unwrap();
+    println!("per launch: {ms:?} ms");
+    assert_eq!(ms.len(), 2);
+    assert!(ms.iter().all(|t| t.is_finite() && *t > 0.0), "{ms:?}");
+    // One untimed round (no warm-up time asked for) and 5 timed: 6 × (1 + 4) axpys of 1.0.
+    let got = gpu.download(&y).unwrap();
+    assert!(got.iter().all(|&v| v == 30.0), "{:?}", &got[..4]);
+    assert!(gpu.time_interleaved(&[], 10.0, 3).unwrap().is_empty());
+}
+
 #[test]
 fn failed_capture_leaves_the_gpu_usable() {
     let Some(gpu) = gpu_or_skip("failed_capture") else {

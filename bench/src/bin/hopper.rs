@@ -9,8 +9,9 @@
 //! Timing: every implementation's launches are captured into a CUDA graph (`reps` launches
 //! cycling through rotating buffer sets that together exceed the L2 twice, so inputs come from
 //! DRAM as in a model); ours, cuBLAS's GEMM, cuBLASLt's fused epilogue and ours with each Hopper
-//! tile forced are then replayed in turn, one graph between CUDA events at a time, for two
-//! warm-up and nine timed rounds, and each one's median per-launch time is reported
+//! tile forced are then replayed in turn, one graph between CUDA events at a time, in untimed
+//! rounds for 250 ms of device time and then nine timed ones (until 2026-12-05: two untimed
+//! rounds), and each one's median per-launch time is reported
 //! (interleaved, so that clock changes and other work on the machine fall on all of them
 //! alike). Graphs remove host overhead from both sides (cuBLASLt's
 //! algorithm is chosen once per shape, as a framework caches it). cuBLASLt is column-major, so
@@ -378,27 +379,21 @@ fn capture(
     Ok(Timed { graph, reps })
 }
 
-/// Rounds of [`time_interleaved`] that count (after two warm-up rounds).
+/// Rounds of [`time_interleaved`] that count.
 const ROUNDS: usize = 9;
 
-/// Median time per launch of each graph, ms, with the graphs replayed in turn (A, B, C, A, B,
-/// C, …) so that clock changes and other work on the GPU fall on every implementation alike.
+/// Device time of the untimed rounds before them, ms (the clocks settle).
+const WARMUP_MS: f32 = 250.0;
+
+/// Median time per launch of each graph, ms, replayed in interleaved rounds
+/// ([`Gpu::time_interleaved`]) so that clock changes and other work on the GPU fall on every
+/// implementation alike.
 fn time_interleaved(gpu: &Gpu, graphs: &[&Timed]) -> Result<Vec<f64>> {
-    let mut samples = vec![Vec::with_capacity(ROUNDS); graphs.len()];
-    for round in 0..ROUNDS + 2 {
-        for (t, out) in graphs.iter().zip(samples.iter_mut()) {
-            let ms = gpu.time_ms(0, 1, |_| t.graph.replay())? as f64 / t.reps as f64;
-            if round >= 2 {
-                out.push(ms);
-            }
-        }
-    }
-    Ok(samples
+    let replays: Vec<_> = graphs.iter().map(|t| (&t.graph, t.reps)).collect();
+    Ok(gpu
+        .time_interleaved(&replays, WARMUP_MS, ROUNDS)?
         .into_iter()
-        .map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        })
+        .map(f64::from)
         .collect())
 }
 
