@@ -814,6 +814,86 @@ fn split_k_applies_the_epilogue_once() {
     }
 }
 
+/// A CUDA graph captured before a launch grows the shared split-K workspace replays correctly
+/// afterwards, and writes nothing outside its own buffers: the replaced partials and counters
+/// buffers are retired, not freed. Freed, the next allocations of their size (the probes below)
+/// would likely get their memory, and the replay would overwrite the probes.
+#[test]
+fn graphs_survive_workspace_growth() {
+    let Some(mut fx) = Fx::new("graphs_survive_workspace_growth") else {
+        return;
+    };
+    let split = |splits| Overrides {
+        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+        splits: Some(splits),
+        ..Default::default()
+    };
+    let (m, n, k) = (96, 160, 3000);
+    let a = fx.random(m, k, DType::Bf16, 1.0);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = vecf(&mut fx, n, DType::Bf16);
+    let mut c = fx.poisoned(m, n, DType::Bf16);
+    // One eager launch allocates the workspace (allocating inside a capture would record it).
+    let mut launch = |g: &Gpu, c: &mut Tensor| {
+        with_overrides(split(4), || {
+            blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
+        })
+    };
+    launch(&fx.gpu, &mut c).unwrap();
+    let eager = fx.get(&c);
+    let graph = fx.gpu.capture(|g| launch(g, &mut c)).unwrap();
+    let (partials0, counters0) = {
+        let ws = fx.gpu.workspace().lock().unwrap();
+        (ws.partials().live_bytes(), ws.counters().live_bytes())
+    };
+    assert!(
+        partials0 > 0 && counters0 > 0,
+        "split 4 ways uses the workspace"
+    );
+
+    // 1024×1024×4096 split 8 ways: 32 MiB of f32 partials, far more than the first buffer.
+    let big = (1024, 1024, 4096);
+    let a2 = fx.random(big.0, big.2, DType::Bf16, 1.0);
+    let b2 = fx.random(big.1, big.2, DType::Bf16, 1.0);
+    let bias2 = vecf(&mut fx, big.1, DType::Bf16);
+    let mut c2 = fx.poisoned(big.0, big.1, DType::Bf16);
+    with_overrides(split(8), || {
+        blocks::ffn_up_bias_gelu(&fx.gpu, &a2.t, &b2.t, &mut c2, &bias2.t)
+    })
+    .unwrap();
+    {
+        let ws = fx.gpu.workspace().lock().unwrap();
+        println!("after growth: {ws:?}");
+        assert!(ws.partials().live_bytes() >= 32 << 20);
+        assert!(
+            ws.partials().retired() >= 1,
+            "the first partials buffer is kept"
+        );
+        assert!(
+            ws.partials().bytes() <= 2 * ws.partials().live_bytes(),
+            "doubling bounds what is retired"
+        );
+    }
+
+    let pattern = 0x5au8;
+    let probes: Vec<_> = [partials0, counters0]
+        .iter()
+        .map(|&len| fx.gpu.upload(&vec![pattern; len]).unwrap())
+        .collect();
+    c.poison(&fx.gpu).unwrap();
+    graph.replay().unwrap();
+    fx.gpu.synchronize().unwrap();
+    let replayed = fx.get(&c);
+    let err = rel_frobenius_error(&replayed, &eager);
+    println!("graph replay after workspace growth vs eager: rel err {err:.2e}");
+    assert!(err < 1e-6, "replay after growth: rel err {err:.2e}");
+    for (i, p) in probes.iter().enumerate() {
+        let got = fx.gpu.download(p).unwrap();
+        let bad = got.iter().filter(|&&x| x != pattern).count();
+        assert_eq!(bad, 0, "probe {i}: {bad} bytes written by the replay");
+    }
+}
+
 /// known-faults #1: stage order of scale and bias.
 #[test]
 fn scale_and_bias_order() {

@@ -36,8 +36,8 @@
 //!   [`Gpu::capture`], which switches cudarc's per-buffer event tracking off for the context
 //!   while it records: do not tune on one thread while another captures or launches on
 //!   several streams. Candidates may grow the device's shared split-K and statistics
-//!   workspaces, which frees the smaller ones, as any launch that needs more does: graphs
-//!   captured earlier that use them must be captured again. Each tuning leaves its scratch
+//!   workspaces, as any launch that needs more does; the replaced buffers are kept
+//!   ([`crate::gemm::Growing`]), so graphs captured earlier stay valid. Each tuning leaves its scratch
 //!   operands' tensor maps (128 bytes each) in the device's map cache.
 //! - Epilogues with a row norm keep the model's tile: it was the fastest at every LayerNorm
 //!   shape of the Hopper benchmark on an H100 and an H200, while there this timing and the

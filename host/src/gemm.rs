@@ -298,9 +298,9 @@ impl GemmKernelSpec {
 /// concurrently (each launch holds its lock only while enqueuing).
 #[derive(Default)]
 pub struct Workspace {
-    pub(crate) partials: Option<CudaSlice<u8>>,
-    pub(crate) counters: Option<CudaSlice<u8>>,
-    pub(crate) stats: Option<CudaSlice<u8>>,
+    pub(crate) partials: Growing,
+    pub(crate) counters: Growing,
+    pub(crate) stats: Growing,
     /// TMA descriptors of the Hopper path ([`crate::sm90`]).
     pub(crate) tensor_maps: crate::sm90::TensorMapCache,
     /// Row-norm CTA groups the device runs at once, per (entry point, shared-memory bytes,
@@ -310,27 +310,95 @@ pub struct Workspace {
 
 impl std::fmt::Debug for Workspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let len = |b: &Option<CudaSlice<u8>>| b.as_ref().map(|b| b.len());
         f.debug_struct("Workspace")
-            .field("partials", &len(&self.partials))
-            .field("counters", &len(&self.counters))
-            .field("stats", &len(&self.stats))
+            .field("partials", &self.partials)
+            .field("counters", &self.counters)
+            .field("stats", &self.stats)
             .field("tensor_maps", &self.tensor_maps.len())
             .finish()
+    }
+}
+
+impl Workspace {
+    /// Split-K (and split-tail) partial tiles, f32.
+    pub fn partials(&self) -> &Growing {
+        &self.partials
+    }
+
+    /// Arrival counters of split-K, split tails and the global row-statistics exchange, u32.
+    pub fn counters(&self) -> &Growing {
+        &self.counters
+    }
+
+    /// Row statistics: partial moments for a finishing kernel, or exchange slots.
+    pub fn stats(&self) -> &Growing {
+        &self.stats
+    }
+
+    /// Bytes of device memory held: the buffers in use and the retired ones.
+    pub fn bytes(&self) -> usize {
+        [&self.partials, &self.counters, &self.stats]
+            .iter()
+            .map(|g| g.bytes())
+            .sum()
+    }
+}
+
+/// One growing workspace buffer: zeroed when allocated, at least doubled when a launch needs
+/// more. The buffer it replaces is retired, not freed: a CUDA graph captured earlier holds its
+/// device address ([`crate::graph`]) and may still be replayed, so it lives as long as the
+/// [`Gpu`]. Doubling keeps the retired buffers smaller, together, than the one in use.
+#[derive(Default)]
+pub struct Growing {
+    live: Option<CudaSlice<u8>>,
+    retired: Vec<CudaSlice<u8>>,
+}
+
+impl std::fmt::Debug for Growing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Growing")
+            .field("live", &self.live.as_ref().map(|b| b.len()))
+            .field(
+                "retired",
+                &self.retired.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Growing {
+    /// Bytes held, the live buffer and the retired ones.
+    pub fn bytes(&self) -> usize {
+        self.live.as_ref().map_or(0, |b| b.len())
+            + self.retired.iter().map(|b| b.len()).sum::<usize>()
+    }
+
+    /// Bytes of the buffer in use (0 before the first launch that needs it).
+    pub fn live_bytes(&self) -> usize {
+        self.live.as_ref().map_or(0, |b| b.len())
+    }
+
+    /// How many replaced buffers are kept for earlier graphs.
+    pub fn retired(&self) -> usize {
+        self.retired.len()
     }
 }
 
 /// The per-device workspace holder (one per [`Gpu`]).
 pub type WorkspaceCell = Mutex<Workspace>;
 
-/// A zeroed buffer of at least `bytes` (grown in 1 MiB steps); its device address.
-pub(crate) fn grow(gpu: &Gpu, slot: &mut Option<CudaSlice<u8>>, bytes: u64) -> Result<u64> {
+/// A zeroed buffer of at least `bytes` (1 MiB multiples, at least double the one it replaces,
+/// which is retired: see [`Growing`]); its device address.
+pub(crate) fn grow(gpu: &Gpu, slot: &mut Growing, bytes: u64) -> Result<u64> {
     let bytes = usize::try_from(bytes).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
-    if slot.as_ref().is_none_or(|b| b.len() < bytes) {
-        *slot = None;
-        *slot = Some(gpu.zeros::<u8>(bytes.next_multiple_of(1 << 20))?);
+    let have = slot.live_bytes();
+    if slot.live.is_none() || have < bytes {
+        let size = bytes.next_multiple_of(1 << 20).max(2 * have);
+        let fresh = gpu.zeros::<u8>(size)?;
+        slot.retired.extend(slot.live.replace(fresh));
     }
     Ok(slot
+        .live
         .as_ref()
         .expect("allocated above")
         .device_ptr(gpu.stream())

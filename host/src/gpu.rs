@@ -336,7 +336,8 @@ impl Gpu {
     }
 
     /// Scratch buffers reused by GEMM launches on this device (split-K partials, counters, row
-    /// statistics).
+    /// statistics). They only grow, and a replaced buffer is kept until the `Gpu` is dropped,
+    /// so CUDA graphs captured before a growth stay valid ([`crate::gemm::Growing`]).
     pub fn workspace(&self) -> &crate::gemm::WorkspaceCell {
         &self.shared.workspace
     }
