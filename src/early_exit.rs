@@ -460,7 +460,8 @@ impl ExitRunner {
         Ok(())
     }
 
-    /// [`ExitRunner::run_device`] recorded as one CUDA graph.
+    /// [`ExitRunner::run_device`] recorded as one CUDA graph. The graph holds the addresses of
+    /// this runner's activations, exit state and tables: drop it before the runner.
     ///
     /// # Errors
     /// Capture and driver errors.

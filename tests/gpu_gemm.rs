@@ -894,6 +894,64 @@ fn graphs_survive_workspace_growth() {
     }
 }
 
+/// A CUDA graph keeps the device state its launches use (loaded modules, the split-K
+/// workspace) after every `Gpu` handle that captured it is dropped: replayed then, it computes
+/// what the eager launch did and writes nothing into later allocations (probes the size of the
+/// freed workspace would likely get its memory).
+#[test]
+fn graphs_outlive_their_gpu_handles() {
+    let Some(mut fx) = Fx::new("graphs_outlive_their_gpu_handles") else {
+        return;
+    };
+    let split = Overrides {
+        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+        splits: Some(4),
+        ..Default::default()
+    };
+    let (m, n, k) = (96, 160, 3000);
+    let a = fx.random(m, k, DType::Bf16, 1.0);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = vecf(&mut fx, n, DType::Bf16);
+    let mut c = fx.poisoned(m, n, DType::Bf16);
+    fx.gpu.synchronize().unwrap();
+    let (graph, eager, sizes) = {
+        let gpu = Gpu::new(0).unwrap();
+        let launch = |g: &Gpu, c: &mut Tensor| {
+            with_overrides(split, || {
+                blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
+            })
+        };
+        launch(&gpu, &mut c).unwrap();
+        gpu.synchronize().unwrap();
+        let eager = fx.get(&c);
+        let graph = gpu.capture(|g| launch(g, &mut c)).unwrap();
+        let ws = gpu.workspace().lock().unwrap();
+        let sizes = [ws.partials().live_bytes(), ws.counters().live_bytes()];
+        (graph, eager, sizes)
+    };
+    assert!(
+        sizes.iter().all(|&b| b > 0),
+        "split 4 ways uses the workspace"
+    );
+    let pattern = 0xa5u8;
+    let probes: Vec<_> = sizes
+        .iter()
+        .map(|&len| fx.gpu.upload(&vec![pattern; len]).unwrap())
+        .collect();
+    c.poison(&fx.gpu).unwrap();
+    fx.gpu.synchronize().unwrap();
+    graph.replay().unwrap();
+    fx.gpu.context().synchronize().unwrap();
+    let err = rel_frobenius_error(&fx.get(&c), &eager);
+    println!("graph replayed after its Gpu was dropped vs eager: rel err {err:.2e}");
+    assert!(err < 1e-6, "rel err {err:.2e}");
+    for (i, p) in probes.iter().enumerate() {
+        let got = fx.gpu.download(p).unwrap();
+        let bad = got.iter().filter(|&&x| x != pattern).count();
+        assert_eq!(bad, 0, "probe {i}: {bad} bytes written by the replay");
+    }
+}
+
 /// known-faults #1: stage order of scale and bias.
 #[test]
 fn scale_and_bias_order() {

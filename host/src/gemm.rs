@@ -476,6 +476,9 @@ where
         } => (grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
         _ => (0, 0),
     };
+    if stats != 0 {
+        norm_finish_grid::<Q>(gpu, spec, call, &checked)?;
+    }
     let (params, finish) = build(stats);
 
     let args = Param(plan.gemm_args(&checked, call, workspace, counters));
@@ -545,6 +548,38 @@ pub fn norm_finish_cols(m: u32, n: u32, sms: u32, wide: bool) -> u32 {
 /// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
 /// statistics (their address is in the norm parameters of `finish`), with the `(norm,
 /// post-stage)` parameters `finish`.
+/// The finishing kernel's columns per CTA and grid for `call`, checked against the device's
+/// grid limits, so that a launcher can refuse before its GEMM writes C.
+///
+/// # Errors
+/// [`Error::LaunchLimit`] when the grid exceeds the device's limits.
+pub(crate) fn norm_finish_grid<Q: KernelParam>(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+) -> Result<(u32, (u32, u32, u32))> {
+    // The kernel also needs γ and β 16-byte aligned for its wide path; where they are not, it
+    // takes the fragment path with these (larger) column blocks: slower, equally correct.
+    let wide = !in_signature::<Q>()
+        && spec.output.size() == 2
+        && call.c.ptr.is_multiple_of(16)
+        && call.c.ld.is_multiple_of(8);
+    let cols_per_cta = norm_finish_cols(checked.m, checked.n, gpu.props().sm_count, wide);
+    let grid = (
+        checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
+        checked.n.div_ceil(cols_per_cta),
+        1,
+    );
+    LaunchShape {
+        grid,
+        block: (norm_finish::THREADS, 1, 1),
+        smem_bytes: 0,
+    }
+    .check(gpu.props())?;
+    Ok((cols_per_cta, grid))
+}
+
 pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
@@ -566,13 +601,7 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         ))
     })?;
     let f = gpu.function(spec.ptx, entry)?;
-    // The kernel also needs γ and β 16-byte aligned for its wide path; where they are not, it
-    // takes the fragment path with these (larger) column blocks: slower, equally correct.
-    let wide = !in_signature::<Q>()
-        && spec.output.size() == 2
-        && call.c.ptr.is_multiple_of(16)
-        && call.c.ld.is_multiple_of(8);
-    let cols_per_cta = norm_finish_cols(checked.m, checked.n, gpu.props().sm_count, wide);
+    let (cols_per_cta, grid) = norm_finish_grid::<Q>(gpu, spec, call, checked)?;
     let fargs = Param(NormFinishArgs {
         c: call.c.ptr,
         m: checked.m,
@@ -592,11 +621,6 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
             .select(gpu.props().compute_capability)?
             .compute_capability
             >= 90;
-    let grid = (
-        checked.m.div_ceil(norm_finish::ROWS_PER_CTA),
-        checked.n.div_ceil(cols_per_cta),
-        1,
-    );
     let shape = LaunchShape {
         grid,
         block: (norm_finish::THREADS, 1, 1),

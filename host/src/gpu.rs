@@ -66,6 +66,15 @@ pub(crate) struct Shared {
     autotuner: Mutex<Option<crate::autotune::Autotuner>>,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The workspaces and tensor maps freed next may still be read by kernels in flight on
+        // any stream of the context (launches pass their raw addresses, which cudarc does not
+        // track); an error here cannot be reported and leaves nothing better to do.
+        let _ = self.ctx.synchronize();
+    }
+}
+
 /// A CUDA device ready to launch kernels: primary context, the stream launches go to, and a
 /// cache of the PTX modules and functions loaded so far (loading is done once per kernel crate
 /// and device).

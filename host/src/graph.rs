@@ -25,11 +25,14 @@ use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
 
 use crate::{Error, Gpu, Result};
 
-/// An instantiated CUDA graph, replayable on the stream of the [`Gpu`] that captured it.
+/// An instantiated CUDA graph, replayable on the stream of the [`Gpu`] that captured it. It
+/// keeps the device's shared state alive (loaded modules, GEMM workspaces, tensor maps), whose
+/// addresses its launches hold, even after every [`Gpu`] handle is dropped.
 pub struct Graph {
     graph: CudaGraph,
     capture: Arc<CudaStream>,
     origin: Arc<CudaStream>,
+    _shared: Arc<crate::gpu::Shared>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -81,6 +84,7 @@ impl Gpu {
                 graph,
                 capture: stream,
                 origin: self.stream.clone(),
+                _shared: self.shared.clone(),
             }),
             Ok(None) => Err(Error::Capture("the driver returned no graph".into())),
             Err(e) => Err(Error::Capture(format!("ending the capture failed: {e}"))),
@@ -117,13 +121,21 @@ impl Gpu {
     /// and the Hopper benchmark.
     ///
     /// # Errors
-    /// The first replay's or timing's driver error.
+    /// [`Error::InvalidArgument`] when `warmup_ms` is not finite or is negative (the warm-up
+    /// would never end); the first replay's or timing's driver error.
     pub fn time_interleaved(
         &self,
         graphs: &[(&Graph, usize)],
         warmup_ms: f32,
         rounds: usize,
     ) -> Result<Vec<f32>> {
+        if !(warmup_ms.is_finite() && warmup_ms >= 0.0) {
+            return Err(Error::invalid(
+                "warmup_ms",
+                "a finite number of milliseconds ≥ 0",
+                warmup_ms,
+            ));
+        }
         let rounds = rounds.max(1);
         let mut samples = vec![Vec::with_capacity(rounds); graphs.len()];
         let (mut warm_ms, mut warming) = (0.0f32, true);

@@ -676,6 +676,9 @@ where
     } else {
         (0, 0)
     };
+    if stats != 0 {
+        crate::gemm::norm_finish_grid::<Q>(gpu, spec, call, checked)?;
+    }
     let (params, finish) = build(stats);
     let args = Param(GemmArgs {
         a: call.a.ptr,

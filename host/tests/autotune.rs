@@ -328,3 +328,49 @@ fn hopper_choices_have_keys_of_their_own_and_old_files_still_read() {
     assert_eq!(reread.entry(&sm80).unwrap().tile, (128, 128, 32, 2, 4, 4));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cache entry naming an impossible tile (zero or absurd fields, as a corrupt or hand-edited
+/// file may hold) is not a plan: the lookup finds nothing, and tuning times the candidates
+/// again, instead of dividing by zero or overflowing.
+#[test]
+fn cached_impossible_tiles_are_not_plans() {
+    let pl = planner();
+    let p = Problem::gemm(512, 512, 512, DType::F16);
+    let key = TuneKey::new("H200", 90, "k", &p);
+    for (i, tile) in [
+        (0, 64, 32, 2, 2, 4),
+        (64, 0, 32, 2, 2, 4),
+        (64, 64, 0, 2, 2, 4),
+        (64, 64, 32, 0, 2, 4),
+        (u32::MAX, 64, 32, 2, 2, 4),
+        (64, 64, 32, u32::MAX, u32::MAX, 4),
+        (64, 64, 32, 2, 2, u32::MAX),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = temp_dir(&format!("impossible{i}"));
+        let mut tuner = Autotuner::new(&dir);
+        tuner.record(Entry {
+            key: key.clone(),
+            tile,
+            splits: 1,
+            measured_ms: 0.01,
+            tuned_on: (512, 512, 512),
+            timed: Vec::new(),
+        });
+        let reread = Autotuner::new(&dir);
+        assert!(reread.lookup(&pl, &key, &p).is_none(), "{tile:?}");
+        let mut reread = reread;
+        let timed = Cell::new(0);
+        let plan = reread
+            .tune(&pl, &key, &p, |c| {
+                timed.set(timed.get() + 1);
+                Ok(fake_ms(c))
+            })
+            .unwrap();
+        assert!(timed.get() > 0, "{tile:?}: tuned again");
+        assert!(plan.tile.check().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -268,6 +268,11 @@ fn interleaved_timing_replays_each_graph_every_round() {
     let got = gpu.download(&y).unwrap();
     assert!(got.iter().all(|&v| v == 30.0), "{:?}", &got[..4]);
     assert!(gpu.time_interleaved(&[], 10.0, 3).unwrap().is_empty());
+    // A warm-up that could never end is refused, not run.
+    for bad in [f32::INFINITY, f32::NAN, -1.0] {
+        let e = gpu.time_interleaved(&[(&one, 1)], bad, 1).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{bad}: {e}");
+    }
 }
 
 #[test]

@@ -310,3 +310,12 @@ fn bad_shapes_never_panic() {
         Vec::<f32>::new()
     );
 }
+
+/// An empty weight passes the shape check with any K; 2·K must not be computed then (it
+/// overflows for K ≥ 2⁶³ and would make a zero chunk size).
+#[test]
+fn deinterleaving_an_empty_weight_with_a_huge_k_is_empty() {
+    let (gate, up) = weights::deinterleave_gate_up::<f32>(&[], 0, 1 << 63).unwrap();
+    assert!(gate.is_empty() && up.is_empty());
+    assert!(weights::deinterleave_gate_up::<f32>(&[1.0], 1, 1 << 63).is_err());
+}

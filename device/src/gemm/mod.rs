@@ -176,8 +176,16 @@ impl TileShape {
         if self.warps_m == 0 || self.warps_n == 0 || self.stages < 2 {
             return Some("needs at least one warp in each direction and two stages");
         }
-        if self.threads() > 1024 {
+        // Bounded before any product of them is taken (a tile read from a cache file may hold
+        // anything): 32 × 32 warps of 32 threads, 1024-wide tiles and 32 stages fit u32 sums.
+        if self.warps_m > 32 || self.warps_n > 32 || self.threads() > 1024 {
             return Some("more than 1024 threads per CTA");
+        }
+        if self.bm == 0 || self.bn == 0 || self.bm > 1024 || self.bn > 1024 || self.bk > 1024 {
+            return Some("BM, BN and BK must be 1 to 1024");
+        }
+        if self.stages > 32 {
+            return Some("at most 32 stages");
         }
         if self.bm % (16 * self.warps_m) != 0 {
             return Some("BM must be a multiple of 16 × warps along M (m16n8k16 fragments)");
@@ -282,6 +290,22 @@ mod tests {
 
     #[test]
     fn bad_shapes_say_why() {
+        // Zero or absurd fields, as a corrupt cache file may hold: an error, never a division by
+        // zero or an overflow.
+        for t in [
+            TileShape::new(0, 64, 32, 2, 2, 4),
+            TileShape::new(64, 0, 32, 2, 2, 4),
+            TileShape::new(64, 64, 0, 2, 2, 4),
+            TileShape::new(64, 64, 32, 0, 2, 4),
+            TileShape::new(u32::MAX, 64, 32, 2, 2, 4),
+            TileShape::new(64, u32::MAX - 15, 32, 1, 1, 4),
+            TileShape::new(64, 64, 32, u32::MAX, u32::MAX, 4),
+            TileShape::new(64, 64, 32, 1 << 30, 4, 4),
+            TileShape::new(64, 64, 32, 2, 2, u32::MAX),
+        ] {
+            assert!(t.check().is_some(), "{t:?}");
+            assert!(super::sm90::check(&t).is_some(), "{t:?}");
+        }
         assert!(
             TileShape::new(100, 128, 32, 2, 4, 3)
                 .check()

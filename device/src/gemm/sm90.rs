@@ -356,7 +356,7 @@ pub const fn check(t: &TileShape) -> Option<&'static str> {
     if t.acc_registers() > 128 {
         return Some("more than 128 accumulator registers per thread");
     }
-    if t.stages < 2 || smem_bytes(t) > 227 * 1024 {
+    if t.stages < 2 || t.stages > 32 || smem_bytes(t) > 227 * 1024 {
         return Some("the ring needs two to as many stages as 227 KB of shared memory hold");
     }
     None

@@ -911,6 +911,9 @@ fn alloc_scratch(
 }
 
 /// A [`LoopPlan`] on the GPU: tables uploaded, split-K scratch allocated, occupancy checked.
+///
+/// Dropping it waits for the device's work first. A CUDA graph that recorded its launches
+/// holds the addresses of its tables: drop the graph before the runner.
 pub struct ControlRunner {
     func: CudaFunction,
     cfg: LaunchConfig,
@@ -920,6 +923,12 @@ pub struct ControlRunner {
     /// Co-resident CTAs the device holds.
     pub slots: u64,
     _buffers: Vec<CudaSlice<u8>>,
+}
+
+impl Drop for ControlRunner {
+    fn drop(&mut self) {
+        super::exec::drop_after_device_work(&self._buffers);
+    }
 }
 
 impl std::fmt::Debug for ControlRunner {

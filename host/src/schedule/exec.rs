@@ -80,6 +80,9 @@ pub struct LaunchInfo {
 
 /// A [`Schedule`] made ready to launch: tables uploaded, scratch allocated, functions loaded,
 /// occupancy checked. [`WaveRunner::launch`] enqueues one execution.
+///
+/// Dropping it waits for the device's work first. A CUDA graph that recorded its launches
+/// holds the addresses of its tables: drop the graph before the runner.
 pub struct WaveRunner {
     steps: Vec<Step>,
     info: Vec<LaunchInfo>,
@@ -91,6 +94,22 @@ impl std::fmt::Debug for WaveRunner {
         f.debug_struct("WaveRunner")
             .field("launches", &self.info)
             .finish()
+    }
+}
+
+impl Drop for WaveRunner {
+    fn drop(&mut self) {
+        drop_after_device_work(&self._buffers);
+    }
+}
+
+/// Waits for the context's work before the tables and scratch are freed: a launch passes
+/// their raw addresses, which cudarc does not track, possibly on another stream than the one
+/// that frees them. A CUDA graph that recorded a launch must still be dropped first.
+pub(crate) fn drop_after_device_work(buffers: &[CudaSlice<u8>]) {
+    if let Some(b) = buffers.first() {
+        // An error cannot be reported from a drop; the buffers are freed regardless.
+        let _ = b.context().synchronize();
     }
 }
 
