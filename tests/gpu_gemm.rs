@@ -834,7 +834,7 @@ fn graphs_survive_workspace_growth() {
     let bias = vecf(&mut fx, n, DType::Bf16);
     let mut c = fx.poisoned(m, n, DType::Bf16);
     // One eager launch allocates the workspace (allocating inside a capture would record it).
-    let mut launch = |g: &Gpu, c: &mut Tensor| {
+    let launch = |g: &Gpu, c: &mut Tensor| {
         with_overrides(split(4), || {
             blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
         })
