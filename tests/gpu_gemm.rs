@@ -952,6 +952,65 @@ fn graphs_outlive_their_gpu_handles() {
     }
 }
 
+/// A launch captured before anything allocated the split-K workspace grows it outside the
+/// capture: an eager launch afterwards (which uses that buffer) and replays of the graph both
+/// compute the product. Allocated on the captured stream, the buffer would exist only while
+/// the graph runs.
+#[test]
+fn a_capture_grows_the_workspace_outside_the_graph() {
+    let Some(mut fx) = Fx::new("a_capture_grows_the_workspace_outside_the_graph") else {
+        return;
+    };
+    let split = Overrides {
+        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+        splits: Some(4),
+        ..Default::default()
+    };
+    let (m, n, k) = (96, 160, 3000);
+    let a = fx.random(m, k, DType::Bf16, 1.0);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = vecf(&mut fx, n, DType::Bf16);
+    let launch = |g: &Gpu, c: &mut Tensor| {
+        with_overrides(split, || {
+            blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
+        })
+    };
+    assert_eq!(
+        fx.gpu.workspace().lock().unwrap().partials().live_bytes(),
+        0
+    );
+    let mut captured = fx.poisoned(m, n, DType::Bf16);
+    fx.gpu.synchronize().unwrap();
+    let graph = fx.gpu.capture(|g| launch(g, &mut captured)).unwrap();
+    assert!(
+        fx.gpu.workspace().lock().unwrap().partials().live_bytes() > 0,
+        "the captured launch grew the workspace"
+    );
+    let acc = gemm64(m, n, k, &a.v, &b.v, true);
+    let want = apply_stages(
+        m,
+        n,
+        &acc,
+        &[RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+        None,
+    )
+    .unwrap();
+    let mut eager = fx.poisoned(m, n, DType::Bf16);
+    launch(&fx.gpu, &mut eager).unwrap();
+    let eager = fx.get(&eager);
+    let err = rel_frobenius_error(&eager, &want);
+    println!("eager launch on the workspace a capture grew: rel err {err:.2e}");
+    assert!(err < 1e-2, "rel err {err:.2e}");
+    for replay in 0..2 {
+        captured.poison(&fx.gpu).unwrap();
+        graph.replay().unwrap();
+        fx.gpu.synchronize().unwrap();
+        let err = rel_frobenius_error(&fx.get(&captured), &eager);
+        println!("replay {replay} vs eager: rel err {err:.2e}");
+        assert!(err < 1e-6, "replay {replay}: rel err {err:.2e}");
+    }
+}
+
 /// known-faults #1: stage order of scale and bias.
 #[test]
 fn scale_and_bias_order() {

@@ -389,12 +389,26 @@ pub type WorkspaceCell = Mutex<Workspace>;
 
 /// A zeroed buffer of at least `bytes` (1 MiB multiples, at least double the one it replaces,
 /// which is retired: see [`Growing`]); its device address.
+///
+/// While `gpu`'s stream is being captured, the buffer is allocated and zeroed on a stream of
+/// its own and waited for: on the captured stream the allocation would become a node of the
+/// graph, whose memory exists only while the graph runs, and later eager launches would use
+/// an address that is not mapped.
 pub(crate) fn grow(gpu: &Gpu, slot: &mut Growing, bytes: u64) -> Result<u64> {
     let bytes = usize::try_from(bytes).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
     let have = slot.live_bytes();
     if slot.live.is_none() || have < bytes {
         let size = bytes.next_multiple_of(1 << 20).max(2 * have);
-        let fresh = gpu.zeros::<u8>(size)?;
+        let capturing = gpu.stream().capture_status()?
+            != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let fresh = if capturing {
+            let side = gpu.on(&gpu.new_stream()?);
+            let b = side.zeros::<u8>(size)?;
+            side.synchronize()?;
+            b
+        } else {
+            gpu.zeros::<u8>(size)?
+        };
         slot.retired.extend(slot.live.replace(fresh));
     }
     Ok(slot

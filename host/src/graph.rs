@@ -11,9 +11,9 @@
 //!   used inside the closure must outlive the graph, and replays see the buffers' current
 //!   contents (that is the point: refill inputs, replay, read outputs).
 //! - Inside the closure launch only through the handle passed in. Allocations there become
-//!   graph nodes; allocate workspaces before capturing (one eager launch does). The GEMM
-//!   workspaces a graph uses stay allocated when later launches grow them
-//!   ([`crate::gemm::Growing`]). Host↔device copies of pageable memory
+//!   graph nodes. The GEMM workspaces are the exception: one that a captured launch grows is
+//!   allocated outside the capture, and the workspaces a graph uses stay allocated when later
+//!   launches grow them ([`crate::gemm::Growing`]). Host↔device copies of pageable memory
 //!   cannot be captured (the driver's error is returned).
 //! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
 //!   outside a capture are illegal inside it); it is restored afterwards, also on error.
