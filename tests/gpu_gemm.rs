@@ -7,6 +7,7 @@
 
 use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::types::DType;
+use fused_gemm::host::cudarc::driver::CudaSlice;
 use fused_gemm::host::gemm::{Overrides, RopeArgs, with_overrides};
 use fused_gemm::host::plan::Plan;
 use fused_gemm::host::reference::epilogue::{
@@ -814,40 +815,84 @@ fn split_k_applies_the_epilogue_once() {
     }
 }
 
+/// The split-K case of the graph and workspace tests: 96×160×3000 bf16 bias+GELU on 64×64 tiles.
+struct SplitCase {
+    a: Dev,
+    b: Dev,
+    bias: Dev,
+}
+
+impl SplitCase {
+    const M: usize = 96;
+    const N: usize = 160;
+    const K: usize = 3000;
+
+    fn new(fx: &mut Fx) -> SplitCase {
+        SplitCase {
+            a: fx.random(Self::M, Self::K, DType::Bf16, 1.0),
+            b: fx.random(Self::N, Self::K, DType::Bf16, 1.0),
+            bias: vecf(fx, Self::N, DType::Bf16),
+        }
+    }
+
+    /// Launches on `g` into `c`, split `splits` ways along K (so using the workspace).
+    fn launch(&self, g: &Gpu, c: &mut Tensor, splits: u32) -> Result<()> {
+        let o = Overrides {
+            tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+            splits: Some(splits),
+            ..Default::default()
+        };
+        with_overrides(o, || {
+            blocks::ffn_up_bias_gelu(g, &self.a.t, &self.b.t, c, &self.bias.t).map(|_| ())
+        })
+    }
+
+    /// The f64 reference.
+    fn want(&self) -> Vec<f64> {
+        let (m, n, k) = (Self::M, Self::N, Self::K);
+        let acc = gemm64(m, n, k, &self.a.v, &self.b.v, true);
+        let stages = [RefStage::BiasCol(self.bias.v.clone()), RefStage::Gelu];
+        apply_stages(m, n, &acc, &stages, None).unwrap()
+    }
+}
+
+/// Buffers of `sizes` bytes filled with `pattern`: the next allocations of those sizes, which
+/// would likely get the memory of freed buffers of the same sizes.
+fn probes(gpu: &Gpu, sizes: &[usize], pattern: u8) -> Vec<CudaSlice<u8>> {
+    sizes
+        .iter()
+        .map(|&len| gpu.upload(&vec![pattern; len]).unwrap())
+        .collect()
+}
+
+fn assert_untouched(gpu: &Gpu, probes: &[CudaSlice<u8>], pattern: u8) {
+    for (i, p) in probes.iter().enumerate() {
+        let got = gpu.download(p).unwrap();
+        let bad = got.iter().filter(|&&x| x != pattern).count();
+        assert_eq!(bad, 0, "probe {i}: {bad} bytes written by the replay");
+    }
+}
+
 /// A CUDA graph captured before a launch grows the shared split-K workspace replays correctly
 /// afterwards, and writes nothing outside its own buffers: the replaced partials and counters
-/// buffers are retired, not freed. Freed, the next allocations of their size (the probes below)
+/// buffers are retired, not freed. Freed, the next allocations of their size (the probes)
 /// would likely get their memory, and the replay would overwrite the probes.
 #[test]
 fn graphs_survive_workspace_growth() {
     let Some(mut fx) = Fx::new("graphs_survive_workspace_growth") else {
         return;
     };
-    let split = |splits| Overrides {
-        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
-        splits: Some(splits),
-        ..Default::default()
-    };
-    let (m, n, k) = (96, 160, 3000);
-    let a = fx.random(m, k, DType::Bf16, 1.0);
-    let b = fx.random(n, k, DType::Bf16, 1.0);
-    let bias = vecf(&mut fx, n, DType::Bf16);
-    let mut c = fx.poisoned(m, n, DType::Bf16);
-    // One eager launch allocates the workspace (allocating inside a capture would record it).
-    let launch = |g: &Gpu, c: &mut Tensor| {
-        with_overrides(split(4), || {
-            blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
-        })
-    };
-    launch(&fx.gpu, &mut c).unwrap();
+    let case = SplitCase::new(&mut fx);
+    let mut c = fx.poisoned(SplitCase::M, SplitCase::N, DType::Bf16);
+    case.launch(&fx.gpu, &mut c, 4).unwrap();
     let eager = fx.get(&c);
-    let graph = fx.gpu.capture(|g| launch(g, &mut c)).unwrap();
-    let (partials0, counters0) = {
+    let graph = fx.gpu.capture(|g| case.launch(g, &mut c, 4)).unwrap();
+    let sizes = {
         let ws = fx.gpu.workspace().lock().unwrap();
-        (ws.partials().live_bytes(), ws.counters().live_bytes())
+        [ws.partials().live_bytes(), ws.counters().live_bytes()]
     };
     assert!(
-        partials0 > 0 && counters0 > 0,
+        sizes.iter().all(|&b| b > 0),
         "split 4 ways uses the workspace"
     );
 
@@ -857,7 +902,12 @@ fn graphs_survive_workspace_growth() {
     let b2 = fx.random(big.1, big.2, DType::Bf16, 1.0);
     let bias2 = vecf(&mut fx, big.1, DType::Bf16);
     let mut c2 = fx.poisoned(big.0, big.1, DType::Bf16);
-    with_overrides(split(8), || {
+    let o = Overrides {
+        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+        splits: Some(8),
+        ..Default::default()
+    };
+    with_overrides(o, || {
         blocks::ffn_up_bias_gelu(&fx.gpu, &a2.t, &b2.t, &mut c2, &bias2.t)
     })
     .unwrap();
@@ -876,22 +926,14 @@ fn graphs_survive_workspace_growth() {
     }
 
     let pattern = 0x5au8;
-    let probes: Vec<_> = [partials0, counters0]
-        .iter()
-        .map(|&len| fx.gpu.upload(&vec![pattern; len]).unwrap())
-        .collect();
+    let probes = probes(&fx.gpu, &sizes, pattern);
     c.poison(&fx.gpu).unwrap();
     graph.replay().unwrap();
     fx.gpu.synchronize().unwrap();
-    let replayed = fx.get(&c);
-    let err = rel_frobenius_error(&replayed, &eager);
+    let err = rel_frobenius_error(&fx.get(&c), &eager);
     println!("graph replay after workspace growth vs eager: rel err {err:.2e}");
     assert!(err < 1e-6, "replay after growth: rel err {err:.2e}");
-    for (i, p) in probes.iter().enumerate() {
-        let got = fx.gpu.download(p).unwrap();
-        let bad = got.iter().filter(|&&x| x != pattern).count();
-        assert_eq!(bad, 0, "probe {i}: {bad} bytes written by the replay");
-    }
+    assert_untouched(&fx.gpu, &probes, pattern);
 }
 
 /// A CUDA graph keeps the device state its launches use (loaded modules, the split-K
@@ -903,28 +945,15 @@ fn graphs_outlive_their_gpu_handles() {
     let Some(mut fx) = Fx::new("graphs_outlive_their_gpu_handles") else {
         return;
     };
-    let split = Overrides {
-        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
-        splits: Some(4),
-        ..Default::default()
-    };
-    let (m, n, k) = (96, 160, 3000);
-    let a = fx.random(m, k, DType::Bf16, 1.0);
-    let b = fx.random(n, k, DType::Bf16, 1.0);
-    let bias = vecf(&mut fx, n, DType::Bf16);
-    let mut c = fx.poisoned(m, n, DType::Bf16);
+    let case = SplitCase::new(&mut fx);
+    let mut c = fx.poisoned(SplitCase::M, SplitCase::N, DType::Bf16);
     fx.gpu.synchronize().unwrap();
     let (graph, eager, sizes) = {
         let gpu = Gpu::new(0).unwrap();
-        let launch = |g: &Gpu, c: &mut Tensor| {
-            with_overrides(split, || {
-                blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
-            })
-        };
-        launch(&gpu, &mut c).unwrap();
+        case.launch(&gpu, &mut c, 4).unwrap();
         gpu.synchronize().unwrap();
         let eager = fx.get(&c);
-        let graph = gpu.capture(|g| launch(g, &mut c)).unwrap();
+        let graph = gpu.capture(|g| case.launch(g, &mut c, 4)).unwrap();
         let ws = gpu.workspace().lock().unwrap();
         let sizes = [ws.partials().live_bytes(), ws.counters().live_bytes()];
         (graph, eager, sizes)
@@ -934,10 +963,7 @@ fn graphs_outlive_their_gpu_handles() {
         "split 4 ways uses the workspace"
     );
     let pattern = 0xa5u8;
-    let probes: Vec<_> = sizes
-        .iter()
-        .map(|&len| fx.gpu.upload(&vec![pattern; len]).unwrap())
-        .collect();
+    let probes = probes(&fx.gpu, &sizes, pattern);
     c.poison(&fx.gpu).unwrap();
     fx.gpu.synchronize().unwrap();
     graph.replay().unwrap();
@@ -945,11 +971,7 @@ fn graphs_outlive_their_gpu_handles() {
     let err = rel_frobenius_error(&fx.get(&c), &eager);
     println!("graph replayed after its Gpu was dropped vs eager: rel err {err:.2e}");
     assert!(err < 1e-6, "rel err {err:.2e}");
-    for (i, p) in probes.iter().enumerate() {
-        let got = fx.gpu.download(p).unwrap();
-        let bad = got.iter().filter(|&&x| x != pattern).count();
-        assert_eq!(bad, 0, "probe {i}: {bad} bytes written by the replay");
-    }
+    assert_untouched(&fx.gpu, &probes, pattern);
 }
 
 /// A launch captured before anything allocated the split-K workspace grows it outside the
@@ -961,44 +983,20 @@ fn a_capture_grows_the_workspace_outside_the_graph() {
     let Some(mut fx) = Fx::new("a_capture_grows_the_workspace_outside_the_graph") else {
         return;
     };
-    let split = Overrides {
-        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
-        splits: Some(4),
-        ..Default::default()
-    };
-    let (m, n, k) = (96, 160, 3000);
-    let a = fx.random(m, k, DType::Bf16, 1.0);
-    let b = fx.random(n, k, DType::Bf16, 1.0);
-    let bias = vecf(&mut fx, n, DType::Bf16);
-    let launch = |g: &Gpu, c: &mut Tensor| {
-        with_overrides(split, || {
-            blocks::ffn_up_bias_gelu(g, &a.t, &b.t, c, &bias.t).map(|_| ())
-        })
-    };
-    assert_eq!(
-        fx.gpu.workspace().lock().unwrap().partials().live_bytes(),
-        0
-    );
-    let mut captured = fx.poisoned(m, n, DType::Bf16);
+    let case = SplitCase::new(&mut fx);
+    let partials = |fx: &Fx| fx.gpu.workspace().lock().unwrap().partials().live_bytes();
+    assert_eq!(partials(&fx), 0);
+    let mut captured = fx.poisoned(SplitCase::M, SplitCase::N, DType::Bf16);
     fx.gpu.synchronize().unwrap();
-    let graph = fx.gpu.capture(|g| launch(g, &mut captured)).unwrap();
-    assert!(
-        fx.gpu.workspace().lock().unwrap().partials().live_bytes() > 0,
-        "the captured launch grew the workspace"
-    );
-    let acc = gemm64(m, n, k, &a.v, &b.v, true);
-    let want = apply_stages(
-        m,
-        n,
-        &acc,
-        &[RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
-        None,
-    )
-    .unwrap();
-    let mut eager = fx.poisoned(m, n, DType::Bf16);
-    launch(&fx.gpu, &mut eager).unwrap();
+    let graph = fx
+        .gpu
+        .capture(|g| case.launch(g, &mut captured, 4))
+        .unwrap();
+    assert!(partials(&fx) > 0, "the captured launch grew the workspace");
+    let mut eager = fx.poisoned(SplitCase::M, SplitCase::N, DType::Bf16);
+    case.launch(&fx.gpu, &mut eager, 4).unwrap();
     let eager = fx.get(&eager);
-    let err = rel_frobenius_error(&eager, &want);
+    let err = rel_frobenius_error(&eager, &case.want());
     println!("eager launch on the workspace a capture grew: rel err {err:.2e}");
     assert!(err < 1e-2, "rel err {err:.2e}");
     for replay in 0..2 {
