@@ -54,7 +54,7 @@ impl DeviceProps {
 
 /// What all handles of one device share: context, limits, module and function caches.
 pub(crate) struct Shared {
-    ctx: Arc<CudaContext>,
+    pub(crate) ctx: Arc<CudaContext>,
     props: DeviceProps,
     name: String,
     modules: Mutex<HashMap<usize, (Arc<CudaModule>, &'static str)>>,
@@ -64,6 +64,9 @@ pub(crate) struct Shared {
     workspace: crate::gemm::WorkspaceCell,
     /// Measured tile choice for the Hopper path ([`Gpu::set_autotuner`]).
     autotuner: Mutex<Option<crate::autotune::Autotuner>>,
+    /// Stream captures in progress on this device and whether cudarc's event tracking was on
+    /// before the first of them ([`crate::graph`]).
+    pub(crate) captures: Mutex<(usize, bool)>,
 }
 
 impl Drop for Shared {
@@ -173,6 +176,7 @@ impl Gpu {
                 functions: Mutex::new(HashMap::new()),
                 local_bytes: Mutex::new(HashMap::new()),
                 workspace: Default::default(),
+                captures: Mutex::new((0, false)),
                 autotuner: Mutex::new(
                     crate::autotune::autotune_from_env().then(crate::autotune::Autotuner::from_env),
                 ),

@@ -16,7 +16,8 @@
 //!   launches grow them ([`crate::gemm::Growing`]). Host↔device copies of pageable memory
 //!   cannot be captured (the driver's error is returned).
 //! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
-//!   outside a capture are illegal inside it); it is restored afterwards, also on error.
+//!   outside a capture are illegal inside it); it is restored afterwards, also on error. With
+//!   captures on several threads of one device it stays paused until the last has ended.
 
 use std::sync::Arc;
 
@@ -43,14 +44,31 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-/// Re-enables event tracking when dropped, if it was on.
-struct Tracking<'a>(&'a CudaContext, bool);
+/// One capture in progress: event tracking is off from the first of a device's concurrent
+/// captures until the last has ended, and then restored as the first found it.
+struct Tracking<'a>(&'a crate::gpu::Shared);
+
+impl<'a> Tracking<'a> {
+    fn begin(shared: &'a crate::gpu::Shared, ctx: &CudaContext) -> Tracking<'a> {
+        let mut c = shared.captures.lock().unwrap_or_else(|e| e.into_inner());
+        if c.0 == 0 {
+            c.1 = ctx.is_event_tracking();
+            // SAFETY: during a capture all recorded work is on its one stream, so cudarc need
+            // not order buffers across streams; the last capture to end restores the flag.
+            unsafe { ctx.disable_event_tracking() };
+        }
+        c.0 += 1;
+        Tracking(shared)
+    }
+}
 
 impl Drop for Tracking<'_> {
     fn drop(&mut self) {
-        if self.1 {
-            // SAFETY: restores the state found before the capture.
-            unsafe { self.0.enable_event_tracking() };
+        let mut c = self.0.captures.lock().unwrap_or_else(|e| e.into_inner());
+        c.0 -= 1;
+        if c.0 == 0 && c.1 {
+            // SAFETY: restores the state found before the first capture.
+            unsafe { self.0.ctx.enable_event_tracking() };
         }
     }
 }
@@ -66,10 +84,7 @@ impl Gpu {
     pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
         let ctx = self.context();
         let stream = ctx.new_stream()?;
-        let tracking = Tracking(ctx, ctx.is_event_tracking());
-        // SAFETY: during the capture all recorded work is on one stream, so cudarc need not
-        // order buffers across streams; `tracking` restores the flag.
-        unsafe { ctx.disable_event_tracking() };
+        let tracking = Tracking::begin(&self.shared, ctx);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
         let handle = Gpu {
             shared: self.shared.clone(),

@@ -355,3 +355,61 @@ fn out_of_memory_is_typed() {
     let e = Tensor::zeros(&gpu, usize::MAX, 2, DType::F32).unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e}");
 }
+
+/// Two threads capture on one device at once, the first ending while the second still records.
+/// Event tracking must stay off until the second ends: switched back on mid-capture, cudarc
+/// would make the second capture's launch wait on `x`'s write event, recorded outside the
+/// capture (on another stream), and the driver would invalidate that capture.
+#[test]
+fn overlapping_captures_on_two_threads() {
+    let Some(gpu) = gpu_or_skip("overlapping_captures") else {
+        return;
+    };
+    let n = 4099;
+    let other = gpu.on(&gpu.new_stream().unwrap());
+    let dx = other.upload(&vec![1.0f32; n]).unwrap();
+    let (mut y1, mut y2) = (
+        other.upload(&vec![0.0f32; n]).unwrap(),
+        other.upload(&vec![0.0f32; n]).unwrap(),
+    );
+    other.synchronize().unwrap();
+    // The first capture begins before the second: the order that broke.
+    let first_began = std::sync::Barrier::new(2);
+    let both_recording = std::sync::Barrier::new(2);
+    let first_ended = std::sync::Barrier::new(2);
+    let both_ended = std::sync::Barrier::new(2);
+    // A `Graph` stays on the thread that captured it (cudarc's graph is not `Send`).
+    let (r1, r2) = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let g = gpu.capture(|g| {
+                first_began.wait();
+                axpy(g, 1.0, &dx, &mut y1)?;
+                both_recording.wait();
+                Ok(())
+            });
+            first_ended.wait();
+            both_ended.wait();
+            g?.replay()
+        });
+        let second = s.spawn(|| {
+            first_began.wait();
+            let g = gpu.capture(|g| {
+                both_recording.wait();
+                first_ended.wait();
+                axpy(g, 2.0, &dx, &mut y2)
+            });
+            both_ended.wait();
+            g?.replay()
+        });
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    r1.unwrap();
+    r2.expect("the second capture survives the first's end");
+    gpu.synchronize().unwrap();
+    assert!(gpu.download(&y1).unwrap().iter().all(|&v| v == 1.0));
+    assert!(gpu.download(&y2).unwrap().iter().all(|&v| v == 2.0));
+    assert!(
+        gpu.context().is_event_tracking(),
+        "tracking is back on after both"
+    );
+}
