@@ -34,8 +34,8 @@
 //! - Tuning holds the device's autotuner for its duration (0.3 s to a few seconds), so other
 //!   threads' Hopper launches on the device wait for it. It records graphs with
 //!   [`Gpu::capture`], which switches cudarc's per-buffer event tracking off for the context
-//!   while it records: do not tune on one thread while another captures or launches on
-//!   several streams. Candidates may grow the device's shared split-K and statistics
+//!   while it records: do not tune on one thread while another launches on several streams
+//!   (captures on other threads are fine: tracking returns when the last capture ends). Candidates may grow the device's shared split-K and statistics
 //!   workspaces, as any launch that needs more does; the replaced buffers are kept
 //!   ([`crate::gemm::Growing`]), so graphs captured earlier stay valid. Each tuning leaves its scratch
 //!   operands' tensor maps (128 bytes each) in the device's map cache.
