@@ -490,9 +490,12 @@ where
         } => (grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
         _ => (0, 0),
     };
-    if stats != 0 {
-        norm_finish_grid::<Q>(gpu, spec, call, &checked)?;
-    }
+    // Checked before the GEMM writes C.
+    let finish_grid = if stats != 0 {
+        Some(norm_finish_grid::<Q>(gpu, spec, call, &checked)?)
+    } else {
+        None
+    };
     let (params, finish) = build(stats);
 
     let args = Param(plan.gemm_args(&checked, call, workspace, counters));
@@ -507,8 +510,8 @@ where
     unsafe { l.launch(cfg) }?;
     set_last_entry(variant.entry);
 
-    if stats != 0 {
-        launch_norm_finish(gpu, spec, call, &checked, tiles_n, finish)?;
+    if let Some(shape) = finish_grid {
+        launch_norm_finish(gpu, spec, call, &checked, tiles_n, shape, finish)?;
     }
     Ok(Some(plan))
 }
@@ -559,9 +562,6 @@ pub fn norm_finish_cols(m: u32, n: u32, sms: u32, wide: bool) -> u32 {
     step * (warp_steps / (32 * sms)).clamp(1, max_steps) as u32
 }
 
-/// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
-/// statistics (their address is in the norm parameters of `finish`), with the `(norm,
-/// post-stage)` parameters `finish`.
 /// The finishing kernel's columns per CTA and grid for `call`, checked against the device's
 /// grid limits, so that a launcher can refuse before its GEMM writes C.
 ///
@@ -594,12 +594,16 @@ pub(crate) fn norm_finish_grid<Q: KernelParam>(
     Ok((cols_per_cta, grid))
 }
 
+/// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
+/// statistics (their address is in the norm parameters of `finish`), with the `(norm,
+/// post-stage)` parameters `finish`, on the `(cols_per_cta, grid)` of [`norm_finish_grid`].
 pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
     tiles_n: u32,
+    (cols_per_cta, grid): (u32, (u32, u32, u32)),
     finish: Option<(N, Q)>,
 ) -> Result<()> {
     let entry = spec.norm_finish.ok_or_else(|| {
@@ -615,7 +619,6 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         ))
     })?;
     let f = gpu.function(spec.ptx, entry)?;
-    let (cols_per_cta, grid) = norm_finish_grid::<Q>(gpu, spec, call, checked)?;
     let fargs = Param(NormFinishArgs {
         c: call.c.ptr,
         m: checked.m,

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
+use cudarc::driver::{CudaGraph, CudaStream};
 
 use crate::{Error, Gpu, Result};
 
@@ -49,7 +49,8 @@ impl std::fmt::Debug for Graph {
 struct Tracking<'a>(&'a crate::gpu::Shared);
 
 impl<'a> Tracking<'a> {
-    fn begin(shared: &'a crate::gpu::Shared, ctx: &CudaContext) -> Tracking<'a> {
+    fn begin(shared: &'a crate::gpu::Shared) -> Tracking<'a> {
+        let ctx = &shared.ctx;
         let mut c = shared.captures.lock().unwrap_or_else(|e| e.into_inner());
         if c.0 == 0 {
             c.1 = ctx.is_event_tracking();
@@ -84,7 +85,7 @@ impl Gpu {
     pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
         let ctx = self.context();
         let stream = ctx.new_stream()?;
-        let tracking = Tracking::begin(&self.shared, ctx);
+        let tracking = Tracking::begin(&self.shared);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
         let handle = Gpu {
             shared: self.shared.clone(),

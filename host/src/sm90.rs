@@ -676,9 +676,14 @@ where
     } else {
         (0, 0)
     };
-    if stats != 0 {
-        crate::gemm::norm_finish_grid::<Q>(gpu, spec, call, checked)?;
-    }
+    // Checked before the GEMM writes C.
+    let finish_grid = if stats != 0 {
+        Some(crate::gemm::norm_finish_grid::<Q>(
+            gpu, spec, call, checked,
+        )?)
+    } else {
+        None
+    };
     let (params, finish) = build(stats);
     let args = Param(GemmArgs {
         a: call.a.ptr,
@@ -760,8 +765,8 @@ where
         }
     }
     crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0, plan.tail_splits);
-    if stats != 0 {
-        crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, finish)?;
+    if let Some(shape) = finish_grid {
+        crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, shape, finish)?;
     }
     Ok(Some(plan))
 }
