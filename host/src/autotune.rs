@@ -35,10 +35,11 @@
 //!   threads' Hopper launches on the device wait for it. It records graphs with
 //!   [`Gpu::capture`], which switches cudarc's per-buffer event tracking off for the context
 //!   while it records: do not tune on one thread while another launches on several streams
-//!   (captures on other threads are fine: tracking returns when the last capture ends). Candidates may grow the device's shared split-K and statistics
-//!   workspaces, as any launch that needs more does; the replaced buffers are kept
-//!   ([`crate::gemm::Growing`]), so graphs captured earlier stay valid. Each tuning leaves its scratch
-//!   operands' tensor maps (128 bytes each) in the device's map cache.
+//!   (captures on other threads are fine: tracking returns when the last capture ends).
+//!   Candidates may grow the device's shared split-K and statistics workspaces, as any launch
+//!   that needs more does; the replaced buffers are kept ([`crate::gemm::Growing`]), so graphs
+//!   captured earlier stay valid. Each tuning leaves its scratch operands' tensor maps (128
+//!   bytes each) in the device's map cache.
 //! - Epilogues with a row norm keep the model's tile: it was the fastest at every LayerNorm
 //!   shape of the Hopper benchmark on an H100 and an H200, while there this timing and the
 //!   benchmark's disagreed (`bench/results/hopper-autotune-2026-12-05.md`).
