@@ -1608,3 +1608,160 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn t15_chunked_row_norm_epilogue_matches_the_register_path() {
+    let Some(mut fx) = Fx::new("norm_dump") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    // `Overrides::norm_dump`: a row-norm group's CTA keeps its last tile's accumulators in the
+    // ring and runs the epilogue as loops over 64-column chunks; earlier tiles, and last tiles
+    // without the ring epilogue (residual from global memory and C stored per thread), run the
+    // register path with the same chunk-by-chunk statistics. So within `norm_dump` every route
+    // gives bitwise the same C; against the default register path (statistics over all of a
+    // tile's columns at once) it differs in the last bits only; both are checked against the
+    // f64 reference. Shapes: one element, an edge tile of a group of one, a last CTA partly
+    // past N, BERT-large attn out (one wave), and more row blocks than groups that fit at
+    // once (CTAs take several tiles: register path first, ring last).
+    let bf = DType::Bf16;
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 1, 64),
+        (130, 17, 72),
+        (257, 1000, 128),
+        (4096, 1024, 1024),
+        (8191, 1024, 64),
+    ];
+    for exchange in [NormExchange::Cluster, NormExchange::Global] {
+        for tile in [TILES_SM90[0], TILES_SM90[2]] {
+            for &(m, n, k) in shapes {
+                let a = fx.random(m, k, bf, 1.0);
+                let b = fx.random(n, k, bf, 1.0);
+                let ops = EpilogueOperands::random(&mut fx, m, n);
+                let gamma = fx.random(1, n, bf, 1.0);
+                let acc = gemm64(m, n, k, &a.v, &b.v);
+                let ln = ops
+                    .kernels(false)
+                    .pop()
+                    .expect("the LayerNorm kernel is last");
+                let rms: Launch<'_> =
+                    Box::new(|g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t));
+                let rms_stages = vec![RefStage::RmsNorm {
+                    gamma: gamma.v.clone(),
+                    eps: 1e-6,
+                }];
+                for (label, stages, launch) in [ln, ("rms_norm", rms_stages, rms)] {
+                    let what = format!("{label} {m}x{n}x{k} on {tile:?}, {exchange:?}");
+                    let want = apply_stages(m, n, &acc, &stages, None).unwrap();
+                    let mut outs = Vec::new();
+                    for (dump, direct, global_residual) in [
+                        (false, false, false),
+                        (true, false, false),
+                        (true, true, false),
+                        (true, false, true),
+                        (true, true, true),
+                    ] {
+                        let mut c = fx.poisoned(m, n, bf);
+                        let o = Overrides {
+                            tile: Some(tile),
+                            norm_exchange: exchange,
+                            norm_dump: dump,
+                            direct_store: direct,
+                            global_residual,
+                            ..Default::default()
+                        };
+                        let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
+                            .unwrap_or_else(|e| panic!("{what}: {e}"))
+                            .expect("Hopper path");
+                        assert!(
+                            matches!(
+                                plan.norm,
+                                NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
+                            ),
+                            "{what}: {:?} is not a row-norm group",
+                            plan.norm
+                        );
+                        let got = c
+                            .download_f32(&fx.gpu)
+                            .unwrap_or_else(|e| panic!("{what}: kernel failed: {e}"))
+                            .iter()
+                            .map(|&x| x as f64)
+                            .collect::<Vec<_>>();
+                        let err = rel_frobenius_error(&got, &want);
+                        assert!(
+                            err < threshold(bf),
+                            "{what} (dump {dump}, direct {direct}, global residual \
+                             {global_residual}): relative error {err:e}; {}",
+                            describe_mismatch(&got, &want, m, n, 0.05)
+                        );
+                        outs.push(got);
+                    }
+                    let registers = outs.remove(0);
+                    let drift = rel_frobenius_error(&outs[0], &registers);
+                    assert!(
+                        drift < 1e-3,
+                        "{what}: chunked statistics differ from the register path by {drift:e}"
+                    );
+                    for (i, o) in outs.iter().enumerate().skip(1) {
+                        let same = o
+                            .iter()
+                            .zip(&outs[0])
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "{what}: route {i} of norm_dump differs from route 0");
+                    }
+                    println!(
+                        "{what}: norm_dump routes agree bitwise; {drift:.1e} from the register path"
+                    );
+                }
+            }
+        }
+    }
+    // known-faults #5 on the chunked path: constant rows (also where an f32 sum overflows) give
+    // exactly β in every CTA of the group; a NaN stays in its row.
+    let (m, n, k) = (200usize, 1024usize, 64usize);
+    let b = fx.random(n, k, bf, 1.0);
+    let a = fx.upload(m, k, bf, vec![0.0; m * k]);
+    let zero_bias = fx.upload(1, n, bf, vec![0.0; n]);
+    let (gamma, beta) = (fx.random(1, n, bf, 1.0), fx.random(1, n, bf, 1.0));
+    for exchange in [NormExchange::Cluster, NormExchange::Global] {
+        for tile in [TILES_SM90[0], TILES_SM90[2]] {
+            for v in [1234.0, 0.0, 8.5e37] {
+                let mut res = vec![v; m * n];
+                res[130 * n + 1000] = f64::NAN;
+                let r = fx.upload(m, n, bf, res);
+                let mut c = fx.poisoned(m, n, bf);
+                let o = Overrides {
+                    tile: Some(tile),
+                    norm_exchange: exchange,
+                    norm_dump: true,
+                    ..Default::default()
+                };
+                with_overrides(o, || {
+                    hopper::h_bias_residual_layer_norm(
+                        &fx.gpu,
+                        &a.t,
+                        &b.t,
+                        &mut c,
+                        &zero_bias.t,
+                        &r.t,
+                        &gamma.t,
+                        &beta.t,
+                    )
+                })
+                .unwrap()
+                .expect("Hopper path");
+                let got = fx.get(&c);
+                for i in 0..m {
+                    let row = &got[i * n..(i + 1) * n];
+                    if i == 130 {
+                        assert!(row.iter().all(|x| x.is_nan()), "{v}: NaN row");
+                    } else {
+                        assert_eq!(row, &beta.v[..], "{v} on {tile:?}: row {i} must be β");
+                    }
+                }
+            }
+        }
+    }
+}

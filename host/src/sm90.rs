@@ -714,6 +714,7 @@ where
         tmap_r,
         tail_splits: plan.tail_splits,
         norm_exchange,
+        norm_dump: u32::from(norm_cluster > 0 && overrides.norm_dump),
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;
