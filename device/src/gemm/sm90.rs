@@ -344,7 +344,8 @@ pub const fn ring_dump_fits(t: &TileShape) -> bool {
 /// the last tile of a row-norm group's CTA ([`ring_dump_fits`]; `pos` as in
 /// [`ring_epilogue_offset`]): chunk 0 at the start of the stage whose end holds the
 /// warpgroup's residual and C boxes (`pos + c`), chunks 1.. from the start of stage
-/// `pos + 2 + c`, one of the two that the tile's last k-tiles used. Each thread's fragment `f`
+/// `pos + 2 + c` (with four stages, one of the two that the tile's last k-tiles used; past the
+/// last k-tile the producer writes only the boxes' stages). Each thread's fragment `f`
 /// of a chunk sits at `block + (f·128 + thread)·16`, so a warp's 16-byte stores and loads
 /// cover 512 contiguous bytes.
 pub const fn ring_dump(t: &TileShape, pos: u64, c: u32) -> (u32, u32) {
@@ -1675,7 +1676,10 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     chunked: bool,
 ) {
     let cta = |col0: u32, cols: u32| w.chunk(args, col0, cols);
-    let chunks = (args.n - w.n0)
+    // A CTA wholly past N (a launch with more CTAs per group than N needs) has none.
+    let chunks = args
+        .n
+        .saturating_sub(w.n0)
         .div_ceil(EPI_COLS)
         .min((NI / EPI_FRAGS) as u32);
     if let Some(d) = dump {
@@ -1922,8 +1926,9 @@ unsafe fn exchange_cluster(
     row
 }
 
-/// The named barrier of the 256 consumer threads around [`exchange_global`] (0 is the CTA's,
-/// 1 and 2 the ping-pong warpgroups', 3 the cooperative bias copy's).
+/// The named barrier of the 256 consumer threads around [`exchange_global`] and before a
+/// [`ring_dump`] (0 is the CTA's, 1 and 2 the ping-pong warpgroups', 3 the cooperative bias
+/// copy's).
 const EXCHANGE_BARRIER: u32 = 4;
 
 /// Row-statistics exchange of `w.cn` CTAs that are not a cluster ([`Sm90Args::norm_exchange`]
@@ -2017,9 +2022,8 @@ unsafe fn exchange_global(
     if w.tid == 0 {
         second_add();
     }
-    if w.cn > MAX_NORM_CLUSTER {
-        crate::arch::trap();
-    }
+    // `cn` ≤ MAX_NORM_CLUSTER = 8 (the kernel's entry traps otherwise): ranks q and q + 4
+    // cover the group.
     let q = w.lane & 3;
     let rank = |r: u32, h: u32| {
         if r < w.cn {
