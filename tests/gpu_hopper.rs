@@ -912,8 +912,14 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
             }
         }
     }
-    // known-faults #5 across CTAs: constant rows (also where an f32 sum overflows) give exactly
-    // β in every CTA of the group; a NaN stays in its row.
+    constant_rows_give_beta(&mut fx, false);
+}
+
+/// known-faults #5 across CTAs: constant rows (also where an f32 sum overflows) give exactly β
+/// in every CTA of a row-norm group, with both exchanges on both 128-row cooperative tiles; a
+/// NaN stays in its row. With `norm_dump`, on the chunked epilogue (`Overrides::norm_dump`).
+fn constant_rows_give_beta(fx: &mut Fx, norm_dump: bool) {
+    let bf = DType::Bf16;
     let (m, n, k) = (200usize, 1024usize, 64usize);
     let b = fx.random(n, k, bf, 1.0);
     let a = fx.upload(m, k, bf, vec![0.0; m * k]);
@@ -929,6 +935,7 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                 let o = Overrides {
                     tile: Some(tile),
                     norm_exchange: exchange,
+                    norm_dump,
                     ..Default::default()
                 };
                 let plan = with_overrides(o, || {
@@ -962,7 +969,8 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                 }
             }
             println!(
-                "norm {exchange:?} {}x{}: constant rows give β exactly, NaN stays in its row",
+                "norm {exchange:?} {}x{} (norm_dump {norm_dump}): constant rows give β exactly, \
+                 NaN stays in its row",
                 tile.bm, tile.bn
             );
         }
@@ -1718,50 +1726,5 @@ fn t15_chunked_row_norm_epilogue_matches_the_register_path() {
             }
         }
     }
-    // known-faults #5 on the chunked path: constant rows (also where an f32 sum overflows) give
-    // exactly β in every CTA of the group; a NaN stays in its row.
-    let (m, n, k) = (200usize, 1024usize, 64usize);
-    let b = fx.random(n, k, bf, 1.0);
-    let a = fx.upload(m, k, bf, vec![0.0; m * k]);
-    let zero_bias = fx.upload(1, n, bf, vec![0.0; n]);
-    let (gamma, beta) = (fx.random(1, n, bf, 1.0), fx.random(1, n, bf, 1.0));
-    for exchange in [NormExchange::Cluster, NormExchange::Global] {
-        for tile in [TILES_SM90[0], TILES_SM90[2]] {
-            for v in [1234.0, 0.0, 8.5e37] {
-                let mut res = vec![v; m * n];
-                res[130 * n + 1000] = f64::NAN;
-                let r = fx.upload(m, n, bf, res);
-                let mut c = fx.poisoned(m, n, bf);
-                let o = Overrides {
-                    tile: Some(tile),
-                    norm_exchange: exchange,
-                    norm_dump: true,
-                    ..Default::default()
-                };
-                with_overrides(o, || {
-                    hopper::h_bias_residual_layer_norm(
-                        &fx.gpu,
-                        &a.t,
-                        &b.t,
-                        &mut c,
-                        &zero_bias.t,
-                        &r.t,
-                        &gamma.t,
-                        &beta.t,
-                    )
-                })
-                .unwrap()
-                .expect("Hopper path");
-                let got = fx.get(&c);
-                for i in 0..m {
-                    let row = &got[i * n..(i + 1) * n];
-                    if i == 130 {
-                        assert!(row.iter().all(|x| x.is_nan()), "{v}: NaN row");
-                    } else {
-                        assert_eq!(row, &beta.v[..], "{v} on {tile:?}: row {i} must be β");
-                    }
-                }
-            }
-        }
-    }
+    constant_rows_give_beta(&mut fx, true);
 }
