@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
 # Device call for Overrides::norm_dump (session 15, 2026-12-05; not run: no GPU was lent after
-# the change was built). Carry target/kit.txz, made by scripts/gpu-bundle.sh and then
-#   mkdir -p target/kit/gpu-bundle/{tests,bin}; cp target/gpu-bundle/tests/gpu_hopper \
-#     target/kit/gpu-bundle/tests/; cp target/gpu-bundle/bin/hopper target/kit/gpu-bundle/bin/
-#   strip target/kit/gpu-bundle/*/*; tar -C target/kit -cf - gpu-bundle | xz -T2 -1 \
-#     --lzma2=preset=1,dict=1536MiB > target/kit.txz
+# the change was built). Carry target/kit.txz, made by
+#   scripts/gpu-bundle.sh && scripts/gpu-kit.sh target/kit.txz tests/gpu_hopper bin/hopper
 # and run `bash bench/results/hopper-norm-dump-device-call-2026-12-05.sh` on the H200.
 # 1. t15 (norm_dump against the register path and the f64 reference), then t8 and t9 (the
 #    default path is meant to be unchanged).
