@@ -111,6 +111,11 @@ impl Fx {
     }
 }
 
+/// Whether two outputs hold the same values bit for bit (a NaN equals a NaN of the same bits).
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// A·Bᵀ in f64 (B stored N×K) over the host's threads.
 fn gemm64(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
@@ -1135,13 +1140,8 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                     );
                     outs.push(got);
                 }
-                let same = outs.iter().all(|o| {
-                    o.iter()
-                        .zip(&outs[0])
-                        .all(|(x, y)| x.to_bits() == y.to_bits())
-                });
                 assert!(
-                    same,
+                    outs.iter().all(|o| same_bits(o, &outs[0])),
                     "{what}: C differs between the TMA store, the TMA residual copy and direct stores"
                 );
                 if si == 0 || m > 1000 {
@@ -1242,10 +1242,7 @@ fn t10_split_tail_matches_the_whole_last_round() {
                 );
                 let (_, again) = run(pieces);
                 assert!(
-                    again
-                        .iter()
-                        .zip(&got)
-                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    same_bits(&again, &got),
                     "{what}: a second launch gave different bits"
                 );
                 println!(
@@ -1713,11 +1710,10 @@ fn t15_chunked_row_norm_epilogue_matches_the_register_path() {
                         "{what}: chunked statistics differ from the register path by {drift:e}"
                     );
                     for (i, o) in outs.iter().enumerate().skip(1) {
-                        let same = o
-                            .iter()
-                            .zip(&outs[0])
-                            .all(|(x, y)| x.to_bits() == y.to_bits());
-                        assert!(same, "{what}: route {i} of norm_dump differs from route 0");
+                        assert!(
+                            same_bits(o, &outs[0]),
+                            "{what}: route {i} of norm_dump differs from route 0"
+                        );
                     }
                     println!(
                         "{what}: norm_dump routes agree bitwise; {drift:.1e} from the register path"
