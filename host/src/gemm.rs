@@ -491,11 +491,9 @@ where
         _ => (0, 0),
     };
     // Checked before the GEMM writes C.
-    let finish_grid = if stats != 0 {
-        Some(norm_finish_grid::<Q>(gpu, spec, call, &checked)?)
-    } else {
-        None
-    };
+    let finish_grid = (stats != 0)
+        .then(|| norm_finish_grid::<Q>(gpu, spec, call, &checked))
+        .transpose()?;
     let (params, finish) = build(stats);
 
     let args = Param(plan.gemm_args(&checked, call, workspace, counters));

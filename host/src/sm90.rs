@@ -677,13 +677,9 @@ where
         (0, 0)
     };
     // Checked before the GEMM writes C.
-    let finish_grid = if stats != 0 {
-        Some(crate::gemm::norm_finish_grid::<Q>(
-            gpu, spec, call, checked,
-        )?)
-    } else {
-        None
-    };
+    let finish_grid = (stats != 0)
+        .then(|| crate::gemm::norm_finish_grid::<Q>(gpu, spec, call, checked))
+        .transpose()?;
     let (params, finish) = build(stats);
     let args = Param(GemmArgs {
         a: call.a.ptr,

@@ -1675,7 +1675,6 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     dump: Option<RingDump>,
     chunked: bool,
 ) {
-    let cta = |col0: u32, cols: u32| w.chunk(args, col0, cols);
     // A CTA wholly past N (a launch with more CTAs per group than N needs) has none.
     let chunks = args
         .n
@@ -1704,20 +1703,8 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         let mut j = 0;
         while j < chunks {
             let mut part = load(j);
-            let chunk = cta(w.n0 + j * EPI_COLS, EPI_COLS);
-            let mut ctx = tile_ctx(args, &chunk, smem, 0);
-            ctx.norm_pass = NormPass::Pre;
-            if residual != 0 {
-                ctx.staged_residual = residual + j * STAGING_BYTES;
-                ctx.staged_row = w.row % 64;
-            }
-            E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-            // A fresh context: the norm deferred itself in `ctx`, which skips it.
-            let mut ctx = tile_ctx(args, &chunk, smem, 0);
-            ctx.norm_pass = NormPass::Stats;
-            ctx.row_stats = stats;
-            E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-            stats = ctx.row_stats;
+            chunk_pre::<Out, E>(args, epi, w, &mut part, j, residual, smem);
+            stats = chunk_stats::<Out, E>(args, epi, w, &mut part, j, stats, smem);
             for f in 0..EPI_FRAGS {
                 st_shared_u32x4(at(j, f as u32), part.v[0][f].map(f32::to_bits));
             }
@@ -1745,17 +1732,11 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     macro_rules! pre {
         ($j:literal) => {
             if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
-                let mut ctx = tile_ctx(args, &cta(w.n0 + $j * EPI_COLS, EPI_COLS), smem, 0);
-                ctx.norm_pass = NormPass::Pre;
-                if residual != 0 {
-                    ctx.staged_residual = residual + $j * STAGING_BYTES;
-                    ctx.staged_row = w.row % 64;
-                }
                 let mut part = Acc::<1, EPI_FRAGS>::zero();
                 for f in 0..EPI_FRAGS {
                     part.v[0][f] = all.v[0][$j * EPI_FRAGS + f];
                 }
-                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+                chunk_pre::<Out, E>(args, epi, w, &mut part, $j, residual, smem);
                 for f in 0..EPI_FRAGS {
                     all.v[0][$j * EPI_FRAGS + f] = part.v[0][f];
                 }
@@ -1773,15 +1754,11 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     macro_rules! stats {
         ($j:literal) => {
             if $j < NI / EPI_FRAGS && $j < chunks {
-                let mut ctx = tile_ctx(args, &cta(w.n0 + $j * EPI_COLS, EPI_COLS), smem, 0);
-                ctx.norm_pass = NormPass::Stats;
-                ctx.row_stats = stats;
                 let mut part = Acc::<1, EPI_FRAGS>::zero();
                 for f in 0..EPI_FRAGS {
                     part.v[0][f] = all.v[0][$j * EPI_FRAGS + f];
                 }
-                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
-                stats = ctx.row_stats;
+                stats = chunk_stats::<Out, E>(args, epi, w, &mut part, $j, stats, smem);
             }
         };
     }
@@ -1793,7 +1770,7 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         stats
     } else {
         // The rows' statistics over all BN columns at once: one pairwise sum per row half.
-        let mut ctx = tile_ctx(args, &cta(w.n0, NI as u32 * 8), smem, 0);
+        let mut ctx = tile_ctx(args, &w.chunk(args, w.n0, NI as u32 * 8), smem, 0);
         ctx.norm_pass = NormPass::Stats;
         E::apply::<Out, 1, NI>(epi, &mut all, &mut ctx);
         ctx.row_stats
@@ -1824,6 +1801,50 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
         rest.set_last_chunk(&part);
         j = uncached(j + 1);
     }
+}
+
+/// Step 1a of [`row_norm_epilogue`] for chunk `j` (columns `n0 + 64j..`): the stages before
+/// the norm on `part`, reading the residual from box `j` at `residual` when that is not 0.
+/// Both paths call it, so they run the same arithmetic.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chunk_pre<Out: Element, E: Stage>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    w: &RowNormCta,
+    part: &mut Acc<1, EPI_FRAGS>,
+    j: u32,
+    residual: u32,
+    smem: *mut u8,
+) {
+    let mut ctx = tile_ctx(args, &w.chunk(args, w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
+    ctx.norm_pass = NormPass::Pre;
+    if residual != 0 {
+        ctx.staged_residual = residual + j * STAGING_BYTES;
+        ctx.staged_row = w.row % 64;
+    }
+    E::apply::<Out, 1, EPI_FRAGS>(epi, part, &mut ctx);
+}
+
+/// The rows' statistics `stats` with chunk `j`'s values (after [`chunk_pre`]) merged in: the
+/// chunk-by-chunk statistics of [`Sm90Args::norm_dump`], the same in both paths.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chunk_stats<Out: Element, E: Stage>(
+    args: &GemmArgs,
+    epi: &E::Params,
+    w: &RowNormCta,
+    part: &mut Acc<1, EPI_FRAGS>,
+    j: u32,
+    stats: [Moments; 2],
+    smem: *mut u8,
+) -> [Moments; 2] {
+    // A fresh context: after `chunk_pre` the norm has deferred itself in its context.
+    let mut ctx = tile_ctx(args, &w.chunk(args, w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
+    ctx.norm_pass = NormPass::Stats;
+    ctx.row_stats = stats;
+    E::apply::<Out, 1, EPI_FRAGS>(epi, part, &mut ctx);
+    ctx.row_stats
 }
 
 /// Step 4 of [`row_norm_epilogue`] for chunk `j` of `chunks` (columns `n0 + 64j..`): the norm
