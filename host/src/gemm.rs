@@ -812,6 +812,9 @@ pub struct Overrides {
     /// Run a Hopper row-norm group's epilogue as loops over 64-column chunks, with each CTA's
     /// last tile's accumulators kept in the ring (`Sm90Args::norm_dump`), instead of the
     /// register path. Off by default until it has been measured against it on the H200.
+    /// Cluster exchange only: with the global exchange ([`NormExchange::Global`]) it is ignored,
+    /// because its first GPU run (H100, 2026-12-06) hung there
+    /// (`bench/results/session16-h100-2026-12-06.md`).
     pub norm_dump: bool,
 }
 
