@@ -922,7 +922,8 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
 
 /// known-faults #5 across CTAs: constant rows (also where an f32 sum overflows) give exactly β
 /// in every CTA of a row-norm group, with both exchanges on both 128-row cooperative tiles; a
-/// NaN stays in its row. With `norm_dump`, on the chunked epilogue (`Overrides::norm_dump`).
+/// NaN stays in its row. With `norm_dump`, on the chunked epilogue (`Overrides::norm_dump`)
+/// where the exchange is the cluster's; the launcher ignores it with the global exchange.
 fn constant_rows_give_beta(fx: &mut Fx, norm_dump: bool) {
     let bf = DType::Bf16;
     let (m, n, k) = (200usize, 1024usize, 64usize);

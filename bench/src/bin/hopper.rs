@@ -32,7 +32,9 @@
 //! `Overrides::direct_store` (C stored per thread), to compare with a run without them.
 //! `HOPPER_BENCH_NORM_DUMP=1` runs them with `Overrides::norm_dump` (a row-norm group's
 //! epilogue as loops over chunks): the forced tile the launcher picks is then timed against the
-//! "ours" column in the same rounds.
+//! "ours" column in the same rounds. The launcher ignores it where the exchange is global
+//! (it hung there, `bench/results/session16-h100-2026-12-06.md`), so on such rows both columns
+//! run the register path.
 //!
 //! The "autotuned" column is ours with an autotuner (`fused_gemm::host::autotune`, its cache in
 //! a fresh temporary directory): one launch before the capture times the candidates on this
