@@ -298,6 +298,55 @@ fn every_load_and_store_names_its_state_space() {
     }
 }
 
+/// The CTA and cluster barriers written as inline assembly are the non-`.aligned` forms
+/// (`barrier.sync`, `barrier.cluster.arrive`), never `bar.sync`/`bar.arrive` or an `.aligned`
+/// `barrier`: Rust's `asm!` is not `convergent` to LLVM, which may copy it into both sides of a
+/// branch on the thread index, and an aligned barrier reached by one warp's lanes at two copies
+/// hung the global row-statistics exchange (bench/results/session16-h100-2026-12-06.md).
+/// `__syncthreads` (`bar.sync 0` from LLVM's convergent intrinsic) is outside any asm block and
+/// is not checked; `bar.warp.sync` takes a lane mask and is allowed.
+#[test]
+fn inline_asm_barriers_are_not_aligned() {
+    let mut barriers = 0;
+    for m in fused_gemm::ptx::BUILTIN.modules {
+        let mut in_asm = false;
+        for (i, line) in m.ptx.lines().enumerate() {
+            let t = line.trim();
+            if t == "// begin inline asm" {
+                in_asm = true;
+            } else if t == "// end inline asm" {
+                in_asm = false;
+            }
+            if !in_asm {
+                continue;
+            }
+            for statement in t.split([';', '{', '}']) {
+                let mut tokens = statement.split_whitespace();
+                let first = tokens.next().unwrap_or("");
+                let op = if first.starts_with('@') {
+                    tokens.next().unwrap_or("")
+                } else {
+                    first
+                };
+                let cta_bar = op.starts_with("bar.") && !op.starts_with("bar.warp.");
+                let barrier = op.starts_with("barrier.");
+                assert!(
+                    !cta_bar && !(barrier && op.contains(".aligned")),
+                    "{} line {}: aligned barrier `{}` in inline asm",
+                    m.arch,
+                    i + 1,
+                    statement.trim()
+                );
+                barriers += usize::from(barrier);
+            }
+        }
+    }
+    assert!(
+        barriers > 0,
+        "no barrier in any inline asm (built with FUSED_GEMM_SKIP_PTX?)"
+    );
+}
+
 #[test]
 fn ptxas_log_parser_reads_resources() {
     let log = "ptxas info    : Compiling entry function 'k1' for 'sm_90'\n\

@@ -228,17 +228,20 @@ pub fn cluster_ctarank() -> u32 {
     super::host_unreachable("cluster_ctarank")
 }
 
-/// `barrier.cluster.arrive.release.aligned` + `barrier.cluster.wait.acquire.aligned`: every
+/// `barrier.cluster.arrive.release` + `barrier.cluster.wait.acquire` (PTX ISA §9.7.13.3): every
 /// thread of every CTA of the cluster waits for all the others; orders the barrier
-/// initialisations before remote arrivals and multicast copies.
+/// initialisations before remote arrivals and multicast copies. Not `.aligned`: LLVM may copy
+/// this `asm` into both sides of a branch on the thread index (the kernels call it after thread
+/// 0's barrier initialisation), which `.aligned` forbids (see
+/// [`bulk_read_wait_barrier`](crate::copy::tma::bulk_read_wait_barrier)).
 ///
 /// # Safety
-/// Every thread of the cluster executes it (warps converged), or the cluster hangs.
+/// Every thread of the cluster executes it, or the cluster hangs.
 #[inline(always)]
 pub unsafe fn cluster_sync() {
     #[cfg(target_arch = "nvptx64")]
     asm!(
-        "barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;",
+        "barrier.cluster.arrive.release; barrier.cluster.wait.acquire;",
         options(nostack)
     );
     #[cfg(not(target_arch = "nvptx64"))]
