@@ -917,14 +917,13 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
             }
         }
     }
-    constant_rows_give_beta(&mut fx, false);
+    constant_rows_give_beta(&mut fx);
 }
 
 /// known-faults #5 across CTAs: constant rows (also where an f32 sum overflows) give exactly β
 /// in every CTA of a row-norm group, with both exchanges on both 128-row cooperative tiles; a
-/// NaN stays in its row. With `norm_dump`, on the chunked epilogue (`Overrides::norm_dump`)
-/// where the exchange is the cluster's; the launcher ignores it with the global exchange.
-fn constant_rows_give_beta(fx: &mut Fx, norm_dump: bool) {
+/// NaN stays in its row.
+fn constant_rows_give_beta(fx: &mut Fx) {
     let bf = DType::Bf16;
     let (m, n, k) = (200usize, 1024usize, 64usize);
     let b = fx.random(n, k, bf, 1.0);
@@ -941,7 +940,6 @@ fn constant_rows_give_beta(fx: &mut Fx, norm_dump: bool) {
                 let o = Overrides {
                     tile: Some(tile),
                     norm_exchange: exchange,
-                    norm_dump,
                     ..Default::default()
                 };
                 let plan = with_overrides(o, || {
@@ -975,8 +973,7 @@ fn constant_rows_give_beta(fx: &mut Fx, norm_dump: bool) {
                 }
             }
             println!(
-                "norm {exchange:?} {}x{} (norm_dump {norm_dump}): constant rows give β exactly, \
-                 NaN stays in its row",
+                "norm {exchange:?} {}x{}: constant rows give β exactly, NaN stays in its row",
                 tile.bm, tile.bn
             );
         }
@@ -1613,115 +1610,4 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
         "the cached launch and the capture recorded nothing"
     );
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[test]
-fn t15_chunked_row_norm_epilogue_matches_the_register_path() {
-    let Some(mut fx) = Fx::new("norm_dump") else {
-        return;
-    };
-    if !fx.hopper {
-        return;
-    }
-    // `Overrides::norm_dump`: a row-norm group's CTA keeps its last tile's accumulators in the
-    // ring and runs the epilogue as loops over 64-column chunks; earlier tiles, and last tiles
-    // without the ring epilogue (residual from global memory and C stored per thread), run the
-    // register path with the same chunk-by-chunk statistics. So within `norm_dump` every route
-    // gives bitwise the same C; against the default register path (statistics over all of a
-    // tile's columns at once) it differs in the last bits only; both are checked against the
-    // f64 reference. Shapes: one element, an edge tile of a group of one, a last CTA partly
-    // past N, BERT-large attn out (one wave), and more row blocks than groups that fit at
-    // once (CTAs take several tiles: register path first, ring last).
-    let bf = DType::Bf16;
-    let shapes: &[(usize, usize, usize)] = &[
-        (1, 1, 64),
-        (130, 17, 72),
-        (257, 1000, 128),
-        (4096, 1024, 1024),
-        (8191, 1024, 64),
-    ];
-    // Cluster exchange only: the launcher ignores norm_dump with the global exchange, where its
-    // first GPU run hung (bench/results/session16-h100-2026-12-06.md).
-    let exchange = NormExchange::Cluster;
-    for tile in [TILES_SM90[0], TILES_SM90[2]] {
-        for &(m, n, k) in shapes {
-            let a = fx.random(m, k, bf, 1.0);
-            let b = fx.random(n, k, bf, 1.0);
-            let ops = EpilogueOperands::random(&mut fx, m, n);
-            let gamma = fx.random(1, n, bf, 1.0);
-            let acc = gemm64(m, n, k, &a.v, &b.v);
-            let ln = ops
-                .kernels(false)
-                .pop()
-                .expect("the LayerNorm kernel is last");
-            let rms: Launch<'_> = Box::new(|g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t));
-            let rms_stages = vec![RefStage::RmsNorm {
-                gamma: gamma.v.clone(),
-                eps: 1e-6,
-            }];
-            for (label, stages, launch) in [ln, ("rms_norm", rms_stages, rms)] {
-                let what = format!("{label} {m}x{n}x{k} on {tile:?}, {exchange:?}");
-                let want = apply_stages(m, n, &acc, &stages, None).unwrap();
-                let mut outs = Vec::new();
-                for (dump, direct, global_residual) in [
-                    (false, false, false),
-                    (true, false, false),
-                    (true, true, false),
-                    (true, false, true),
-                    (true, true, true),
-                ] {
-                    let mut c = fx.poisoned(m, n, bf);
-                    let o = Overrides {
-                        tile: Some(tile),
-                        norm_exchange: exchange,
-                        norm_dump: dump,
-                        direct_store: direct,
-                        global_residual,
-                        ..Default::default()
-                    };
-                    let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
-                        .unwrap_or_else(|e| panic!("{what}: {e}"))
-                        .expect("Hopper path");
-                    assert!(
-                        matches!(
-                            plan.norm,
-                            NormPath::Cluster { .. } | NormPath::GlobalExchange { .. }
-                        ),
-                        "{what}: {:?} is not a row-norm group",
-                        plan.norm
-                    );
-                    let got = c
-                        .download_f32(&fx.gpu)
-                        .unwrap_or_else(|e| panic!("{what}: kernel failed: {e}"))
-                        .iter()
-                        .map(|&x| x as f64)
-                        .collect::<Vec<_>>();
-                    let err = rel_frobenius_error(&got, &want);
-                    assert!(
-                        err < threshold(bf),
-                        "{what} (dump {dump}, direct {direct}, global residual \
-                             {global_residual}): relative error {err:e}; {}",
-                        describe_mismatch(&got, &want, m, n, 0.05)
-                    );
-                    outs.push(got);
-                }
-                let registers = outs.remove(0);
-                let drift = rel_frobenius_error(&outs[0], &registers);
-                assert!(
-                    drift < 1e-3,
-                    "{what}: chunked statistics differ from the register path by {drift:e}"
-                );
-                for (i, o) in outs.iter().enumerate().skip(1) {
-                    assert!(
-                        same_bits(o, &outs[0]),
-                        "{what}: route {i} of norm_dump differs from route 0"
-                    );
-                }
-                println!(
-                    "{what}: norm_dump routes agree bitwise; {drift:.1e} from the register path"
-                );
-            }
-        }
-    }
-    constant_rows_give_beta(&mut fx, true);
 }

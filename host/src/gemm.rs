@@ -809,13 +809,6 @@ pub struct Overrides {
     /// of the choice of [`crate::sm90::choose`] (to compare the two; a path that cannot run
     /// leaves the partial-statistics path).
     pub norm_exchange: NormExchange,
-    /// Run a Hopper row-norm group's epilogue as loops over 64-column chunks, with each CTA's
-    /// last tile's accumulators kept in the ring (`Sm90Args::norm_dump`), instead of the
-    /// register path. Off by default until it has been measured against it on the H200.
-    /// Cluster exchange only: with the global exchange ([`NormExchange::Global`]) it is ignored,
-    /// because its first GPU run (H100, 2026-12-06) hung there
-    /// (`bench/results/session16-h100-2026-12-06.md`).
-    pub norm_dump: bool,
 }
 
 /// The row-statistics exchange of a Hopper row norm over several tiles
@@ -832,7 +825,7 @@ pub enum NormExchange {
 }
 
 thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, dependent_finish: false, norm_exchange: NormExchange::Auto, norm_dump: false }) };
+    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, dependent_finish: false, norm_exchange: NormExchange::Auto }) };
 }
 
 /// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that

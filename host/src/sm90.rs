@@ -710,8 +710,6 @@ where
         tmap_r,
         tail_splits: plan.tail_splits,
         norm_exchange,
-        // Not with the global exchange: it hung there on its first GPU run (Overrides::norm_dump).
-        norm_dump: u32::from(norm_cluster > 0 && norm_exchange == 0 && overrides.norm_dump),
     });
     let mut params = Param(params);
     let func = gpu.function(spec.ptx, variant.entry)?;

@@ -30,11 +30,6 @@
 //! `HOPPER_BENCH_GLOBAL_RESIDUAL=1` runs the forced tiles with `Overrides::global_residual`
 //! (every `residual` read from global memory) and `HOPPER_BENCH_DIRECT_STORE=1` with
 //! `Overrides::direct_store` (C stored per thread), to compare with a run without them.
-//! `HOPPER_BENCH_NORM_DUMP=1` runs them with `Overrides::norm_dump` (a row-norm group's
-//! epilogue as loops over chunks): the forced tile the launcher picks is then timed against the
-//! "ours" column in the same rounds. The launcher ignores it where the exchange is global
-//! (it hung there, `bench/results/session16-h100-2026-12-06.md`), so on such rows both columns
-//! run the register path.
 //!
 //! The "autotuned" column is ours with an autotuner (`fused_gemm::host::autotune`, its cache in
 //! a fresh temporary directory): one launch before the capture times the candidates on this
@@ -514,14 +509,12 @@ fn run_case(gpu: &Gpu, case: &Case, tuner: &mut Option<Autotuner>) -> Result<Row
     let mut tile_graphs = Vec::new();
     let global_residual = std::env::var_os("HOPPER_BENCH_GLOBAL_RESIDUAL").is_some();
     let direct_store = std::env::var_os("HOPPER_BENCH_DIRECT_STORE").is_some();
-    let norm_dump = std::env::var_os("HOPPER_BENCH_NORM_DUMP").is_some();
     for &t in TILES_SM90 {
         let o = Overrides {
             tile: Some(t),
             splits: None,
             global_residual,
             direct_store,
-            norm_dump,
             ..Default::default()
         };
         let g = with_overrides(o, || {

@@ -87,26 +87,6 @@ pub unsafe fn ld_shared_u32x4(addr: u32) -> [u32; 4] {
     }
 }
 
-/// `st.shared.v4.b32`: stores `v` at `.shared` window address `addr` (PTX ISA §9.7.9.10).
-///
-/// # Safety
-/// `addr` is 16-byte aligned, inside this CTA's shared memory, and no other thread reads or
-/// writes those bytes until a barrier orders this store before it.
-#[inline(always)]
-pub unsafe fn st_shared_u32x4(addr: u32, v: [u32; 4]) {
-    #[cfg(target_arch = "nvptx64")]
-    core::arch::asm!(
-        "st.shared.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}};",
-        p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
-        options(nostack, preserves_flags)
-    );
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let _ = (addr, v);
-        super::host_unreachable("shared::st_shared_u32x4")
-    }
-}
-
 /// `%dynamic_smem_size`: bytes of dynamic shared memory this CTA was launched with (PTX ISA,
 /// special registers).
 #[inline(always)]

@@ -102,11 +102,11 @@ pub unsafe fn store_2d_commit_if(issue: bool, tmap: u64, src: u32, x: i32, y: i3
 ///
 /// The barrier is the non-`.aligned` form, which threads of one warp may reach at different
 /// copies of the instruction. Rust's inline assembly is not `convergent` to LLVM, which may
-/// duplicate the block into both sides of a branch on the thread index: it did after
-/// the global row-statistics exchange's spin of thread 0 (`gemm::sm90`), and `bar.sync` (= `.aligned`),
-/// reached by lane 0 at one copy and lanes 1-31 at the other, hung the CTA (first GPU run of
-/// `Overrides::norm_dump`, bench/results/session16-h100-2026-12-06.md). ptxas emits the same
-/// `BAR.SYNC` behind a `BRA.DIV` check.
+/// duplicate the block into both sides of a branch on the thread index: it did after thread 0's
+/// spin in the global row-statistics exchange (`gemm::sm90`), and that `bar.sync` (= `.aligned`),
+/// reached by lane 0 at one copy and lanes 1-31 at the other, hung the CTA
+/// (bench/results/session17-2026-12-06.md). ptxas emits the same `BAR.SYNC` behind a `BRA.DIV`
+/// check.
 ///
 /// # Safety
 /// Exactly `threads` threads (a multiple of 32) reach each use of `id`, and no other barrier

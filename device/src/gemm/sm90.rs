@@ -123,9 +123,7 @@ use crate::arch::mbarrier::{
     fence_init, init, wait_parity, wait_parity_cluster,
 };
 use crate::arch::shared::st_cluster_f32x4;
-use crate::arch::shared::{
-    dynamic_shared_base, dynamic_shared_size, ld_shared_u32x4, shared_addr, st_shared_u32x4,
-};
+use crate::arch::shared::{dynamic_shared_base, dynamic_shared_size, ld_shared_u32x4, shared_addr};
 use crate::arch::sync::{nanosleep, sync_threads, sync_warp, thread_fence};
 use crate::arch::thread::{
     block_and_grid_x_uncached, block_idx_x, grid_dim_x, thread_idx_x, uncached,
@@ -323,38 +321,6 @@ pub const fn ring_epilogue_offset(t: &TileShape, pos: u64, c: u32) -> u32 {
     (stage + 1) * stage_bytes(t) - (t.bn / EPI_COLS) * STAGING_BYTES
 }
 
-/// Bytes of one consumer warpgroup's fp32 accumulators of one [`EPI_COLS`]-column chunk: 128
-/// threads × [`EPI_FRAGS`] fragments × 16 bytes ([`ring_dump`]).
-pub const DUMP_BYTES: u32 = 128 * EPI_FRAGS as u32 * 16;
-
-/// Whether a row-norm group's last tile on cooperative tiles of shape `t` can keep its fp32
-/// accumulators in the ring during the epilogue ([`ring_dump`]): besides the two stages of
-/// [`ring_epilogue_offset`], two more whole stages, each with room for BN/64 − 1 chunks, and
-/// one chunk before each warpgroup's boxes.
-pub const fn ring_dump_fits(t: &TileShape) -> bool {
-    let chunks = t.bn / EPI_COLS;
-    t.warps_m == 8
-        && t.stages >= 4
-        && ring_epilogue_fits(t)
-        && stage_bytes(t) >= (chunks - 1) * DUMP_BYTES
-        && stage_bytes(t) >= chunks * STAGING_BYTES + DUMP_BYTES
-}
-
-/// Byte offsets in dynamic shared memory of consumer warpgroup `c`'s accumulator blocks on
-/// the last tile of a row-norm group's CTA ([`ring_dump_fits`]; `pos` as in
-/// [`ring_epilogue_offset`]): chunk 0 at the start of the stage whose end holds the
-/// warpgroup's residual and C boxes (`pos + c`), chunks 1.. from the start of stage
-/// `pos + 2 + c` (with four stages, one of the two that the tile's last k-tiles used; past the
-/// last k-tile the producer writes only the boxes' stages). Each thread's fragment `f`
-/// of a chunk sits at `block + (f·128 + thread)·16`, so a warp's 16-byte stores and loads
-/// cover 512 contiguous bytes.
-pub const fn ring_dump(t: &TileShape, pos: u64, c: u32) -> (u32, u32) {
-    let s = t.stages as u64;
-    let first = ((pos + c as u64) % s) as u32;
-    let rest = ((pos + 2 + c as u64) % s) as u32;
-    (first * stage_bytes(t), rest * stage_bytes(t))
-}
-
 /// Whether tiles of shape `t` can finish row norms in a cluster along N: cooperative tiles of
 /// 128 rows (each consumer warp holds one m16 fragment row).
 pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
@@ -451,15 +417,6 @@ pub struct Sm90Args {
     /// `u32` counters, left zeroed again (`exchange_global`). A cluster's CTAs must sit in
     /// one GPC, so fewer such groups fit at once than SMs ÷ `c` (30 of 4 on an H200).
     pub norm_exchange: u32,
-    /// With [`Sm90Args::norm_cluster`] > 0: 1 to run the row norm's epilogue as loops over
-    /// its 64-column chunks. Each CTA's last tile then keeps its fp32 accumulators in the ring
-    /// ([`ring_dump`], where [`ring_dump_fits`] and the ring epilogue run) instead of
-    /// straight-line code over registers; every tile merges its rows' statistics chunk by
-    /// chunk; and the global exchange reads its slots in parallel (`exchange_global`). 0: the
-    /// register path, whose statistics sum each row half over all BN columns at once (the
-    /// two differ in the last bits). Not yet measured on a GPU (2026-12-05), so the launcher
-    /// sets it only on request (`Overrides::norm_dump`).
-    pub norm_dump: u32,
 }
 
 unsafe impl KernelParam for Sm90Args {}
@@ -634,7 +591,6 @@ pub unsafe fn run<
     let ring_residual = row_norm && E::RESIDUAL && sm90.tmap_r != 0;
     let ring_store = row_norm && stages_c(out_bytes, traits) && sm90.tmap_c != 0;
     let ring_epilogue = (ring_residual || ring_store) && ring_epilogue_fits(&tile);
-    let chunked = row_norm && sm90.norm_dump != 0;
     let (ring_residual, ring_store) = (ring_residual && ring_epilogue, ring_store && ring_epilogue);
     let per_half = (NI / EPI_FRAGS) as u32;
     // The tile's column bias, copied into shared memory by the consumer warpgroups that run
@@ -1043,21 +999,15 @@ pub unsafe fn run<
 
             if row_norm {
                 // The CTA's last tile runs its epilogue through the ring (`ring_epilogue`).
-                let (residual, stage_c, dump) = if ring_epilogue && i + 1 == my_tiles {
+                let (residual, stage_c) = if ring_epilogue && i + 1 == my_tiles {
                     wait_parity(rbar(c, 0), 0);
-                    let pos = my_tiles as u64 * k_tiles() as u64;
-                    let buf = ring_epilogue_offset(&tile, pos, c);
-                    let dump = (chunked && ring_dump_fits(&tile)).then(|| {
-                        let (first, rest) = ring_dump(&tile, pos, c);
-                        RingDump { first, rest }
-                    });
+                    let buf = ring_epilogue_offset(&tile, my_tiles as u64 * k_tiles() as u64, c);
                     (
                         if ring_residual { buf } else { 0 },
                         if ring_store { buf } else { 0 },
-                        dump,
                     )
                 } else {
-                    (0, 0, None)
+                    (0, 0)
                 };
                 row_norm_epilogue::<Out, NI, E>(
                     args,
@@ -1071,6 +1021,7 @@ pub unsafe fn run<
                         m0,
                         n0,
                         bm,
+                        bn,
                         rank: rank_n,
                         cn,
                         iter: i,
@@ -1082,8 +1033,6 @@ pub unsafe fn run<
                     residual,
                     stage_c,
                     sm90.tmap_c,
-                    dump,
-                    chunked,
                 );
                 i += step;
                 continue;
@@ -1565,6 +1514,7 @@ struct RowNormCta {
     m0: u32,
     n0: u32,
     bm: u32,
+    bn: u32,
     /// This CTA's rank in the row-norm cluster and the cluster's size.
     rank: u32,
     cn: u32,
@@ -1572,53 +1522,6 @@ struct RowNormCta {
     iter: u32,
     /// The CTAs are not a cluster: statistics go through global memory ([`exchange_global`]).
     global: bool,
-}
-
-impl RowNormCta {
-    /// The epilogue context of the warp's `cols` columns from `col0`: one 64-column chunk, or
-    /// the whole tile.
-    #[inline(always)]
-    fn chunk(&self, args: &GemmArgs, col0: u32, cols: u32) -> Cta {
-        Cta {
-            tid: self.tid,
-            threads: 256,
-            lane: self.lane,
-            warp_m: self.row / 16,
-            warp_n: 0,
-            warps_n: 1,
-            tile_m: self.tile_m,
-            tile_n: col0 / cols,
-            split: 0,
-            tiles_n: args.n.div_ceil(cols),
-            m0: self.m0,
-            n0: col0,
-            bm: self.bm,
-            bn: cols,
-            warp_row: self.m0 + self.row,
-            warp_col: col0,
-        }
-    }
-}
-
-/// Where a consumer warpgroup's fp32 accumulators wait in shared memory during the epilogue of
-/// its CTA's last tile ([`ring_dump`]): chunk 0 in one [`DUMP_BYTES`] block, chunks 1.. in
-/// consecutive blocks from another (byte offsets in dynamic shared memory).
-#[derive(Clone, Copy)]
-struct RingDump {
-    first: u32,
-    rest: u32,
-}
-
-impl RingDump {
-    /// The byte offset of chunk `j`'s block.
-    #[inline(always)]
-    fn chunk(&self, j: u32) -> u32 {
-        if j == 0 {
-            self.first
-        } else {
-            self.rest + (j - 1) * DUMP_BYTES
-        }
-    }
 }
 
 /// The epilogue of a row-norm cluster ([`Sm90Args::norm_cluster`]) for one tile and one
@@ -1644,13 +1547,6 @@ impl RingDump {
 /// and stores it with TMA (C's tensor map `tmap_c`), and the warpgroup's leader waits for the
 /// stores (the tile is the CTA's last); else each thread stores its values.
 ///
-/// With `dump` (the CTA's last tile, [`ring_dump_fits`]), the warp's accumulators first go to
-/// shared memory ([`ring_dump`]) and steps 1 and 4 are loops over the chunks that load them
-/// from there: step 1 runs [`NormPass::Pre`] and then [`NormPass::Stats`] per chunk, merging the
-/// chunks' statistics, and writes the chunk back. One copy of each pass's chain instead of the
-/// straight-line step 1, whose instructions every SM of a one-wave grid fetched cold
-/// (bench/results/hopper-one-pass-stats-2026-12-04.md).
-///
 /// Two buffers suffice: a CTA writes buffer `b` again (tile `iter + 2`) only after every CTA
 /// arrived for tile `iter + 1`, which each does after reading buffer `b` for tile `iter`.
 ///
@@ -1672,59 +1568,26 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     residual: u32,
     stage_c: u32,
     tmap_c: u64,
-    dump: Option<RingDump>,
-    chunked: bool,
 ) {
-    // A CTA wholly past N (a launch with more CTAs per group than N needs) has none.
-    let chunks = args
-        .n
-        .saturating_sub(w.n0)
-        .div_ceil(EPI_COLS)
-        .min((NI / EPI_FRAGS) as u32);
-    if let Some(d) = dump {
-        // Through shared memory: both passes are loops over the chunks, one copy of each
-        // chain, instead of straight-line code that every SM fetches cold in a one-wave grid.
-        let t = w.tid % 128;
-        let at = |j: u32, f: u32| shared_addr(smem) + d.chunk(j) + (f * 128 + t) * 16;
-        // The blocks hold the last k-tiles' operands: both warpgroups' wgmmas must be done.
-        bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
-        for (i, v) in frags.iter().enumerate() {
-            let (j, f) = ((i / EPI_FRAGS) as u32, (i % EPI_FRAGS) as u32);
-            st_shared_u32x4(at(j, f), v.map(f32::to_bits));
-        }
-        let load = |j: u32| {
-            let mut part = Acc::<1, EPI_FRAGS>::zero();
-            for f in 0..EPI_FRAGS {
-                part.v[0][f] = ld_shared_u32x4(at(j, f as u32)).map(f32::from_bits);
-            }
-            part
-        };
-        let mut stats = [Moments::default(); 2];
-        let mut j = 0;
-        while j < chunks {
-            let mut part = load(j);
-            chunk_pre::<Out, E>(args, epi, w, &mut part, j, residual, smem);
-            stats = chunk_stats::<Out, E>(args, epi, w, &mut part, j, stats, smem);
-            for f in 0..EPI_FRAGS {
-                st_shared_u32x4(at(j, f as u32), part.v[0][f].map(f32::to_bits));
-            }
-            j = uncached(j + 1);
-        }
-        let row = if w.global {
-            exchange_global(args, w, stats, true)
-        } else {
-            exchange_cluster(w, stats, smem, xbuf, xbar)
-        };
-        let mut j = 0;
-        while j < chunks {
-            let mut part = load(j);
-            apply_chunk::<Out, E>(
-                args, epi, w, &mut part, row, j, chunks, smem, stage_c, tmap_c,
-            );
-            j = uncached(j + 1);
-        }
-        return;
-    }
+    // The context of `cols` columns from `col0`: one 64-column chunk, or the whole tile.
+    let cta = |col0: u32, cols: u32| Cta {
+        tid: w.tid,
+        threads: 256,
+        lane: w.lane,
+        warp_m: w.row / 16,
+        warp_n: 0,
+        warps_n: 1,
+        tile_m: w.tile_m,
+        tile_n: col0 / cols,
+        split: 0,
+        tiles_n: args.n.div_ceil(cols),
+        m0: w.m0,
+        n0: col0,
+        bm: w.bm,
+        bn: cols,
+        warp_row: w.m0 + w.row,
+        warp_col: col0,
+    };
     // Step 1a, the stages before the norm, written out per chunk (constant accumulator
     // indices; as a rotating loop like the apply pass below, ptxas spilled 140 words): each
     // chunk's values go back into `all`, in place.
@@ -1732,11 +1595,17 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     macro_rules! pre {
         ($j:literal) => {
             if $j < NI / EPI_FRAGS && w.n0 + $j * EPI_COLS < args.n {
+                let mut ctx = tile_ctx(args, &cta(w.n0 + $j * EPI_COLS, EPI_COLS), smem, 0);
+                ctx.norm_pass = NormPass::Pre;
+                if residual != 0 {
+                    ctx.staged_residual = residual + $j * STAGING_BYTES;
+                    ctx.staged_row = w.row % 64;
+                }
                 let mut part = Acc::<1, EPI_FRAGS>::zero();
                 for f in 0..EPI_FRAGS {
                     part.v[0][f] = all.v[0][$j * EPI_FRAGS + f];
                 }
-                chunk_pre::<Out, E>(args, epi, w, &mut part, $j, residual, smem);
+                E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
                 for f in 0..EPI_FRAGS {
                     all.v[0][$j * EPI_FRAGS + f] = part.v[0][f];
                 }
@@ -1747,36 +1616,17 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     pre!(1);
     pre!(2);
     pre!(3);
-    // Step 1b. With `chunked`, the rows' statistics chunk by chunk, merged in chunk order: the
-    // same arithmetic as the loop over the dumped chunks above, so that both paths give bitwise
-    // the same C.
-    let mut stats = [Moments::default(); 2];
-    macro_rules! stats {
-        ($j:literal) => {
-            if $j < NI / EPI_FRAGS && $j < chunks {
-                let mut part = Acc::<1, EPI_FRAGS>::zero();
-                for f in 0..EPI_FRAGS {
-                    part.v[0][f] = all.v[0][$j * EPI_FRAGS + f];
-                }
-                stats = chunk_stats::<Out, E>(args, epi, w, &mut part, $j, stats, smem);
-            }
-        };
-    }
-    let stats = if chunked {
-        stats!(0);
-        stats!(1);
-        stats!(2);
-        stats!(3);
-        stats
-    } else {
-        // The rows' statistics over all BN columns at once: one pairwise sum per row half.
-        let mut ctx = tile_ctx(args, &w.chunk(args, w.n0, NI as u32 * 8), smem, 0);
+    // Step 1b, the rows' statistics over all BN columns at once: one pairwise sum per row half
+    // instead of one per chunk and a merge (with a division) after each.
+    let stats = {
+        let mut ctx = tile_ctx(args, &cta(w.n0, w.bn), smem, 0);
         ctx.norm_pass = NormPass::Stats;
         E::apply::<Out, 1, NI>(epi, &mut all, &mut ctx);
         ctx.row_stats
     };
+
     let row = if w.global {
-        exchange_global(args, w, stats, chunked)
+        exchange_global(args, w, stats)
     } else {
         exchange_cluster(w, stats, smem, xbuf, xbar)
     };
@@ -1787,115 +1637,49 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     // takes the first chunk and shifts the others down (moves between constant indices). The
     // counter goes through `uncached` each turn, so LLVM cannot write the loop out by its bound
     // (NI/8 turns).
+    let chunks = (args.n - w.n0)
+        .div_ceil(EPI_COLS)
+        .min((NI / EPI_FRAGS) as u32);
     let mut rest = all;
     let mut j = 0;
     while j < chunks {
         let mut part = rest.first_chunk::<EPI_FRAGS>();
         rest.shift_chunks::<EPI_FRAGS>();
-        apply_chunk::<Out, E>(
-            args, epi, w, &mut part, row, j, chunks, smem, stage_c, tmap_c,
-        );
+        let mut ctx = tile_ctx(args, &cta(w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
+        ctx.norm_pass = NormPass::Apply;
+        ctx.row_stats = row;
+        E::apply::<Out, 1, EPI_FRAGS>(epi, &mut part, &mut ctx);
+        if stage_c != 0 {
+            // Built here from what the loop keeps live anyway rather than carried through the
+            // collect pass and the exchange.
+            let leader = w.tid % 128 == 0;
+            let out = Staging {
+                tmap: tmap_c,
+                copy_out: false,
+                buf: stage_c + j * STAGING_BYTES,
+                warp: (w.row % 64) / 16,
+                thread: w.tid % 128,
+                barrier: 1 + w.tid / 128,
+                leader,
+                x: w.n0 + j * EPI_COLS,
+                y: w.m0 + w.row / 64 * 64,
+                residual_bar: 0,
+                residual_phase: 0,
+            };
+            store_staged::<Out>(&part, &ctx, smem, &out);
+            if leader && j + 1 == chunks {
+                // The bulk stores read shared memory and write C after they are issued: both
+                // must be done before the CTA exits (the tile is its last).
+                bulk_wait_group::<0>();
+            }
+        } else {
+            store_tile::<Out, 1, EPI_FRAGS>(&part, &ctx);
+        }
         // Rotated to the back (its values are spent): after a plain shift the last chunks
         // stop changing, and LLVM peeled three turns to make them loop-invariant, which wrote
         // the chain out four times again.
         rest.set_last_chunk(&part);
         j = uncached(j + 1);
-    }
-}
-
-/// Step 1a of [`row_norm_epilogue`] for chunk `j` (columns `n0 + 64j..`): the stages before
-/// the norm on `part`, reading the residual from box `j` at `residual` when that is not 0.
-/// Both paths call it, so they run the same arithmetic.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn chunk_pre<Out: Element, E: Stage>(
-    args: &GemmArgs,
-    epi: &E::Params,
-    w: &RowNormCta,
-    part: &mut Acc<1, EPI_FRAGS>,
-    j: u32,
-    residual: u32,
-    smem: *mut u8,
-) {
-    let mut ctx = tile_ctx(args, &w.chunk(args, w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
-    ctx.norm_pass = NormPass::Pre;
-    if residual != 0 {
-        ctx.staged_residual = residual + j * STAGING_BYTES;
-        ctx.staged_row = w.row % 64;
-    }
-    E::apply::<Out, 1, EPI_FRAGS>(epi, part, &mut ctx);
-}
-
-/// The rows' statistics `stats` with chunk `j`'s values (after [`chunk_pre`]) merged in: the
-/// chunk-by-chunk statistics of [`Sm90Args::norm_dump`], the same in both paths.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn chunk_stats<Out: Element, E: Stage>(
-    args: &GemmArgs,
-    epi: &E::Params,
-    w: &RowNormCta,
-    part: &mut Acc<1, EPI_FRAGS>,
-    j: u32,
-    stats: [Moments; 2],
-    smem: *mut u8,
-) -> [Moments; 2] {
-    // A fresh context: after `chunk_pre` the norm has deferred itself in its context.
-    let mut ctx = tile_ctx(args, &w.chunk(args, w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
-    ctx.norm_pass = NormPass::Stats;
-    ctx.row_stats = stats;
-    E::apply::<Out, 1, EPI_FRAGS>(epi, part, &mut ctx);
-    ctx.row_stats
-}
-
-/// Step 4 of [`row_norm_epilogue`] for chunk `j` of `chunks` (columns `n0 + 64j..`): the norm
-/// with the rows' statistics `row` and the later stages on `part`, then its store (staged in
-/// `stage_c`'s box `j` and stored with TMA when `stage_c` is not 0).
-///
-/// # Safety
-/// As [`row_norm_epilogue`].
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn apply_chunk<Out: Element, E: Stage>(
-    args: &GemmArgs,
-    epi: &E::Params,
-    w: &RowNormCta,
-    part: &mut Acc<1, EPI_FRAGS>,
-    row: [Moments; 2],
-    j: u32,
-    chunks: u32,
-    smem: *mut u8,
-    stage_c: u32,
-    tmap_c: u64,
-) {
-    let mut ctx = tile_ctx(args, &w.chunk(args, w.n0 + j * EPI_COLS, EPI_COLS), smem, 0);
-    ctx.norm_pass = NormPass::Apply;
-    ctx.row_stats = row;
-    E::apply::<Out, 1, EPI_FRAGS>(epi, part, &mut ctx);
-    if stage_c != 0 {
-        // Built here from what the loop keeps live anyway rather than carried through the
-        // collect pass and the exchange.
-        let leader = w.tid % 128 == 0;
-        let out = Staging {
-            tmap: tmap_c,
-            copy_out: false,
-            buf: stage_c + j * STAGING_BYTES,
-            warp: (w.row % 64) / 16,
-            thread: w.tid % 128,
-            barrier: 1 + w.tid / 128,
-            leader,
-            x: w.n0 + j * EPI_COLS,
-            y: w.m0 + w.row / 64 * 64,
-            residual_bar: 0,
-            residual_phase: 0,
-        };
-        store_staged::<Out>(part, &ctx, smem, &out);
-        if leader && j + 1 == chunks {
-            // The bulk stores read shared memory and write C after they are issued: both
-            // must be done before the CTA exits (the tile is its last).
-            bulk_wait_group::<0>();
-        }
-    } else {
-        store_tile::<Out, 1, EPI_FRAGS>(part, &ctx);
     }
 }
 
@@ -1947,9 +1731,8 @@ unsafe fn exchange_cluster(
     row
 }
 
-/// The named barrier of the 256 consumer threads around [`exchange_global`] and before a
-/// [`ring_dump`] (0 is the CTA's, 1 and 2 the ping-pong warpgroups', 3 the cooperative bias
-/// copy's).
+/// The named barrier of the 256 consumer threads around [`exchange_global`] (0 is the CTA's,
+/// 1 and 2 the ping-pong warpgroups', 3 the cooperative bias copy's).
 const EXCHANGE_BARRIER: u32 = 4;
 
 /// Row-statistics exchange of `w.cn` CTAs that are not a cluster ([`Sm90Args::norm_exchange`]
@@ -1963,14 +1746,7 @@ const EXCHANGE_BARRIER: u32 = 4;
 /// 3. then it adds once more: the last of the `2·cn` adds finds `2·cn − 1` and zeroes the
 ///    counter for the next launch (every CTA has passed its wait by then);
 /// 4. after a second barrier every thread merges its rows' `cn` slots in rank order (L2
-///    reads, one after another), as [`exchange_cluster`] does: every CTA gets
-///    bitwise-identical statistics.
-///
-/// With `parallel` ([`Sm90Args::norm_dump`]), thread 0's second add (step 3) comes after the
-/// second barrier, off the other threads' path, and in step 4 the four lanes holding a row
-/// read its `cn` slots at once, lane `q` ranks `q` and `q + 4` (one L2 round trip instead of
-/// `cn`), and merge them in a fixed tree, `((0·4)(1·5))((2·6)(3·7))`, the lower ranks' side
-/// first in every lane: again the same statistics in every CTA and lane.
+///    reads), as [`exchange_cluster`] does: every CTA gets bitwise-identical statistics.
 ///
 /// Slots and counters are used once per launch (one tile per row block and CTA group), so
 /// nothing waits for readers. The spin needs every CTA of the group resident together: the
@@ -1978,15 +1754,9 @@ const EXCHANGE_BARRIER: u32 = 4;
 ///
 /// # Safety
 /// All 256 consumer threads call it together; the workspace and counters are as
-/// [`Sm90Args::norm_exchange`] describes; all CTAs of the grid are resident at once; `w.cn` ≤
-/// [`MAX_NORM_CLUSTER`].
+/// [`Sm90Args::norm_exchange`] describes; all CTAs of the grid are resident at once.
 #[inline(always)]
-unsafe fn exchange_global(
-    args: &GemmArgs,
-    w: &RowNormCta,
-    stats: [Moments; 2],
-    parallel: bool,
-) -> [Moments; 2] {
+unsafe fn exchange_global(args: &GemmArgs, w: &RowNormCta, stats: [Moments; 2]) -> [Moments; 2] {
     let slots = args.workspace as *mut [f32; 4];
     // As in [`exchange_cluster`]: not hoisted.
     let row = uncached(w.row + (w.lane >> 2));
@@ -1999,14 +1769,8 @@ unsafe fn exchange_global(
         }
     }
     bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
-    let count = (args.counters as *mut u32).add(w.tile_m as usize);
-    // The last of the group's 2·cn adds: every CTA has passed its wait.
-    let second_add = || {
-        if atomic_add_acq_rel_u32(count, 1) == 2 * w.cn - 1 {
-            st_u32(count, 0);
-        }
-    };
     if w.tid == 0 {
+        let count = (args.counters as *mut u32).add(w.tile_m as usize);
         thread_fence();
         atomic_add_acq_rel_u32(count, 1);
         // A peer that never arrives (a broken launch contract) traps after seconds, not hangs.
@@ -2018,64 +1782,23 @@ unsafe fn exchange_global(
             }
             nanosleep(32);
         }
-        if !parallel {
-            second_add();
+        if atomic_add_acq_rel_u32(count, 1) == 2 * w.cn - 1 {
+            st_u32(count, 0);
         }
     }
     bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
-    let load = |rank: u32, h: u32| {
-        let v = ld_global_cg_v4(slot(rank, h));
-        Moments {
-            n: v[0],
-            mean: v[1],
-            m2: v[2],
+    let mut row = [Moments::default(); 2];
+    for r in 0..w.cn {
+        for h in 0..2 {
+            let v = ld_global_cg_v4(slot(r, h));
+            row[h as usize] = row[h as usize].merge(Moments {
+                n: v[0],
+                mean: v[1],
+                m2: v[2],
+            });
         }
-    };
-    if !parallel {
-        let mut row = [Moments::default(); 2];
-        for r in 0..w.cn {
-            for h in 0..2 {
-                row[h as usize] = row[h as usize].merge(load(r, h));
-            }
-        }
-        return row;
     }
-    if w.tid == 0 {
-        second_add();
-    }
-    // `cn` ≤ MAX_NORM_CLUSTER = 8 (the kernel's entry traps otherwise): ranks q and q + 4
-    // cover the group.
-    let q = w.lane & 3;
-    let rank = |r: u32, h: u32| {
-        if r < w.cn {
-            load(r, h)
-        } else {
-            Moments::default()
-        }
-    };
-    let lo = [rank(q, 0), rank(q, 1)];
-    let hi = [rank(q + 4, 0), rank(q + 4, 1)];
-    [
-        merge_in_quad(lo[0].merge(hi[0]), q),
-        merge_in_quad(lo[1].merge(hi[1]), q),
-    ]
-}
-
-/// Merges the statistics of the four lanes of a quad (`q` = lane mod 4) as `(0·1)·(2·3)`, the
-/// lower lanes' side first in every lane, so all four get bitwise-identical results.
-///
-/// # Safety
-/// All 32 lanes of the warp call it together.
-#[inline(always)]
-unsafe fn merge_in_quad(m: Moments, q: u32) -> Moments {
-    // Written out: as a loop over [1, 2], LLVM kept the masks in local memory. The operands
-    // are chosen before the merge, so each lane merges once per step.
-    let o = m.shfl_xor(1);
-    let (a, b) = if q & 1 == 0 { (m, o) } else { (o, m) };
-    let m = a.merge(b);
-    let o = m.shfl_xor(2);
-    let (a, b) = if q & 2 == 0 { (m, o) } else { (o, m) };
-    a.merge(b)
+    row
 }
 
 #[cfg(test)]
@@ -2137,52 +1860,6 @@ mod tests {
                 "C staging fits next to the ring of {t:?} on an H100/H200"
             );
         }
-    }
-
-    #[test]
-    fn ring_dumps_miss_each_other_and_the_epilogue_boxes() {
-        let mut fitting = 0;
-        for t in TILES_SM90 {
-            if !ring_dump_fits(t) {
-                continue;
-            }
-            fitting += 1;
-            let chunks = t.bn / EPI_COLS;
-            let ring = t.stages * stage_bytes(t);
-            for pos in 0..(3 * t.stages as u64) {
-                // [start, end) of every block: both warpgroups' dumps and epilogue boxes.
-                let mut blocks = vec![];
-                for c in 0..2 {
-                    let (first, rest) = ring_dump(t, pos, c);
-                    let d = RingDump { first, rest };
-                    for j in 0..chunks {
-                        blocks.push((d.chunk(j), d.chunk(j) + DUMP_BYTES));
-                    }
-                    let boxes = ring_epilogue_offset(t, pos, c);
-                    blocks.push((boxes, boxes + chunks * STAGING_BYTES));
-                }
-                for (i, a) in blocks.iter().enumerate() {
-                    assert!(a.1 <= ring, "{t:?} pos {pos}: {a:?} past the ring");
-                    assert_eq!(a.0 % 16, 0);
-                    for b in &blocks[i + 1..] {
-                        assert!(
-                            a.1 <= b.0 || b.1 <= a.0,
-                            "{t:?} pos {pos}: {a:?} meets {b:?}"
-                        );
-                    }
-                }
-                // Past the last k-tile the producer writes only the boxes' stages.
-                let stage_of = |off: u32| off / stage_bytes(t);
-                for a in &blocks {
-                    assert_eq!(stage_of(a.0), stage_of(a.1 - 1), "{a:?} spans two stages");
-                }
-            }
-        }
-        assert!(
-            fitting >= 2,
-            "128x256 and 128x128 cooperative tiles dump through the ring"
-        );
-        assert!(ring_dump_fits(&TILES_SM90[0]));
     }
 
     #[test]
