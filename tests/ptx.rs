@@ -269,6 +269,16 @@ fn finishing_kernels_wait_for_their_gemm_where_launched_as_dependents() {
     );
 }
 
+/// The opcode of one PTX statement (`@p bar.sync 1, 256` → `bar.sync`): its first token, or
+/// its second after a guard predicate; empty for a blank statement.
+fn opcode(statement: &str) -> &str {
+    let mut tokens = statement.split_whitespace();
+    match tokens.next() {
+        Some(guard) if guard.starts_with('@') => tokens.next().unwrap_or(""),
+        first => first.unwrap_or(""),
+    }
+}
+
 /// known-faults #13: shared memory must be addressed as `.shared`, never through generic
 /// pointers (slower, and a sign that address-space inference failed). Every load and store in
 /// the PTX names its state space.
@@ -276,13 +286,7 @@ fn finishing_kernels_wait_for_their_gemm_where_launched_as_dependents() {
 fn every_load_and_store_names_its_state_space() {
     for m in fused_gemm::ptx::BUILTIN.modules {
         for (i, line) in m.ptx.lines().enumerate() {
-            let mut tokens = line.split_whitespace();
-            let first = tokens.next().unwrap_or("");
-            let op = if first.starts_with('@') {
-                tokens.next().unwrap_or("")
-            } else {
-                first
-            };
+            let op = opcode(line);
             let generic = (op.starts_with("ld.") || op.starts_with("st."))
                 && ![".global", ".shared", ".param", ".local", ".const"]
                     .iter()
@@ -298,52 +302,60 @@ fn every_load_and_store_names_its_state_space() {
     }
 }
 
-/// The CTA and cluster barriers written as inline assembly are the non-`.aligned` forms
-/// (`barrier.sync`, `barrier.cluster.arrive`), never `bar.sync`/`bar.arrive` or an `.aligned`
-/// `barrier`: Rust's `asm!` is not `convergent` to LLVM, which may copy it into both sides of a
-/// branch on the thread index, and an aligned barrier reached by one warp's lanes at two copies
-/// hung the global row-statistics exchange (bench/results/session16-h100-2026-12-06.md).
-/// `__syncthreads` (`bar.sync 0` from LLVM's convergent intrinsic) is outside any asm block and
-/// is not checked; `bar.warp.sync` takes a lane mask and is allowed.
+/// Barriers that LLVM may copy into both sides of a branch on the thread index are the
+/// non-`.aligned` forms: Rust's `asm!` is not `convergent` to LLVM, and an `.aligned` barrier
+/// reached by one warp's lanes at two copies hung the global row-statistics exchange
+/// (bench/results/session17-2026-12-06.md). So the cluster barriers in inline asm are never
+/// `.aligned`, and in every kernel with a spin on a global counter (`nanosleep`: thread 0 of the
+/// global exchange) the first inline-asm barrier after each spin is `barrier.sync`
+/// (`arch::sync::named_barrier`), not `bar.sync`. `__syncthreads` (`bar.sync 0`, outside any
+/// asm block) comes from LLVM's `convergent` intrinsic, which LLVM does not copy that way.
 #[test]
-fn inline_asm_barriers_are_not_aligned() {
-    let mut barriers = 0;
+fn barriers_after_thread_branches_are_not_aligned() {
+    let mut spins = 0;
     for m in fused_gemm::ptx::BUILTIN.modules {
+        let mut after_spin: Option<usize> = None;
         let mut in_asm = false;
         for (i, line) in m.ptx.lines().enumerate() {
-            let t = line.trim();
-            if t == "// begin inline asm" {
-                in_asm = true;
-            } else if t == "// end inline asm" {
-                in_asm = false;
+            match line.trim() {
+                "// begin inline asm" => in_asm = true,
+                "// end inline asm" => in_asm = false,
+                _ => {}
             }
-            if !in_asm {
-                continue;
-            }
-            for statement in t.split([';', '{', '}']) {
-                let mut tokens = statement.split_whitespace();
-                let first = tokens.next().unwrap_or("");
-                let op = if first.starts_with('@') {
-                    tokens.next().unwrap_or("")
-                } else {
-                    first
-                };
-                let cta_bar = op.starts_with("bar.") && !op.starts_with("bar.warp.");
-                let barrier = op.starts_with("barrier.");
+            for statement in line.trim().split([';', '{', '}']) {
+                let op = opcode(statement);
                 assert!(
-                    !cta_bar && !(barrier && op.contains(".aligned")),
-                    "{} line {}: aligned barrier `{}` in inline asm",
+                    !(op.starts_with("barrier.cluster") && op.contains(".aligned")),
+                    "{} line {}: aligned cluster barrier `{}`",
                     m.arch,
                     i + 1,
                     statement.trim()
                 );
-                barriers += usize::from(barrier);
+                let barrier = in_asm
+                    && ((op.starts_with("bar.") && !op.starts_with("bar.warp."))
+                        || op.starts_with("barrier.sync"));
+                if op == "nanosleep.u32" {
+                    after_spin = Some(i + 1);
+                } else if let (true, Some(spin)) = (barrier, after_spin) {
+                    after_spin = None;
+                    spins += 1;
+                    assert!(
+                        op == "barrier.sync",
+                        "{} line {}: `{}` is the first barrier after the spin at line {spin}",
+                        m.arch,
+                        i + 1,
+                        statement.trim()
+                    );
+                }
+            }
+            if line.starts_with(".visible .entry") {
+                after_spin = None;
             }
         }
     }
     assert!(
-        barriers > 0,
-        "no barrier in any inline asm (built with FUSED_GEMM_SKIP_PTX?)"
+        spins > 0,
+        "no spin followed by a barrier in the PTX (built with FUSED_GEMM_SKIP_PTX?)"
     );
 }
 

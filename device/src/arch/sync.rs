@@ -15,6 +15,28 @@ pub unsafe fn sync_threads() {
     super::host_unreachable("sync_threads")
 }
 
+/// Named barrier `id` of `threads` threads in its non-`.aligned` form (`barrier.sync id,
+/// threads`, PTX ISA §9.7.13.1), which the lanes of one warp may reach at different copies of
+/// the instruction. For barriers right after a branch on the thread index (`if tid == 0 { … }`):
+/// Rust's `asm!` is not `convergent` to LLVM, which copied such a barrier into both sides of the
+/// branch, and as `.aligned` `bar.sync`, lane 0 at one copy and lanes 1-31 at the other, the CTA
+/// hung (the global row-statistics exchange, bench/results/session17-2026-12-06.md). ptxas puts
+/// the same `BAR.SYNC` behind a `BRA.DIV` check.
+///
+/// # Safety
+/// Exactly `threads` threads (a multiple of 32) reach each use of `id`, and no other barrier
+/// shares `id` meanwhile; otherwise the CTA hangs.
+#[inline(always)]
+pub unsafe fn named_barrier(id: u32, threads: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!("barrier.sync {i}, {n};", i = in(reg32) id, n = in(reg32) threads, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (id, threads);
+        super::host_unreachable("named_barrier")
+    }
+}
+
 /// `__threadfence()`: orders this thread's global writes before its later ones, GPU-wide
 /// (`fence.acq_rel.gpu`).
 #[inline(always)]

@@ -94,30 +94,30 @@ pub unsafe fn store_2d_commit_if(issue: bool, tmap: u64, src: u32, x: i32, y: i3
     }
 }
 
-/// Named barrier `id` of `threads` threads (`barrier.sync id, threads`, PTX ISA §9.7.13.1; 0 is
+/// Named barrier `id` of `threads` threads (`bar.sync id, threads`, PTX ISA §9.7.13.1; 0 is
 /// `__syncthreads`'s), which this thread reaches, when `wait`, only after its bulk stores have
 /// finished reading shared memory (`cp.async.bulk.wait_group.read 0`): once it passes, every
 /// thread of the barrier may overwrite those sources. One `asm` block with the wait predicated,
-/// so no branch of ours surrounds the barrier.
+/// so no branch surrounds the barrier (LLVM duplicated a barrier placed after `if wait { … }`
+/// into both sides: two divergent `BAR.SYNC`s in the SASS, and a hang).
 ///
-/// The barrier is the non-`.aligned` form, which threads of one warp may reach at different
-/// copies of the instruction. Rust's inline assembly is not `convergent` to LLVM, which may
-/// duplicate the block into both sides of a branch on the thread index: it did after thread 0's
-/// spin in the global row-statistics exchange (`gemm::sm90`), and that `bar.sync` (= `.aligned`),
-/// reached by lane 0 at one copy and lanes 1-31 at the other, hung the CTA
-/// (bench/results/session17-2026-12-06.md). ptxas emits the same `BAR.SYNC` behind a `BRA.DIV`
-/// check.
+/// `bar.sync` is `.aligned`: every lane of a warp must reach the same copy of it. Rust's `asm!`
+/// is not `convergent` to LLVM, which may still copy it into both sides of a branch on the
+/// thread index; where such a branch comes just before, use
+/// [`named_barrier`](crate::arch::sync::named_barrier). Not here by default: as `barrier.sync`
+/// the ping-pong kernels' per-chunk barriers cost up to 35 % of a GEMM on an H100
+/// (bench/results/session17-2026-12-06.md).
 ///
 /// # Safety
-/// Exactly `threads` threads (a multiple of 32) reach each use of `id`, and no other barrier
-/// shares `id` meanwhile; otherwise the CTA hangs.
+/// Exactly `threads` threads (a multiple of 32), in whole converged warps, reach each use of
+/// `id`, and no other barrier shares `id` meanwhile; otherwise the CTA hangs.
 #[inline(always)]
 pub unsafe fn bulk_read_wait_barrier(wait: bool, id: u32, threads: u32) {
     #[cfg(target_arch = "nvptx64")]
     asm!(
         "{{ .reg .pred p; setp.ne.u32 p, {w}, 0;",
         "@p cp.async.bulk.wait_group.read 0;",
-        "barrier.sync {i}, {n}; }}",
+        "bar.sync {i}, {n}; }}",
         w = in(reg32) wait as u32, i = in(reg32) id, n = in(reg32) threads,
         options(nostack)
     );

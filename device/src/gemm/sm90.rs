@@ -124,7 +124,7 @@ use crate::arch::mbarrier::{
 };
 use crate::arch::shared::st_cluster_f32x4;
 use crate::arch::shared::{dynamic_shared_base, dynamic_shared_size, ld_shared_u32x4, shared_addr};
-use crate::arch::sync::{nanosleep, sync_threads, sync_warp, thread_fence};
+use crate::arch::sync::{named_barrier, nanosleep, sync_threads, sync_warp, thread_fence};
 use crate::arch::thread::{
     block_and_grid_x_uncached, block_idx_x, grid_dim_x, thread_idx_x, uncached,
 };
@@ -1310,7 +1310,7 @@ unsafe fn tail_fixup<const MI: usize, const NI: usize>(
         }
     }
     thread_fence();
-    bulk_read_wait_barrier(false, p.barrier, 128);
+    named_barrier(p.barrier, 128);
     if p.thread == 0 {
         let counter = (args.counters as *mut u32).add(p.tile as usize);
         let last = atomic_add_acq_rel_u32(counter, 1) == p.pieces - 1;
@@ -1319,7 +1319,7 @@ unsafe fn tail_fixup<const MI: usize, const NI: usize>(
         }
         core::ptr::write_volatile(p.flag, last as u32);
     }
-    bulk_read_wait_barrier(false, p.barrier, 128);
+    named_barrier(p.barrier, 128);
     if core::ptr::read_volatile(p.flag) == 0 {
         return false;
     }
@@ -1768,7 +1768,7 @@ unsafe fn exchange_global(args: &GemmArgs, w: &RowNormCta, stats: [Moments; 2]) 
             st_global_cg_v4(slot(w.rank, h), [st.n, st.mean, st.m2, 0.0]);
         }
     }
-    bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
+    named_barrier(EXCHANGE_BARRIER, 256);
     if w.tid == 0 {
         let count = (args.counters as *mut u32).add(w.tile_m as usize);
         thread_fence();
@@ -1786,7 +1786,7 @@ unsafe fn exchange_global(args: &GemmArgs, w: &RowNormCta, stats: [Moments; 2]) 
             st_u32(count, 0);
         }
     }
-    bulk_read_wait_barrier(false, EXCHANGE_BARRIER, 256);
+    named_barrier(EXCHANGE_BARRIER, 256);
     let mut row = [Moments::default(); 2];
     for r in 0..w.cn {
         for h in 0..2 {
