@@ -233,7 +233,7 @@ pub fn cluster_ctarank() -> u32 {
 /// initialisations before remote arrivals and multicast copies. Not `.aligned`: LLVM may copy
 /// this `asm` into both sides of a branch on the thread index (the kernels call it after thread
 /// 0's barrier initialisation), which `.aligned` forbids (see
-/// [`bulk_read_wait_barrier`](crate::copy::tma::bulk_read_wait_barrier)).
+/// [`named_barrier`](crate::arch::sync::named_barrier)).
 ///
 /// # Safety
 /// Every thread of the cluster executes it, or the cluster hangs.
