@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Session 17 device call 3 (2026-12-06). Kit: scripts/gpu-bundle.sh of this commit (the chunked
+# Session 17 device call 3 (2026-12-06). Kit: scripts/gpu-bundle.sh of d689282 (the chunked
 # row-norm epilogue removed, named barriers non-aligned), every GPU test binary but gpu_minilm,
 # bin/hopper; plus two other benchmarks: old/hopper (32ced56, before the chunked epilogue) and
 # new/hopper (a7063bf with the launcher's gate lifted: norm_dump with both exchanges).
-# 1. The BERT-large rows, alternating this commit, a7063bf (HOPPER_BENCH_NORM_DUMP=1: "ours"
+# 1. The BERT-large rows, alternating d689282, a7063bf (HOPPER_BENCH_NORM_DUMP=1: "ours"
 #    the default path, the forced tiles the chunked epilogue) and 32ced56, twice.
 # 2. gpu_hopper, then every other GPU test binary.
 set -uo pipefail
