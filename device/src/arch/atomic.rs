@@ -57,3 +57,39 @@ pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
         super::host_unreachable("load_acquire_u32")
     }
 }
+
+/// One thread's arrival on a counter of `arrivals` for its group, as one `asm!` block of
+/// predicated instructions: where `leader`, adds 1 to `*counter` (as [`atomic_add_acq_rel_u32`]),
+/// resets it to 0 when that was the last arrival, and writes 1 (last) or 0 to `*flag`; other
+/// threads do nothing. Written without `if leader { … }`: with no branch on the thread index,
+/// LLVM cannot copy the `.aligned` barrier that follows into both sides of one
+/// (see `arch::sync::named_barrier`, bench/results/session18-2026-12-06.md).
+///
+/// # Safety
+/// `counter` must point to a valid, 4-byte aligned `u32` in global memory and `flag` be the
+/// `.shared` window address ([`shared_addr`](super::shared::shared_addr)) of a 4-byte aligned
+/// `u32`; `arrivals ≥ 1`.
+#[inline(always)]
+pub unsafe fn leader_arrive_counted(leader: bool, counter: *mut u32, arrivals: u32, flag: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    asm!(
+        "{{ .reg .pred p, q; .reg .b32 o, l;",
+        "setp.ne.u32 p, {lead}, 0;",
+        "mov.b32 o, 0;",
+        "@p atom.add.acq_rel.gpu.global.u32 o, [{c}], 1;",
+        "setp.eq.and.u32 q, o, {last}, p;",
+        "@q st.global.b32 [{c}], 0;",
+        "selp.u32 l, 1, 0, q;",
+        "@p st.volatile.shared.b32 [{f}], l; }}",
+        lead = in(reg32) leader as u32,
+        c = in(reg64) counter,
+        last = in(reg32) arrivals - 1,
+        f = in(reg32) flag,
+        options(nostack)
+    );
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (leader, counter, arrivals, flag);
+        super::host_unreachable("leader_arrive_counted")
+    }
+}

@@ -21,7 +21,9 @@ pub unsafe fn sync_threads() {
 /// Rust's `asm!` is not `convergent` to LLVM, which copied such a barrier into both sides of the
 /// branch, and as `.aligned` `bar.sync`, lane 0 at one copy and lanes 1-31 at the other, the CTA
 /// hung (the global row-statistics exchange, bench/results/session17-2026-12-06.md). ptxas puts
-/// the same `BAR.SYNC` behind a `BRA.DIV` check.
+/// the same `BAR.SYNC` behind a `BRA.DIV` check, and the whole kernel gets more reconvergence
+/// points: only for branches that cannot be predicated asm (thread 0's spin), and only in the
+/// kernels that have them (`tests/ptx.rs`).
 ///
 /// # Safety
 /// Exactly `threads` threads (a multiple of 32) reach each use of `id`, and no other barrier

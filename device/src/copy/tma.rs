@@ -103,10 +103,11 @@ pub unsafe fn store_2d_commit_if(issue: bool, tmap: u64, src: u32, x: i32, y: i3
 ///
 /// `bar.sync` is `.aligned`: every lane of a warp must reach the same copy of it. Rust's `asm!`
 /// is not `convergent` to LLVM, which may still copy it into both sides of a branch on the
-/// thread index; where such a branch comes just before, use
-/// [`named_barrier`](crate::arch::sync::named_barrier). Not here by default: as `barrier.sync`
-/// the ping-pong kernels' per-chunk barriers cost up to 35 % of a GEMM on an H100
-/// (bench/results/session17-2026-12-06.md).
+/// thread index. So no such branch comes just before it: write the branch's work as predicated
+/// asm (as [`leader_arrive_counted`](crate::arch::atomic::leader_arrive_counted)), or, where
+/// that cannot be done (a spin), use [`named_barrier`](crate::arch::sync::named_barrier). Not
+/// that one by default: in a kernel, `barrier.sync` cost ping-pong GEMMs up to 35 % on an H100
+/// (bench/results/session17-2026-12-06.md and session18-2026-12-06.md).
 ///
 /// # Safety
 /// Exactly `threads` threads (a multiple of 32), in whole converged warps, reach each use of

@@ -116,7 +116,7 @@
 //! writes zeros for rows and K columns outside the tensor, a bulk store skips elements past M
 //! and N, and the threads' stores are predicated on M and N.
 
-use crate::arch::atomic::{atomic_add_acq_rel_u32, load_acquire_u32};
+use crate::arch::atomic::{atomic_add_acq_rel_u32, leader_arrive_counted, load_acquire_u32};
 use crate::arch::global::{st_u16x8, st_u32};
 use crate::arch::mbarrier::{
     arrive, arrive_expect_tx, arrive_remote, arrive_remote_cta, cluster_ctarank, cluster_sync,
@@ -1310,16 +1310,14 @@ unsafe fn tail_fixup<const MI: usize, const NI: usize>(
         }
     }
     thread_fence();
-    named_barrier(p.barrier, 128);
-    if p.thread == 0 {
-        let counter = (args.counters as *mut u32).add(p.tile as usize);
-        let last = atomic_add_acq_rel_u32(counter, 1) == p.pieces - 1;
-        if last {
-            st_u32(counter, 0);
-        }
-        core::ptr::write_volatile(p.flag, last as u32);
-    }
-    named_barrier(p.barrier, 128);
+    // Aligned `bar.sync`, as the per-chunk barriers: with the non-aligned form here, 128×128
+    // ping-pong took 1.68-1.71 ms instead of 1.44-1.45 at LLaMA-3-8B MLP down on an H100
+    // (bench/results/session18-2026-12-06.md). Safe because thread 0's arrival is predicated
+    // asm, not a branch LLVM could copy the barrier into.
+    bulk_read_wait_barrier(false, p.barrier, 128);
+    let counter = (args.counters as *mut u32).add(p.tile as usize);
+    leader_arrive_counted(p.thread == 0, counter, p.pieces, shared_addr(p.flag));
+    bulk_read_wait_barrier(false, p.barrier, 128);
     if core::ptr::read_volatile(p.flag) == 0 {
         return false;
     }
