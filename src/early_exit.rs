@@ -1,6 +1,6 @@
 //! MiniLM with early exit (DeeBERT: Xin et al., "DeeBERT: Dynamic Early Exiting for
 //! Accelerating BERT Inference", ACL'20), the third workload of device-side control flow
-//! (Grinder/Cocktailer, issue 8): a classifier head after every encoder layer; once every
+//! (Grinder/Cocktailer): a classifier head after every encoder layer; once every
 //! sequence's head is confident (its largest softmax probability reaches the layer's
 //! threshold) the remaining layers are skipped.
 //!

@@ -899,7 +899,7 @@ mod tests {
         assert!(check_eps(0.0).is_ok() && check_eps(1e-12).is_ok());
     }
 
-    // known-faults #3: an operand one element into its buffer is not 16-byte aligned.
+    // An operand one element into its buffer is not 16-byte aligned.
     #[test]
     fn vectorization_needs_every_pointer_and_row_aligned() {
         assert!(vectorizable(2, 16, &[(256, 768), (512, 0)]));

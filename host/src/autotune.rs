@@ -15,8 +15,7 @@
 //! With an autotuner set on a [`Gpu`] ([`Gpu::set_autotuner`], or `FUSED_GEMM_AUTOTUNE=1` when
 //! the `Gpu` is opened), a launch on the Hopper path ([`crate::sm90`]) with no override in
 //! effect picks its tile by measurement instead of by the model. Why: the model was fitted on
-//! an H200, and on an H100 its tile ran up to 28 % slower than the fastest one
-//! (`bench/results/hopper-h100-2026-12-05.md`).
+//! an H200, and on an H100 its tile ran up to 28 % slower than the fastest one.
 //!
 //! - The first launch of a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's best
 //!   candidates ([`Autotuner::with_top_k`], 4 by default, of at most five compiled tiles) and
@@ -42,7 +41,7 @@
 //!   bytes each) in the device's map cache.
 //! - Epilogues with a row norm keep the model's tile: it was the fastest at every LayerNorm
 //!   shape of the Hopper benchmark on an H100 and an H200, while there this timing and the
-//!   benchmark's disagreed (`bench/results/hopper-autotune-2026-12-05.md`).
+//!   benchmark's disagreed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -480,8 +479,7 @@ where
     // norms keep the model's tile: it was the fastest forced tile (or within 1 %) at all three
     // LayerNorm shapes of the Hopper benchmark on both an H100 and an H200, while timing here
     // put 128×256 at 1.58 ms and the benchmark at 1.85 ms at 8192³ on the H100 (the model's
-    // 128×128 ping-pong: 1.78 and 1.73), a difference not understood yet
-    // (`bench/results/hopper-autotune-2026-12-05.md`).
+    // 128×128 ping-pong: 1.78 and 1.73), a difference not understood yet.
     if candidates.len() <= 1
         || crate::gemm::current_overrides() != Default::default()
         || spec.norm_finish.is_some()

@@ -519,7 +519,7 @@ where
 ///
 /// Launched early, the finishing CTAs go to the first SMs the GEMM leaves, as many per SM as fit
 /// (16 by threads): a grid sized for 4 per SM then sits on a quarter of the SMs, and the
-/// memory-bound pass ran 27 µs slower at 8192² (H200, `bench/results/hopper-pdl-2026-12-03.md`).
+/// memory-bound pass ran 27 µs slower at 8192² (H200).
 /// Each CTA's share of the SM is rounded down to 1 KiB (allocation granularity is at most that)
 /// and includes the driver's 1 KiB reserve per CTA. 0 where the share is above 16 per SM, which
 /// threads already limit.
@@ -628,7 +628,7 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     });
     // In stream order by default: launched as the GEMM's programmatic dependent (sm_90+) the
     // finishing kernel was never clearly faster on the H200 (within 1 µs at 4096 rows, 6-14 µs
-    // slower at 8192²; bench/results/hopper-pdl-2026-12-03.md), so that launch is kept for
+    // slower at 8192²), so that launch is kept for
     // comparison only (`Overrides::dependent_finish`).
     let dependent = current_overrides().dependent_finish
         && spec

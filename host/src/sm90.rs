@@ -122,20 +122,19 @@ fn tile_mainloop_us(sms: u32, tile: &TileShape, p: &Problem) -> f64 {
         / (sm_flops_per_us * tile_efficiency(tile))
 }
 
-/// Relative mainloop efficiency of `tile`, measured (bench/results/hopper-256x128-2026-12-02.md,
-/// run 2: 8192³ bf16 with each tile forced, all in the same interleaved rounds: 128×128
+/// Relative mainloop efficiency of `tile`, measured on the H200 (8192³ bf16 with each tile
+/// forced, all in the same interleaved rounds: 128×128
 /// ping-pong 1.58 ms, 128×256 and 256×128 cooperative 1.61 and 1.62, 128×128 cooperative
 /// 1.62; ping-pong and 128×256 are within 1 % in other runs). The 256×256 cluster takes
-/// 1.00-1.08× the 128×256 cooperative time (median 1.006 over the 20 benchmark rows,
-/// bench/results/hopper-cluster-2026-12-02.md). Ping-pong's hidden epilogue (in
+/// 1.00-1.08× the 128×256 cooperative time (median 1.006 over the 20 benchmark rows).
+/// Ping-pong's hidden epilogue (in
 /// [`predict_fit`]) makes it win at nearly equal efficiency; its 0.97 came from tiles timed
 /// one after another, whose clocks drifted by up to 10 %. Its 0.99 (two m64n128 `wgmma`s per
 /// k-step where a 128×256 cooperative warpgroup issues one m64n256) decides where it hides
 /// nothing: one tile per warpgroup, as at 4096×1024×{1024, 4096}, where the 128×256
-/// cooperative tile measured 0.0171 against 0.0192 ms and 0.0540 against 0.0588 ms
-/// (bench/results/hopper-h200.csv at 370738b). Cooperative 128×256 CTAs have the best
-/// figure; 256×128 ones took a median 1.015× its time over the benchmark's 11 plain GEMM rows
-/// (0.99-1.05×, the same file).
+/// cooperative tile measured 0.0171 against 0.0192 ms and 0.0540 against 0.0588 ms (H200,
+/// Hopper benchmark). Cooperative 128×256 CTAs have the best figure; 256×128 ones took a
+/// median 1.015× its time over the benchmark's 11 plain GEMM rows (0.99-1.05×, same runs).
 fn tile_efficiency(tile: &TileShape) -> f64 {
     if cluster_m(tile) > 1 {
         0.98
@@ -243,7 +242,7 @@ pub fn predict_fit(
     // A row-norm group's epilogue makes two passes over the tile and waits for the other
     // CTAs' statistics: about 3× the store time and 9 µs per tile in all, fit to the H200 at
     // 4096×1024×{1024, 4096} in one round (global exchange: 34.9 and 70.8 µs measured, 35.3
-    // and 68.5 predicted; bench/results/hopper-norm-exchange-2026-12-04.md). The two rounds of
+    // and 68.5 predicted). The two rounds of
     // clusters there (58.6 and 122.7 µs) come out 9-15 % high: the second round's mainloop
     // starts under the first's epilogue.
     let cluster_epi_us = if cluster_norm.is_some() {
@@ -253,7 +252,7 @@ pub fn predict_fit(
     };
     // Each CTA's last tile reads its residual from the ring and stores C from there with TMA
     // (`sm90::ring_epilogue_offset`): 3.3-4.7 µs less than the per-thread path at those two
-    // shapes over two builds (bench/results/hopper-ring-epilogue-2026-12-04.md); 4.5 µs is
+    // shapes over two builds (H200); 4.5 µs is
     // taken off the last round. Without both tensor maps nothing is: the kernel then moves C
     // or the residual per thread, and only the path with both was measured against none.
     let ring_saving_us =
@@ -1000,17 +999,17 @@ mod tests {
                     .total_cmp(&predict(132, b, &problem(8192, 8192, 8192)).0)
             })
             .unwrap();
-        // Measured fastest at 8192³ (bench/results/hopper-256x128-2026-12-02.md).
+        // Measured fastest at 8192³ on the H200 (1.58 ms against 1.61-1.62 for the others).
         assert!(is_pingpong(best), "{best:?}");
         // 2·8192³ at 800 TFLOP/s is 1374 µs; the prediction is in that range.
         let t = predict(132, best, &problem(8192, 8192, 8192)).0;
         assert!((1374.0..1700.0).contains(&t), "{t}");
     }
 
-    /// The model's tile is the one measured fastest at each benchmark shape (the forced-tile
-    /// columns of bench/results/hopper-h200.csv at 370738b, in git history; the table of
-    /// 86d3a2f agrees except at 4096×1024×1024, where 128×128 cooperative beat 128×256 by
-    /// 0.3 µs; row-norm cluster occupancy as measured: 30 clusters of 4 CTAs, 15 of 8).
+    /// The model's tile is the one measured fastest at each benchmark shape (the Hopper
+    /// benchmark's forced-tile columns on the H200; another run agreed except at
+    /// 4096×1024×1024, where 128×128 cooperative beat 128×256 by 0.3 µs; row-norm cluster
+    /// occupancy as measured: 30 clusters of 4 CTAs, 15 of 8).
     #[test]
     fn model_picks_the_measured_fastest_tile_at_the_benchmark_shapes() {
         let (pp, coop) = ((128, 128, true), (128, 256, false));
@@ -1116,7 +1115,7 @@ mod tests {
     fn one_round_of_row_norm_groups_is_modelled_faster_than_pingpong_partials_at_bert_large() {
         // Measured on the H200: 128×256 groups of 4 in one round (global exchange, the
         // epilogue through the ring) 30.0 and 64.9-65.4 µs, ping-pong tiles with partial
-        // statistics 31.2-32.1 and 67.0-68.4 µs (bench/results/hopper-ring-epilogue-2026-12-04.md).
+        // statistics 31.2-32.1 and 67.0-68.4 µs.
         for k in [1024, 4096] {
             let mut p = problem(4096, 1024, k);
             p.row_norm = true;

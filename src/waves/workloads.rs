@@ -1,4 +1,4 @@
-//! The wave scheduler's workloads (issue 7), with random weights: independent GEMMs, one
+//! The wave scheduler's workloads, with random weights: independent GEMMs, one
 //! MiniLM-shaped encoder layer, and an LSTM stack. Each owns its device buffers and the graphs
 //! over them; `fill(len)` supplies `len` random values (e.g. `testing::uniform`).
 

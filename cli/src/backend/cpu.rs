@@ -429,7 +429,8 @@ mod tests {
 
     #[test]
     fn layer_norm_of_constant_and_extreme_rows_is_beta() {
-        // known-faults #5: 384 × 1234.0, zeros and 8.5e37 (an f32 sum overflows) → beta.
+        // A constant row's LayerNorm is exactly beta: 384 × 1234.0, zeros and 8.5e37 (where a
+        // plain f32 sum overflows).
         let beta: Vec<f32> = (0..384).map(|i| i as f32 * 0.01 - 1.0).collect();
         let gamma = vec![2.0f32; 384];
         for c in [1234.0f32, 0.0, 8.5e37] {
@@ -458,7 +459,7 @@ mod tests {
 
     #[test]
     fn layer_norm_narrow_row() {
-        // known-faults #6: N = 3, x = [1, 2, 3], eps 1e-5.
+        // A row narrower than any block: N = 3, x = [1, 2, 3], eps 1e-5.
         let r = ln(&[1.0, 2.0, 3.0], 1e-5);
         let want = [-1.2247357f32, 0.0, 1.2247357];
         for (g, w) in r.iter().zip(want) {
@@ -468,7 +469,7 @@ mod tests {
 
     #[test]
     fn layer_norm_ramp_matches_float64() {
-        // known-faults #6, second part: x_i = i over N = 384.
+        // A ramp x_i = i over N = 384, against float64.
         let x: Vec<f32> = (0..384).map(|i| i as f32).collect();
         let r = ln(&x, 1e-12);
         let mean = 191.5f64;

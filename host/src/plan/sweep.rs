@@ -1,4 +1,4 @@
-//! The construction-vs-search sweep of issue 5: for each shape, the constructed plan
+//! The construction-vs-search sweep: for each shape, the constructed plan
 //! ([`Planner::plan`]) is timed against every launchable candidate (exhaustive search), and the
 //! report says how often the constructed choice is within 10% of the best, how long
 //! construction takes (µs) and how long the search took (s). Roller (OSDI'22) reports
