@@ -56,9 +56,11 @@ pub(crate) fn gemm_into(
     }
 }
 
-/// Relative Frobenius error ‖got − want‖ / ‖want‖; `f64::INFINITY` if `got` has a NaN or an
-/// infinity where `want` is finite (NaN never passes a threshold), and the absolute error when
-/// `want` is all zeros.
+/// Relative Frobenius error ‖got − want‖ / ‖want‖ over the finite elements of `want`;
+/// `f64::INFINITY` if `got` has a NaN or an infinity where `want` is finite, a number where
+/// `want` is NaN, or anything but the same infinity where `want` is infinite (a mismatch never
+/// passes a threshold); the absolute error when `want` is all zeros. Per-element bounds as
+/// well: [`crate::testing::assert_close`].
 pub fn rel_frobenius_error(got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "compared buffers differ in length");
     let mut num = 0.0;
@@ -73,6 +75,12 @@ pub fn rel_frobenius_error(got: &[f64], want: &[f64]) -> f64 {
         if w.is_nan() {
             continue;
         }
+        if w.is_infinite() {
+            if g != w {
+                return f64::INFINITY;
+            }
+            continue;
+        }
         num += (g - w) * (g - w);
         den += w * w;
     }
@@ -83,7 +91,8 @@ pub fn rel_frobenius_error(got: &[f64], want: &[f64]) -> f64 {
     }
 }
 
-/// Largest |got − want| / max(|want|, floor) over all elements (NaN mismatches give infinity).
+/// Largest |got − want| / max(|want|, floor) over all elements (a NaN or an infinity matched
+/// by anything else gives infinity; a NaN on both sides, or the same infinity, counts as equal).
 pub fn max_rel_error(got: &[f64], want: &[f64], floor: f64) -> f64 {
     assert_eq!(got.len(), want.len(), "compared buffers differ in length");
     got.iter()
@@ -95,10 +104,15 @@ pub fn max_rel_error(got: &[f64], want: &[f64], floor: f64) -> f64 {
                 } else {
                     f64::INFINITY
                 }
+            } else if g == w {
+                0.0
+            } else if g.is_infinite() || w.is_infinite() {
+                f64::INFINITY
             } else {
                 (g - w).abs() / w.abs().max(floor)
             }
         })
+        // No NaN is left above, so f64::max drops nothing.
         .fold(0.0, f64::max)
 }
 
@@ -131,5 +145,13 @@ mod tests {
         assert!(rel_frobenius_error(&[f64::NAN, 2.0], &[1.0, 2.0]).is_infinite());
         assert!((rel_frobenius_error(&[1.1, 0.0], &[1.0, 0.0]) - 0.1).abs() < 1e-12);
         assert!(max_rel_error(&[1.0, f64::NAN], &[1.0, 1.0], 1e-6).is_infinite());
+        // Infinities: the same one matches, anything else does not.
+        let inf = f64::INFINITY;
+        assert_eq!(rel_frobenius_error(&[inf, 1.0], &[inf, 1.0]), 0.0);
+        assert!(rel_frobenius_error(&[1.0, 1.0], &[inf, 1.0]).is_infinite());
+        assert!(rel_frobenius_error(&[-inf, 1.0], &[inf, 1.0]).is_infinite());
+        assert_eq!(max_rel_error(&[inf], &[inf], 1e-6), 0.0);
+        assert!(max_rel_error(&[1.0], &[inf], 1e-6).is_infinite());
+        assert!(max_rel_error(&[-inf], &[inf], 1e-6).is_infinite());
     }
 }
