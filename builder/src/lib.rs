@@ -122,12 +122,12 @@ pub enum BuildError {
 pub struct PtxArtifact {
     /// The arch it was compiled for.
     pub arch: Arch,
-    /// Where it was written (`$OUT_DIR/<crate>.<arch>.ptx`).
+    /// Where it was written (`OUT_DIR/<crate>.<arch>.ptx`).
     pub path: PathBuf,
-    /// The machine code ptxas made of it (`$OUT_DIR/<crate>.<arch>.cubin`); the file is empty
+    /// The machine code ptxas made of it (`OUT_DIR/<crate>.<arch>.cubin`); the file is empty
     /// when no ptxas was given (see [`PtxBuilder::ptxas`]).
     pub cubin: PathBuf,
-    /// What `ptxas -v` reported while making `cubin` (`$OUT_DIR/<crate>.<arch>.ptxas.log`):
+    /// What `ptxas -v` reported while making `cubin` (`OUT_DIR/<crate>.<arch>.ptxas.log`):
     /// per entry point its registers, stack frame, spill bytes and shared memory, and any
     /// warnings. Tests read it instead of running ptxas a second time; empty without ptxas.
     pub ptxas_log: PathBuf,
@@ -195,7 +195,7 @@ impl PtxBuilder {
         self
     }
 
-    /// Writes PTX here instead of `$OUT_DIR`.
+    /// Writes PTX here instead of cargo's `OUT_DIR`.
     pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.out_dir = Some(dir.into());
         self

@@ -1,9 +1,9 @@
 //! `fused-gemm convert-model`: a copy of a model directory with its weights stored in f16 or
 //! bf16.
 //!
-//! all-MiniLM-L6-v2's `model.safetensors` is 90 MB in f32; in f16 it is 45 MB, small enough to
-//! carry to a GPU machine in one transfer. The loader ([`crate::weights::ModelWeights`]) reads
-//! F16 and BF16 tensors, so the converted directory is a drop-in model directory.
+//! all-MiniLM-L6-v2's `model.safetensors` is 90 MB in f32; in f16 it is 45 MB, half as much to
+//! copy to a GPU host. The loader ([`crate::weights::ModelWeights`]) reads F16 and BF16 tensors,
+//! so the converted directory is a drop-in model directory.
 //!
 //! Consequence for comparisons: every path that loads the converted file sees weights rounded
 //! once to the storage dtype. The GPU f16 path loses nothing more (it rounds the f32 weights to

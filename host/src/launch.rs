@@ -126,7 +126,8 @@ mod tests {
         DeviceProps::h200()
     }
 
-    // known-faults #12: element counts 1, 1024, 1025, 2^26+1.
+    // Awkward element counts: 1, a multiple of the block (1024), one past it (1025) and
+    // 2^26 + 1; every element must get a thread.
     #[test]
     fn linear_grids_cover_awkward_counts() {
         for &(n, ctas) in &[(1u64, 1u32), (1024, 4), (1025, 5), ((1 << 26) + 1, 262_145)] {

@@ -62,8 +62,8 @@ pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
 /// predicated instructions: where `leader`, adds 1 to `*counter` (as [`atomic_add_acq_rel_u32`]),
 /// resets it to 0 when that was the last arrival, and writes 1 (last) or 0 to `*flag`; other
 /// threads do nothing. Written without `if leader { … }`: with no branch on the thread index,
-/// LLVM cannot copy the `.aligned` barrier that follows into both sides of one
-/// (see `arch::sync::named_barrier`, bench/results/session18-2026-12-06.md).
+/// LLVM cannot copy the `.aligned` barrier that follows into both sides of one (see
+/// `arch::sync::named_barrier`).
 ///
 /// # Safety
 /// `counter` must point to a valid, 4-byte aligned `u32` in global memory and `flag` be the

@@ -196,8 +196,7 @@ pub unsafe fn arrive_remote(bar: u32, rank: u32) {
 /// generic-proxy writes, such as a ring stage whose `wgmma` reads `wgmma.wait_group` already
 /// completed (CUTLASS's `ClusterBarrier::arrive(cta_id)` has the same form). The cluster-scope
 /// release of [`arrive_remote`] compiles to `MEMBAR.ALL.GPU` before the arrival: issued per
-/// k-tile by every consumer warp, it stalled the 2-CTA cluster tile half of its cycles
-/// (`bench/results/hopper-cluster-2026-12-02.md`).
+/// k-tile by every consumer warp, it stalled the 2-CTA cluster tile half of its cycles.
 ///
 /// # Safety
 /// As [`arrive_remote`].

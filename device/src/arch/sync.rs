@@ -20,10 +20,10 @@ pub unsafe fn sync_threads() {
 /// the instruction. For barriers right after a branch on the thread index (`if tid == 0 { … }`):
 /// Rust's `asm!` is not `convergent` to LLVM, which copied such a barrier into both sides of the
 /// branch, and as `.aligned` `bar.sync`, lane 0 at one copy and lanes 1-31 at the other, the CTA
-/// hung (the global row-statistics exchange, bench/results/session17-2026-12-06.md). ptxas puts
-/// the same `BAR.SYNC` behind a `BRA.DIV` check, and the whole kernel gets more reconvergence
-/// points: only for branches that cannot be predicated asm (thread 0's spin), and only in the
-/// kernels that have them (`tests/ptx.rs`).
+/// hung (the global row-statistics exchange after thread 0's spin). ptxas puts the same
+/// `BAR.SYNC` behind a `BRA.DIV` check, and the whole kernel gets more reconvergence points:
+/// only for branches that cannot be predicated asm (thread 0's spin), and only in the kernels
+/// that have them (`tests/ptx.rs`).
 ///
 /// # Safety
 /// Exactly `threads` threads (a multiple of 32) reach each use of `id`, and no other barrier

@@ -106,8 +106,7 @@ pub unsafe fn store_2d_commit_if(issue: bool, tmap: u64, src: u32, x: i32, y: i3
 /// thread index. So no such branch comes just before it: write the branch's work as predicated
 /// asm (as [`leader_arrive_counted`](crate::arch::atomic::leader_arrive_counted)), or, where
 /// that cannot be done (a spin), use [`named_barrier`](crate::arch::sync::named_barrier). Not
-/// that one by default: in a kernel, `barrier.sync` cost ping-pong GEMMs up to 35 % on an H100
-/// (bench/results/session17-2026-12-06.md and session18-2026-12-06.md).
+/// that one by default: in a kernel, `barrier.sync` cost ping-pong GEMMs up to 35 % on an H100.
 ///
 /// # Safety
 /// Exactly `threads` threads (a multiple of 32), in whole converged warps, reach each use of

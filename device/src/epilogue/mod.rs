@@ -423,7 +423,7 @@ pub trait Stage {
     /// stage lists without a pair stage (whose later stages see halved columns). Default:
     /// nothing; `residual` prefetches its tile.
     /// Vectors (bias, scales) are left alone: they are small and stay in L2, and an L1
-    /// prefetch of them showed no gain on the H200 (bench/results/hopper-prefetch-2026-12-02.md).
+    /// prefetch of them showed no gain on the H200.
     #[inline(always)]
     fn prefetch<Out: Element>(p: &Self::Params, region: &Prefetch) {
         let _ = (p, region);

@@ -74,7 +74,7 @@ params!(
 );
 
 /// `scale(alpha)`: multiplies by a scalar. Written before `bias` it scales only the product;
-/// after, it scales both (known-faults #1).
+/// after, it scales both.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Scale;
 impl Stage for Scale {
@@ -428,7 +428,7 @@ impl Stage for Rope {
 /// Row statistics as a (count, mean, M2) triple: Welford's update per value and Chan et al.'s
 /// pairwise merge ("Algorithms for computing the sample variance", 1979). A constant row has
 /// M2 = 0 exactly and its mean equals the constant exactly, even at ±8.5e37 where a plain f32 sum
-/// overflows (known-faults #5).
+/// overflows, so a constant row's LayerNorm is exactly β.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Moments {
     /// Values seen.
@@ -452,10 +452,10 @@ impl Moments {
     /// Statistics of the `2·NI` values of row half `h` of `frags` (element `2h` and `2h + 1` of
     /// each m16n8 fragment), or of their squares: two passes with pairwise sums, the mean as a sum
     /// of `x/(2·NI)`. With `NI` a power of two the scaling is exact and a constant row gives
-    /// its constant as the mean and M2 = 0 exactly, even where a plain sum overflows
-    /// (known-faults #5); callers use it only then. No division and no dependency chain through
-    /// all values, unlike [`Self::push`]. Without `with_m2` the second pass is skipped and M2 is
-    /// 0 (RMSNorm needs only the mean square).
+    /// its constant as the mean and M2 = 0 exactly, even where a plain sum overflows (a constant
+    /// row's LayerNorm is then exactly β); callers use it only then. No division and no
+    /// dependency chain through all values, unlike [`Self::push`]. Without `with_m2` the second
+    /// pass is skipped and M2 is 0 (RMSNorm needs only the mean square).
     #[inline(always)]
     pub fn of_row_half<const NI: usize>(
         frags: &[[f32; 4]; NI],
@@ -673,7 +673,7 @@ impl RowNorm for LayerNorm {
 }
 
 /// `rms_norm(eps)`: `x/√(mean(x²) + ε)·γ[c]` over each row's N values. Squares are accumulated
-/// in f32 whatever the output type (known-faults #7).
+/// in f32 whatever the output type, so f16 values cannot overflow them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RmsNorm;
 impl RowNorm for RmsNorm {
@@ -1011,7 +1011,7 @@ mod tests {
         m
     }
 
-    // known-faults #5 on the statistics: constant rows give exact mean and zero variance,
+    // Constant rows give exact mean and zero variance (so LayerNorm outputs exactly β),
     // also where a plain f32 sum overflows; merging keeps that.
     #[test]
     fn constant_rows_have_exact_mean_and_zero_m2() {

@@ -225,8 +225,8 @@ pub const TILES_SM80: &[TileShape] = &[
 ];
 
 /// The tiles `#[fused_gemm]` compiles by default for 16-bit inputs (the fastest on the H200 by
-/// `bench/src/bin/tile_probe.rs`, 2026-11-29: 64×64 warp tiles and BK = 64 beat 64×32 warp
-/// tiles with BK = 32 by 8-15 %), largest first.
+/// `bench/src/bin/tile_probe.rs`: 64×64 warp tiles and BK = 64 beat 64×32 warp tiles with
+/// BK = 32 by 8-15 %), largest first.
 pub const DEFAULT_TILES_SM80: &[TileShape] = &[
     TileShape::new(128, 128, 64, 2, 2, 3),
     TileShape::new(128, 64, 64, 2, 2, 4),

@@ -49,9 +49,9 @@
 //! row norm always stage, so they carry no per-thread stores of the accumulators, which were
 //! written out for every chunk and skipped whenever C had a map: the ping-pong
 //! bias+GELU(tanh) kernel went from 5 432 to 4 136 SASS instructions, and ran 2.6 % faster at
-//! 4096×3072×768 (bench/results/hopper-staged-c-2026-12-04.md). A row norm that writes
-//! partial statistics stages its pre-norm C only with C's map. Otherwise threads store C
-//! themselves (f32 C, a pair stage's N/2-wide output, row-norm clusters).
+//! 4096×3072×768. A row norm that writes partial statistics stages its pre-norm C only with
+//! C's map. Otherwise threads store C themselves (f32 C, a pair stage's N/2-wide output,
+//! row-norm clusters).
 //!
 //! A staged epilogue with a `residual` ([`Sm90Args::tmap_r`]) also reads it through the
 //! staging buffers: thread 0 copies each chunk's residual into the buffer that chunk's C will
@@ -67,16 +67,15 @@
 //! with a row norm or a long stage ([`Stage::LONG_CHAIN`], erf GELU): eight copies of a row
 //! norm's chain outgrew the instruction cache, and erf GELU ran 5-11 % faster in a loop, so
 //! those run the chunks in a loop (one copy of the chain). Short chains (bias, tanh GELU, SiLU)
-//! were 1-4 % slower in a loop on the H200 (`bench/results/hopper-chunk-loop-2026-12-02.md`).
-//! [`PREFETCH_K_TILES`] before the
-//! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
+//! were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the end of a tile's
+//! k-loop the warpgroup prefetches the tiles its stages will read into L2
 //! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
 //!
 //! The list's first column `bias` ([`Stage::STAGED_BIAS`]; 16-bit C, no row norm, no long
 //! chain) reads the tile's bias from shared memory: each consumer thread loads one column when
 //! the tile's mainloop starts and stores it after, in a buffer in the padding before the
 //! staging buffers ([`bias_offset`]). Loaded per chunk from global memory, the bias was the
-//! GELU epilogue's top wait (`bench/results/hopper-bias-smem-2026-12-04.md`).
+//! GELU epilogue's top wait.
 //!
 //! # Row-norm clusters
 //!
@@ -175,7 +174,7 @@ const EPI_FRAGS: usize = (EPI_COLS / 8) as usize;
 ///
 /// 256×128 is the cooperative tile with two 64-row halves per warpgroup (each warpgroup
 /// 128×128, the same 128 accumulator registers as 128×256): cuBLAS's choice at the BERT-large
-/// and LLaMA-3-8B projection shapes on the H200 (bench/results/cublas-kernels-2026-12-02.md).
+/// and LLaMA-3-8B projection shapes on the H200.
 /// Per k-tile its warpgroups read 256 rows of shared memory each, against 320 on 128×256.
 pub const TILES_SM90: &[TileShape] = &[
     TileShape::new(128, 256, 64, 8, 1, 4),
@@ -596,9 +595,9 @@ pub unsafe fn run<
     // The tile's column bias, copied into shared memory by the consumer warpgroups that run
     // the epilogue: each thread loads one column when the tile's mainloop starts and stores
     // it after the mainloop, so no chunk of the epilogue waits on a global load of the bias
-    // (bench/results/hopper-epilogue-sampling-2026-12-02.md). 16-bit C; no row norm (their
-    // kernels spilled with more live values, hopper-bias-copy-2026-12-02.md) and no long chain
-    // (erf GELU: its chunk loop was then written out three times, ptxas of sm_90a).
+    // (loaded per chunk, it was the epilogue's top stall). 16-bit C; no row norm (their
+    // kernels spilled with more live values) and no long chain (erf GELU: its chunk loop was
+    // then written out three times, ptxas of sm_90a).
     let stage_bias = E::STAGED_BIAS
         && !E::ROW_REDUCTION
         && !E::LONG_CHAIN
@@ -630,17 +629,16 @@ pub unsafe fn run<
     }
     // The first tile's first stages, issued by thread 0 (the producer) before the CTA's
     // barrier, `setmaxnreg` and the scheduler's reads of the constant bank, whose first use
-    // stalled about 3 µs (bench/results/hopper-grid-param-2026-12-03.md): the loads' DRAM
-    // latency overlaps that; the producer below skips these k-tiles of unit 0. Cooperative
-    // tiles without a cluster (a peer's barriers may not exist yet) and without row norms
-    // only: the ping-pong kernels gained nothing (their fused epilogues measured up to 4 %
-    // slower at 8192 rows) and in the LayerNorm kernels ptxas spilled
-    // (bench/results/hopper-early-loads-2026-12-03.md).
+    // stalled about 3 µs: the loads' DRAM latency overlaps that; the producer below skips
+    // these k-tiles of unit 0. Cooperative tiles without a cluster (a peer's barriers may not
+    // exist yet) and without row norms only: the ping-pong kernels gained nothing (their fused
+    // epilogues measured up to 4 % slower at 8192 rows) and in the LayerNorm kernels ptxas
+    // spilled.
     let early = !pingpong && cluster == 1 && !E::ROW_REDUCTION;
     if tid == 0 && early {
         // Plain reads, which LLVM hoists for every thread: all warps then take their first
         // constant-bank reads before `setmaxnreg`. With `uncached` reads here (thread 0 only)
-        // the gain was gone (bench/results/hopper-early-loads-2026-12-03.md).
+        // the gain was gone.
         let (tm_count, tn_count) = (args.m.div_ceil(bm), args.n.div_ceil(bn));
         let unit0 = block_idx_x();
         if unit0 < tm_count * tn_count {
@@ -1140,14 +1138,12 @@ pub unsafe fn run<
             }
             if E::ROW_REDUCTION || E::LONG_CHAIN {
                 // Written out per chunk, a row norm's chain (its statistics, the partials, both
-                // norm passes) outgrew the instruction cache
-                // (bench/results/hopper-ln-profile-2026-12-02.md), and erf GELU ran 5-11 %
-                // slower than in a loop (hopper-chunk-loop-2026-12-02.md). A loop keeps one
-                // copy. Each
-                // turn takes the first chunk and shifts the others down (moves between
-                // constant indices, so the accumulators stay in registers, and the chunk in
-                // hand is not a copy: picking chunk q by selects kept 32 more values live and
-                // spilled the ping-pong kernels, ptxas -v of sm_90a).
+                // norm passes) outgrew the instruction cache, and erf GELU ran 5-11 % slower
+                // than in a loop. A loop keeps one copy. Each turn takes the first chunk and
+                // shifts the others down (moves between constant indices, so the accumulators
+                // stay in registers, and the chunk in hand is not a copy: picking chunk q by
+                // selects kept 32 more values live and spilled the ping-pong kernels, ptxas -v
+                // of sm_90a).
                 // The trip count is a run-time value (chunks past N are skipped, the last
                 // half's not visited): the builder's high unroll threshold would otherwise
                 // write the loop out again.
@@ -1190,7 +1186,7 @@ pub unsafe fn run<
                 // The bulk stores read shared memory and write C after they are issued: both
                 // must be done before the CTA exits. Waiting here, not after the loop: any
                 // instruction after the loop makes ptxas keep the consumer code within the
-                // launch's 168 registers (bench/results/hopper-registers-2026-12-02.md).
+                // launch's 168 registers.
                 bulk_wait_group::<0>();
             }
         }
@@ -1311,9 +1307,9 @@ unsafe fn tail_fixup<const MI: usize, const NI: usize>(
     }
     thread_fence();
     // Aligned `bar.sync`, as the per-chunk barriers: with the non-aligned form here, 128×128
-    // ping-pong took 1.68-1.71 ms instead of 1.44-1.45 at LLaMA-3-8B MLP down on an H100
-    // (bench/results/session18-2026-12-06.md). Safe because thread 0's arrival is predicated
-    // asm, not a branch LLVM could copy the barrier into.
+    // ping-pong took 1.68-1.71 ms instead of 1.44-1.45 at LLaMA-3-8B MLP down on an H100.
+    // Safe because thread 0's arrival is predicated asm, not a branch LLVM could copy the
+    // barrier into.
     bulk_read_wait_barrier(false, p.barrier, 128);
     let counter = (args.counters as *mut u32).add(p.tile as usize);
     leader_arrive_counted(p.thread == 0, counter, p.pieces, shared_addr(p.flag));
@@ -1631,10 +1627,9 @@ unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
 
     // Apply, as a loop over the chunks inside N: one copy of the chain (written out, the eight
     // chains made an 18.7 K-instruction kernel whose epilogue waited on the instruction cache
-    // for half of its samples, bench/results/hopper-norm-exchange-2026-12-04.md). Each turn
-    // takes the first chunk and shifts the others down (moves between constant indices). The
-    // counter goes through `uncached` each turn, so LLVM cannot write the loop out by its bound
-    // (NI/8 turns).
+    // for half of its samples). Each turn takes the first chunk and shifts the others down
+    // (moves between constant indices). The counter goes through `uncached` each turn, so LLVM
+    // cannot write the loop out by its bound (NI/8 turns).
     let chunks = (args.n - w.n0)
         .div_ceil(EPI_COLS)
         .min((NI / EPI_FRAGS) as u32);

@@ -1,6 +1,6 @@
 //! A weight-stationary LSTM loop: the persistent-RNN idea (Diamos et al., "Persistent RNNs:
-//! Stashing Recurrent Weights On-Chip", ICML'16) as a device-side loop of issue 8. Each warp owns
-//! one hidden unit u: its four gate rows of `W = [W_ih | W_hh]` (4 × 2H bf16) stay in shared
+//! Stashing Recurrent Weights On-Chip", ICML'16) as a device-side loop. Each warp owns one
+//! hidden unit u: its four gate rows of `W = [W_ih | W_hh]` (4 × 2H bf16) stay in shared
 //! memory for the whole launch, so a step reads only `[x_t | h_{t−1}]` (B × 2H) from L2. The
 //! input half `x_t·W_ihᵀ` does not depend on the recurrence and is computed *before* the step's
 //! wait; only `h_{t−1}·W_hhᵀ` (H MACs per gate and row) follows it. Steps are separated by one

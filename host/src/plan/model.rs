@@ -57,8 +57,8 @@ pub struct Roofline {
 
 impl Default for Roofline {
     /// Defaults for an H200 running the sm_80 (`cp.async` + `mma.sync`) mainloop, set from
-    /// measurements on the H200 (2026-11-29): the best tile (128×128×64, four 64×64 warps) ran
-    /// at 294-307 TFLOP/s on large GEMMs (`tile_probe`); a least-squares fit of this model to the
+    /// measurements on the H200: the best tile (128×128×64, four 64×64 warps) ran at
+    /// 294-307 TFLOP/s on large GEMMs (`tile_probe`); a least-squares fit of this model to the
     /// first exhaustive sweep (`plan_sweep`) gave L2 ≈ 4.3 TB/s, per-SM load ≈ 44 GB/s and
     /// shared memory ≈ 111 GB/s per SM for the older tile set; a near-empty kernel takes ≈ 4 µs.
     fn default() -> Self {

@@ -15,7 +15,7 @@ fn product(what: &str, dims: &[usize]) -> usize {
 /// LayerNorm of one row: `(x − μ)/√(σ² + ε)·γ + β`, μ and the biased σ² over the row.
 ///
 /// The moments are accumulated with Welford's update (Welford 1962), so a constant row has
-/// σ² = 0 and x − μ = 0 exactly and its output is exactly β (known-faults #5).
+/// σ² = 0 and x − μ = 0 exactly and its output is exactly β.
 ///
 /// # Panics
 /// If `gamma` or `beta` is not as long as `x`.
@@ -186,7 +186,7 @@ pub fn mean_pool_l2(hidden: &[f64], lengths: &[u32], seq_len: usize, d: usize) -
 mod tests {
     use super::*;
 
-    // known-faults #6: a row narrower than any block; the values of the fault list.
+    // A row narrower than any block: N = 3, x = [1, 2, 3], eps 1e-5.
     #[test]
     fn layer_norm_of_three_values() {
         let y = layer_norm_row(&[1.0, 2.0, 3.0], &[1.0; 3], &[0.0; 3], 1e-5);
@@ -196,8 +196,8 @@ mod tests {
         }
     }
 
-    // known-faults #5: constant rows (also where an f32 sum would overflow) give exactly β; a
-    // NaN poisons only its own row.
+    // Constant rows (also where an f32 sum would overflow) give exactly β; a NaN poisons only
+    // its own row.
     #[test]
     fn constant_rows_give_beta_and_nan_stays_in_its_row() {
         let beta: Vec<f64> = (0..384).map(|i| i as f64 * 0.25 - 7.0).collect();

@@ -500,7 +500,7 @@ pub fn gemm_k_slice(
 /// The fused operation computed as a `splits`-way split-K kernel must compute it: partial
 /// products over the [`split_k_ranges`], summed in split order, then the epilogue applied
 /// **once** to the sum (bias and activation are not linear in the partials; applying them per
-/// split is known-faults #4). Equals [`fused_gemm_reference`] up to f64 rounding of the sum
+/// split is wrong). Equals [`fused_gemm_reference`] up to f64 rounding of the sum
 /// order.
 ///
 /// # Errors

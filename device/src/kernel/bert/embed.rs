@@ -4,10 +4,10 @@
 //! chunks `l + 32·j` (4 elements each, `j < EMBED_MAX_CHUNKS`) in registers; the loop over `j` is
 //! unrolled with a bound check, so the row never goes through local memory. Statistics are
 //! Welford/Chan [`Moments`]: each lane pushes only its in-bounds elements (padded lanes and the
-//! tail of a partial chunk never enter the variance, known-faults #6), then the warp merges them
+//! tail of a partial chunk never enter the variance), then the warp merges them
 //! by butterfly shuffles, always as `lower lane ⊕ upper lane`, so every lane ends with
 //! bit-identical statistics. A constant row has mean = the constant and M2 = 0 exactly, so its
-//! output is exactly β (known-faults #5), even where a plain f32 sum of the row would overflow.
+//! output is exactly β, even where a plain f32 sum of the row would overflow.
 
 use super::{Exec, chunk_aligned, fma, load4, store4};
 use crate::epilogue::stages::Moments;

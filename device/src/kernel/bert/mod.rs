@@ -10,7 +10,7 @@
 //! Rows of 4 consecutive elements ("chunks") are the unit of global memory access: one 16-byte
 //! (f32) or 8-byte (f16/bf16) `ld.global`/`st.global` when the row length is a multiple of 4 and
 //! every base pointer is aligned to a chunk, else element-wise accesses with bounds checks
-//! (known-faults #3: no pointer is vector-accessed without its alignment checked). The choice is uniform per
+//! (no pointer is vector-accessed without its alignment checked). The choice is uniform per
 //! launch, so it costs one branch.
 
 /// Repeats `$body` once per listed literal with `$j: usize` bound to it: a full unroll that does

@@ -127,7 +127,7 @@ pub fn layer_norm_rows(
 /// `y[r, c] = x[r, c] / √(mean_c x[r, c]² + eps) · gamma[c]`.
 ///
 /// `x` is M×N row-major, `gamma` has length N. Returns M×N. Squares are summed in f64, so no
-/// f16-range value can overflow them (known-faults #7).
+/// f16-range value can overflow them.
 ///
 /// # Errors
 /// As [`layer_norm_rows`].
