@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the build and tests need, idempotently: the pinned nightly toolchain with
 # rust-src (for -Zbuild-std), ptxas (PyPI nvidia-cuda-nvcc 13.0.x, the CUDA 13.0 release, so
-# that a CUDA 13.0 driver loads its cubins) and nvdisasm
- (for the SASS test, tests/sass.rs) under .tools/. Source it
-# (`. scripts/setup.sh`) to get FUSED_GEMM_PTXAS and FUSED_GEMM_NVDISASM exported.
+# that a CUDA 13.0 driver loads its cubins) and nvdisasm (for the SASS test, tests/sass.rs) under
+# .tools/. Source it (`. scripts/setup.sh`) to get FUSED_GEMM_PTXAS and FUSED_GEMM_NVDISASM
+# exported.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
