@@ -1,18 +1,21 @@
 //! GPU tests of the BERT kernels (`fused_gemm::bert`: embeddings + LayerNorm, masked attention,
 //! mean pooling + L2) against the f64 references of `fused_gemm::host::reference::bert`, for
 //! f32, f16 and bf16 storage, on fresh random inputs at awkward sizes. Outputs are poisoned
-//! (NaN) before every launch. Without a GPU each test prints why it is skipped and passes.
+//! (NaN) before every launch. Every comparison checks the relative Frobenius error and each
+//! element (`assert_close`). Without a GPU each test prints why it is skipped and passes
+//! (fails with `FUSED_GEMM_REQUIRE_GPU=1`).
 
 use cudarc::driver::CudaSlice;
 use fused_gemm::bert::{self, BertElement, EmbeddingWeights, SeqBatch};
 use fused_gemm::host::Gpu;
 use fused_gemm::host::reference::bert as reference;
-use fused_gemm::host::reference::{max_rel_error, rel_frobenius_error};
-use fused_gemm::host::testing::{gpu_or_skip, rng, uniform};
+use fused_gemm::host::reference::max_rel_error;
+use fused_gemm::host::testing::{assert_close, compare, gpu_or_skip, nan_max, rng, uniform};
 use rand::RngExt;
 use rand::rngs::StdRng;
 
-/// A storage type under test: conversions and the relative Frobenius error it must meet.
+/// A storage type under test: conversions and the tolerance it must meet (relative Frobenius
+/// error, and each element within `TOL·(rms + |ref|)`).
 trait Dt: BertElement + Default + Clone + std::fmt::Debug + PartialEq {
     const NAME: &'static str;
     const TOL: f64;
@@ -168,12 +171,15 @@ fn embeddings_random<T: Dt>(gpu: &Gpu, r: &mut StdRng) {
             }
             let got = tables.run(gpu, &batch).unwrap();
             let want = tables.reference(&ids, with_types.then_some(&tt[..]), seq_len);
-            let err = rel_frobenius_error(&got, &want);
-            println!(
-                "embeddings {} T={seq_len} lengths={lengths:?} types={with_types}: rel Frobenius error {err:.2e}",
-                T::NAME
+            assert_close(
+                &got,
+                &want,
+                T::TOL,
+                &format!(
+                    "embeddings {} T={seq_len} lengths={lengths:?} types={with_types}",
+                    T::NAME
+                ),
             );
-            assert!(err < T::TOL, "{}: {err}", T::NAME);
         }
     }
 }
@@ -198,12 +204,12 @@ fn embeddings_odd_widths<T: Dt>(gpu: &Gpu, r: &mut StdRng) {
         let batch = SeqBatch::new(gpu, &ids, &lengths, seq_len).unwrap();
         let got = tables.run(gpu, &batch).unwrap();
         let want = tables.reference(&ids, None, seq_len);
-        let err = rel_frobenius_error(&got, &want);
-        println!(
-            "embeddings {} d={d}: rel Frobenius error {err:.2e}",
-            T::NAME
+        assert_close(
+            &got,
+            &want,
+            T::TOL,
+            &format!("embeddings {} d={d}", T::NAME),
         );
-        assert!(err < T::TOL, "{} d={d}: {err}", T::NAME);
     }
 }
 
@@ -218,10 +224,10 @@ fn embeddings_handle_every_hidden_size() {
     embeddings_odd_widths::<half::bf16>(&gpu, &mut r);
 }
 
-/// known-faults #5 through the embedding path: tables whose three rows always sum to the
-/// constant `k` (positions and types vary per column, the word row compensates) give exactly β
-/// in every row; so do all-zero and huge constant rows; a NaN in one word row makes only the
-/// token rows that use it NaN.
+/// Constant and extreme rows in LayerNorm, through the embedding path: tables whose three rows
+/// always sum to the constant `k` (positions and types vary per column, the word row
+/// compensates) give exactly β in every row; so do all-zero and huge constant rows (an f32 sum
+/// of 384 × 8.5e37 overflows); a NaN in one word row makes only the token rows that use it NaN.
 fn constant_rows<T: Dt>(gpu: &Gpu, r: &mut StdRng, constants: &[f32]) {
     let (d, vocab, seq_len) = (384usize, 8usize, 20usize);
     let lengths = vec![20u32, 3];
@@ -269,10 +275,10 @@ fn constant_rows<T: Dt>(gpu: &Gpu, r: &mut StdRng, constants: &[f32]) {
         if row == seq_len + 1 {
             assert!(g.iter().all(|v| v.is_nan()), "{}: NaN row {row}", T::NAME);
         } else {
-            let err = rel_frobenius_error(g, w);
+            let r = compare(g, w, T::TOL);
             assert!(
-                err < T::TOL,
-                "{}: row {row} next to the NaN row: {err}",
+                r.passed(),
+                "{}: row {row} next to the NaN row: {r}",
                 T::NAME
             );
         }
@@ -291,8 +297,8 @@ fn embeddings_layer_norm_constant_and_nan_rows() {
     constant_rows::<half::bf16>(&gpu, &mut r, &[100.0, 0.0, 8.5e37]);
 }
 
-/// known-faults #6 through the embedding path: N = 3 (a row far narrower than the warp) and
-/// N = 384 with x_i = i, one row.
+/// Rows narrower than the block, through the embedding path: N = 3 (a row far narrower than
+/// the warp; padded lanes must not add to the variance) and N = 384 with x_i = i, one row.
 fn narrow_rows<T: Dt>(gpu: &Gpu) {
     let mut t = Tables::<T> {
         word: buf([1.0, 2.0, 3.0]),
@@ -312,6 +318,12 @@ fn narrow_rows<T: Dt>(gpu: &Gpu) {
         T::NAME
     );
     assert!(err < T::TOL.max(1e-6), "{}: {got:?}", T::NAME);
+    assert_close(
+        &got,
+        &want,
+        T::TOL.max(1e-6),
+        &format!("embeddings {} [1, 2, 3]", T::NAME),
+    );
 
     let d = 384;
     t = Tables {
@@ -325,12 +337,12 @@ fn narrow_rows<T: Dt>(gpu: &Gpu) {
     };
     let got = t.run(gpu, &batch).unwrap();
     let want = t.reference(&[0], None, 1);
-    let err = rel_frobenius_error(&got, &want);
-    println!(
-        "embeddings {} x_i = i, N = 384: rel Frobenius error {err:.2e}",
-        T::NAME
+    assert_close(
+        &got,
+        &want,
+        T::TOL,
+        &format!("embeddings {} x_i = i, N = 384", T::NAME),
     );
-    assert!(err < T::TOL, "{}: {err}", T::NAME);
 }
 
 #[test]
@@ -352,7 +364,7 @@ struct AttnResult {
 
 /// Random QKV (values `scale·U(-1, 1)`) with the rows of padded positions set to NaN: padded
 /// keys must not be read, padded query rows must come out exactly zero, the rest must match
-/// the f64 reference within `tol` (relative Frobenius error).
+/// the f64 reference within `tol` (relative Frobenius error and each element).
 #[allow(clippy::too_many_arguments)]
 fn attention_case<T: Dt>(
     gpu: &Gpu,
@@ -393,7 +405,8 @@ fn attention_case<T: Dt>(
     }
     let got = download(gpu, &out);
     let want = reference::attention(&qkv.f, lengths, seq_len, heads, head_dim);
-    let err = rel_frobenius_error(&got, &want);
+    let close = compare(&got, &want, tol);
+    let err = close.frobenius;
     let non_finite = got.iter().filter(|v| !v.is_finite()).count();
     let padded_nonzero: usize = lengths
         .iter()
@@ -411,13 +424,13 @@ fn attention_case<T: Dt>(
         Some(format!(
             "{padded_nonzero} non-zero values in padded query rows"
         ))
-    } else if err.is_nan() || err >= tol {
-        Some(format!("error {err:.2e} ≥ {tol:.0e}"))
+    } else if !close.passed() {
+        Some(format!("not close: {close}"))
     } else {
         None
     };
     println!(
-        "{what}: rel Frobenius error {err:.2e} (threshold {tol:.0e}){}",
+        "{what}: {close}{}",
         failure
             .as_ref()
             .map_or(String::new(), |f| format!("  FAILED: {f}"))
@@ -468,10 +481,8 @@ fn assert_all_passed(results: &[AttnResult]) {
         .iter()
         .filter_map(|r| r.failure.as_ref().map(|f| format!("{}: {f}", r.what)))
         .collect();
-    let worst = results
-        .iter()
-        .map(|r| r.err)
-        .fold(0.0f64, |a, e| if e.is_nan() { a } else { a.max(e) });
+    // NaN when a case did not run (its failure says why).
+    let worst = nan_max(results.iter().map(|r| r.err));
     println!(
         "{} attention cases, {} failed, largest error {worst:.2e}",
         results.len(),
@@ -570,18 +581,19 @@ fn attention_misaligned<T: Dt>(gpu: &Gpu, r: &mut StdRng, results: &mut Vec<Attn
         }
         let got = download(gpu, &out);
         let want = reference::attention(&qkv.f[1..], &lengths, seq_len, heads, head_dim);
-        let err = rel_frobenius_error(&got[1..], &want);
+        let close = compare(&got[1..], &want, T::TOL);
+        let err = close.frobenius;
         let failure = if !got[0].is_nan() {
             Some("the element before the output was written".to_owned())
         } else if got[1..].iter().any(|v| !v.is_finite()) {
             Some("non-finite output".to_owned())
-        } else if err.is_nan() || err >= T::TOL {
-            Some(format!("error {err:.2e} ≥ {:.0e}", T::TOL))
+        } else if !close.passed() {
+            Some(format!("not close: {close}"))
         } else {
             None
         };
         println!(
-            "{what}: rel Frobenius error {err:.2e}{}",
+            "{what}: {close}{}",
             failure
                 .as_ref()
                 .map_or(String::new(), |f| format!("  FAILED: {f}"))
@@ -667,13 +679,16 @@ fn pool_case<T: Dt>(gpu: &Gpu, r: &mut StdRng, d: usize, seq_len: usize, lengths
         .map(|&v| v as f64)
         .collect();
     let want = reference::mean_pool_l2(&h.f, lengths, seq_len, d);
-    let err = rel_frobenius_error(&got, &want);
-    println!(
-        "mean pool {} d={d} T={seq_len} lengths={lengths:?}: rel Frobenius error {err:.2e}",
-        T::NAME
-    );
     // The output is f32 whatever the input type: only f32 arithmetic error remains.
-    assert!(err < 1e-5, "{}: {err}", T::NAME);
+    assert_close(
+        &got,
+        &want,
+        1e-5,
+        &format!(
+            "mean pool {} d={d} T={seq_len} lengths={lengths:?}",
+            T::NAME
+        ),
+    );
     for (b, row) in got.chunks(d).enumerate() {
         let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
         assert!(

@@ -2,13 +2,16 @@
 //! fresh random inputs, for f32, bf16 and f16 storage. Outputs are poisoned (NaN) before each
 //! launch, padding columns between N and the leading dimension must stay poisoned, and sizes
 //! are awkward (M = 1, N = 1, 3, 17, 384, 4097, leading dimensions > N, operands one element
-//! into their buffers). Known faults #3, #5, #6, #7 and #10 (interleaved form) are covered by
-//! name. Without a GPU every test prints why it is skipped and passes.
+//! into their buffers). Every comparison checks the relative Frobenius error and each element
+//! (`assert_close`). The fault cases of `docs/fault-cases.md` that reach these kernels
+//! (misaligned operands, constant and extreme rows, rows narrower than the block, f16 squares
+//! beyond f16's range, SwiGLU at odd widths in the interleaved form) have tests of their own.
+//! Without a GPU every test prints why it is skipped and passes (fails with
+//! `FUSED_GEMM_REQUIRE_GPU=1`).
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fused_gemm::host::cudarc;
-use fused_gemm::host::reference::rel_frobenius_error;
-use fused_gemm::host::testing::{gpu_or_skip, rng, uniform};
+use fused_gemm::host::testing::{assert_close, gpu_or_skip, rng, uniform};
 use fused_gemm::host::{Error, Gpu};
 use fused_gemm::rowwise::{self, Activation, RowElement};
 use half::{bf16, f16};
@@ -48,7 +51,8 @@ fn rms_rstd_ref(x: &[f64], eps: f64) -> f64 {
 
 // ---- helpers ----------------------------------------------------------------------------------
 
-/// Relative Frobenius error each storage type must meet against the f64 reference.
+/// The tolerance each storage type must meet against the f64 reference (relative Frobenius
+/// error, and each element within `tol·(rms + |ref|)`).
 fn tol<T: RowElement>() -> f64 {
     match T::DTYPE.name() {
         "f32" => 1e-5,
@@ -98,15 +102,6 @@ fn unpad(buf: &[f64], m: usize, n: usize, ld: usize, what: &str) -> Vec<f64> {
 
 fn random<T: RowElement>(gpu: &Gpu, r: &mut StdRng, len: usize) -> (CudaSlice<T>, Vec<f64>) {
     upload::<T>(gpu, &uniform(r, len))
-}
-
-fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
-    let err = rel_frobenius_error(got, want);
-    println!("{what}: rel Frobenius error {err:.2e}");
-    assert!(
-        err < tol,
-        "{what}: rel Frobenius error {err:.3e} ≥ {tol:.1e}"
-    );
 }
 
 /// (M, N, leading dimension) shapes with awkward sizes.
@@ -179,7 +174,7 @@ fn bias_act_matches_f64_for_every_activation_dtype_and_awkward_shape() {
     bias_act_case::<f16>(&gpu, &mut r);
 }
 
-// known-faults #3: f16, M = 1, N = 3073, bias and x one element into their buffers (2-byte
+// Misaligned operands: f16, M = 1, N = 3073, bias and x one element into their buffers (2-byte
 // aligned): correct results through the scalar path, never a fault. Also rows misaligned by an
 // odd leading dimension.
 #[test]
@@ -258,7 +253,7 @@ fn swiglu_matches_f64_on_interleaved_columns() {
     swiglu_case::<f16>(&gpu, &mut r);
 }
 
-// known-faults #10 in the interleaved layout: gate = [0, 1, −1], up = [2, 2, 2] →
+// SwiGLU at odd widths, in the interleaved layout: gate = [0, 1, −1], up = [2, 2, 2] →
 // [0, 1.4621172, −0.5378828]; widths d = 3, 1537, 3420 put output rows at r·d, misaligned for
 // vector stores.
 #[test]
@@ -378,9 +373,9 @@ fn layer_norm_rows<T: RowElement>(
     (download(gpu, &y), b64)
 }
 
-// known-faults #5: 384 × 1234.0 → exactly β; zeros → β; 8.5e37 (a naive f32 sum overflows)
-// → β; one NaN in one row → only that row is NaN. N = 384 runs one warp per row, N = 4096
-// (f32) several warps per row, so both merge paths are exercised.
+// Constant and extreme rows: 384 × 1234.0 → exactly β; zeros → β; 8.5e37 (a naive f32 sum
+// overflows) → β; one NaN in one row → only that row is NaN. N = 384 runs one warp per row,
+// N = 4096 (f32) several warps per row, so both merge paths are exercised.
 #[test]
 fn layer_norm_constant_extreme_and_nan_rows() {
     let Some(gpu) = gpu_or_skip("layer_norm_constant_rows") else {
@@ -431,9 +426,8 @@ fn layer_norm_constant_extreme_and_nan_rows() {
     }
 }
 
-// known-faults #6: rows narrower than the block. N = 3, x = [1, 2, 3], γ = 1, β = 0,
-// ε = 1e-5 → [−1.2247357, 0, 1.2247357]; padded lanes must not count. Also N = 384 with
-// x_i = i, one row.
+// Rows narrower than the block: N = 3, x = [1, 2, 3], γ = 1, β = 0, ε = 1e-5 →
+// [−1.2247357, 0, 1.2247357]; padded lanes must not count. Also N = 384 with x_i = i, one row.
 #[test]
 fn layer_norm_narrow_rows_ignore_padding() {
     let Some(gpu) = gpu_or_skip("layer_norm_narrow_rows") else {
@@ -469,7 +463,8 @@ fn layer_norm_narrow_rows_ignore_padding() {
     );
 }
 
-// known-faults #7 (LayerNorm half): f16 row alternating ±300 → ±1.0.
+// f16 squares beyond f16's range, LayerNorm: an f16 row alternating ±300 → ±1.0 (300² = 90000
+// overflows f16: the statistics accumulate in f32).
 #[test]
 fn layer_norm_f16_alternating_300_gives_unit_values() {
     let Some(gpu) = gpu_or_skip("layer_norm_f16_300") else {
@@ -565,8 +560,9 @@ fn rms_norm_and_rms_scale_match_f64() {
     rms_case::<f16>(&gpu, &mut r);
 }
 
-// known-faults #7: f16 row of 384 × 300.0, weight 1, eps 1e-6 → every output 1.0 (300² overflows
-// f16: squares accumulate in f32). Also through the multi-warp path (N = 4096).
+// f16 squares beyond f16's range, RMSNorm: f16 row of 384 × 300.0, weight 1, eps 1e-6 → every
+// output 1.0 (300² overflows f16: squares accumulate in f32). Also through the multi-warp path
+// (N = 4096).
 #[test]
 fn rms_norm_f16_rows_of_300_do_not_overflow() {
     let Some(gpu) = gpu_or_skip("rms_norm_f16_300") else {

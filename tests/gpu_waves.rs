@@ -1,16 +1,17 @@
 //! GPU tests of the wave scheduler: persistent programs compute bit for bit what per-operator
 //! launches of the same variants compute (same tile shapes and splits → same arithmetic order),
-//! and both match f64 references of the stored inputs. Outputs are poisoned (NaN) before every
-//! run. Without a GPU every test prints why it is skipped and passes.
+//! and both match f64 references of the stored inputs (relative Frobenius error and each element,
+//! `assert_close`). Outputs are poisoned (NaN) before every run. Without a GPU every test
+//! prints why it is skipped and passes (fails with `FUSED_GEMM_REQUIRE_GPU=1`).
 
 use fused_gemm::device::types::DType;
 use fused_gemm::host::reference::epilogue::{gelu_erf, sigmoid};
-use fused_gemm::host::reference::{bert::layer_norm_row, gemm, rel_frobenius_error};
+use fused_gemm::host::reference::{bert::layer_norm_row, gemm};
 use fused_gemm::host::schedule::verify::verify;
 use fused_gemm::host::schedule::{
     self, Family, Program, Schedule, ScheduleOptions, WaveGraph, WaveRunner,
 };
-use fused_gemm::host::testing::{gpu_or_skip, rng, uniform};
+use fused_gemm::host::testing::{assert_close, gpu_or_skip, rng, uniform};
 use fused_gemm::host::{Error, Gpu, Result, Tensor};
 use fused_gemm::kernels::waves::{T16X64, WAVES_BF16, WAVES_BF16_ROWS};
 use fused_gemm::waves::workloads::{Gemms, LstmStack, MINILM_EPS, MiniLmLayer};
@@ -90,12 +91,15 @@ fn gemm_outputs_match(test: &str, shapes: &[(usize, usize, usize)], opts: Schedu
             *x = (*x + bias[j % n]).max(0.0);
         }
         let got: Vec<f64> = got.iter().map(|&x| f32::from_bits(x) as f64).collect();
-        let err = rel_frobenius_error(&got, &reference);
-        eprintln!(
-            "{test}: op {i} {m}×{n}×{k} tile {}×{} splits {}: rel error {err:.2e}",
-            v.tile.bm, v.tile.bn, v.splits
+        assert_close(
+            &got,
+            &reference,
+            1e-2,
+            &format!(
+                "{test}: op {i} {m}×{n}×{k} tile {}×{} splits {}",
+                v.tile.bm, v.tile.bn, v.splits
+            ),
         );
-        assert!(err < 1e-2, "op {i}: relative error {err}");
     }
 }
 
@@ -229,9 +233,7 @@ fn minilm_layer_persistent_matches_per_op() {
             &layer.be2,
         );
         for (name, g, w) in [("h1", &h1, &h1_ref), ("f", &f, &f_ref), ("y", &y, &y_ref)] {
-            let err = rel_frobenius_error(g, w);
-            eprintln!("{test}: seq {seq} {name}: rel error {err:.2e}");
-            assert!(err < 1e-2, "seq {seq} {name}: relative error {err}");
+            assert_close(g, w, 1e-2, &format!("{test}: seq {seq} {name}"));
         }
     }
 }
@@ -353,12 +355,8 @@ fn lstm_stack_persistent_matches_per_op_and_replays() {
             }
         }
     }
-    let (eh, ec) = (
-        rel_frobenius_error(&got_h, &want_h),
-        rel_frobenius_error(&got_c, &want_c),
-    );
-    eprintln!("{test}: h rel error {eh:.2e}, c rel error {ec:.2e}");
-    assert!(eh < 1e-2 && ec < 1e-3, "h {eh}, c {ec}");
+    assert_close(&got_h, &want_h, 1e-2, &format!("{test}: h"));
+    assert_close(&got_c, &want_c, 1e-3, &format!("{test}: c"));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! GPU tests of the runtime: tensors and views, streams, CUDA graph capture and replay, typed
-//! errors that need a device. Without a GPU each test prints why it is skipped and passes.
+//! errors that need a device. Without a GPU each test prints why it is skipped and passes
+//! (fails with `FUSED_GEMM_REQUIRE_GPU=1`).
 //!
 //! The kernel is a hand-written PTX axpy ([`AXPY_PTX`], checked with `ptxas -arch=sm_90`), so
 //! these tests need nothing but this crate.
@@ -9,7 +10,7 @@ use fused_gemm_device::types::DType;
 use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::module::{PtxModule, PtxSet};
 use fused_gemm_host::reference::max_rel_error;
-use fused_gemm_host::testing::{gpu_or_skip, rng, uniform};
+use fused_gemm_host::testing::{assert_close, gpu_or_skip, rng, uniform};
 use fused_gemm_host::{Error, Gpu, Result, Tensor};
 
 /// `y[i] = alpha·x[i] + y[i]` for `i < n`, one thread per element (no grid-stride loop).
@@ -232,6 +233,7 @@ fn axpy_graph_replays_like_direct_launches() {
     let err = max_rel_error(&got, &want, 1.0);
     println!("graph replay ×{reps}, n = {n}: max rel error {err:.2e}");
     assert!(err < 1e-5, "{err}");
+    assert_close(&got, &want, 1e-5, &format!("graph replay ×{reps}, n = {n}"));
 
     // Replays see the buffers' current contents.
     let fresh = vec![0.0f32; n];
