@@ -1,5 +1,5 @@
-//! The PNG chart of the time ratios: one group of horizontal bars per (shape, epilogue) —
-//! ours ÷ cuBLASLt, ours ÷ unfused, unfused ÷ cuBLASLt — with a line at 1 (left of it: faster).
+//! PNG charts of time ratios: one group of up to three horizontal bars per row, with a line at
+//! 1 (left of it: the first of the pair is faster).
 //!
 //! Text is drawn with plotters' `ab_glyph` backend from DejaVu Sans Mono embedded in the binary
 //! (`bench/assets/`, Bitstream Vera license), so neither building nor running needs fontconfig,
@@ -13,7 +13,6 @@ use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::{BenchError, Result};
-use crate::report::{PathKind, Report};
 
 /// Rows of space under the bars for the legend.
 const LEGEND_ROWS: f64 = 3.0;
@@ -32,52 +31,17 @@ fn register_font() -> Result<()> {
     .map_err(BenchError::Chart)
 }
 
-/// One bar group: label and the three ratios (absent where a path was not timed).
+/// One bar group: label and up to three ratios (absent where a path was not timed).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bars {
-    /// `shape epilogue`.
+    /// The row's name.
     pub label: String,
-    /// ours ÷ cuBLASLt, ours ÷ unfused, unfused ÷ cuBLASLt.
+    /// The ratios, in the order of the series names given to [`draw_bars`].
     pub ratios: [Option<f64>; 3],
-}
-
-/// Series names, in [`Bars::ratios`] order.
-pub const SERIES: [&str; 3] = ["ours / cuBLASLt", "ours / unfused", "unfused / cuBLASLt"];
-
-/// The bar groups of a report: every case with at least one ratio.
-pub fn bars(r: &Report) -> Vec<Bars> {
-    r.cases
-        .iter()
-        .filter_map(|c| {
-            let ours = c.path(PathKind::Ours);
-            let unfused = c.path(PathKind::Unfused);
-            let ratios = [
-                ours.and_then(|p| p.time_vs_cublaslt),
-                ours.and_then(|p| p.time_vs_unfused),
-                unfused.and_then(|p| p.time_vs_cublaslt),
-            ];
-            ratios.iter().any(Option::is_some).then(|| Bars {
-                label: format!("{} {}", c.shape, c.epilogue.name()),
-                ratios,
-            })
-        })
-        .collect()
 }
 
 fn err<E: std::fmt::Display>(e: E) -> BenchError {
     BenchError::Chart(e.to_string())
-}
-
-/// Draws the chart of `r` to `path` (PNG). A report without ratios gives a chart that says so.
-///
-/// # Errors
-/// [`BenchError::Chart`] if the font or the PNG cannot be written.
-pub fn draw(r: &Report, path: &Path) -> Result<()> {
-    let title = format!(
-        "fused-gemm-bench: time ratios ({}, {}, {})",
-        r.device.name, r.dtype, r.date
-    );
-    draw_bars(&title, &bars(r), &SERIES, path)
 }
 
 /// Draws groups of horizontal ratio bars (one bar per series present, values printed, a line
@@ -196,7 +160,6 @@ pub fn draw_bars(title: &str, groups: &[Bars], series: &[&str; 3], path: &Path) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Status;
 
     fn png_size(path: &Path) -> (u32, u32) {
         let b = std::fs::read(path).unwrap();
@@ -205,44 +168,26 @@ mod tests {
         (be(16), be(20))
     }
 
-    fn tmp(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("fused-gemm-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d.join(name)
-    }
-
     #[test]
-    fn chart_file_is_written_with_one_row_per_case() {
-        let r = crate::report::tests::sample();
-        let b = bars(&r);
-        assert_eq!(b.len(), 2);
-        assert_eq!(b[0].label, "anchor.bert-ffn-up bias-gelu");
-        assert!((b[0].ratios[0].unwrap() - 1.25).abs() < 1e-12);
-        // Ours is n/a in the second case: only unfused / cuBLASLt remains.
-        assert_eq!(b[1].ratios[0], None);
-        assert!(b[1].ratios[2].is_some());
-        let path = tmp("ratios.png");
-        draw(&r, &path).unwrap();
+    fn chart_file_is_written_with_one_row_per_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = [
+            Bars {
+                label: "bert-base.ffn-up.bias-gelu".into(),
+                ratios: [Some(1.25), Some(0.9), None],
+            },
+            Bars {
+                label: "llama3-8b.gate-up.swiglu".into(),
+                ratios: [None, None, Some(1.1)],
+            },
+        ];
+        let path = dir.path().join("ratios.png");
+        draw_bars("title", &groups, &["a", "b", "c"], &path).unwrap();
         assert_eq!(png_size(&path), (1400, 140 + (2 + 3) * 30));
-        // Text was drawn: a chart with labels has many more non-white pixels than bars alone
-        // would give, so check the file is not trivially small.
+        // Text was drawn: labels make the file far larger than bars alone would.
         assert!(std::fs::metadata(&path).unwrap().len() > 10_000);
-    }
-
-    #[test]
-    fn chart_without_ratios_says_so() {
-        let mut r = crate::report::tests::sample();
-        for c in &mut r.cases {
-            for p in &mut c.paths {
-                p.status = Status::NotAvailable;
-                p.timing = None;
-                p.time_vs_cublaslt = None;
-                p.time_vs_unfused = None;
-            }
-        }
-        assert!(bars(&r).is_empty());
-        let path = tmp("empty.png");
-        draw(&r, &path).unwrap();
-        assert_eq!(png_size(&path), (1400, 140 + (1 + 3) * 30));
+        let empty = dir.path().join("empty.png");
+        draw_bars("title", &[], &["a", "b", "c"], &empty).unwrap();
+        assert_eq!(png_size(&empty), (1400, 140 + (1 + 3) * 30));
     }
 }

@@ -1,6 +1,8 @@
 //! cuBLASLt for the baselines, through cudarc's `cublaslt::result` layer: descriptors, layouts
-//! and the heuristic's algorithm are built once per shape ([`LtPlan`]); a timed run is one
-//! `cublasLtMatmul` call ([`Lt::run`]).
+//! and the heuristic's top algorithms are built once per shape ([`LtPlan`]); the harness times
+//! each candidate and keeps the fastest ([`LtPlan::select`]), as a framework's autotuner would;
+//! a timed run is one `cublasLtMatmul` call ([`Lt::run`]). The workspace is 32 MiB, what
+//! NVIDIA recommends on Hopper and what PyTorch gives cuBLASLt there.
 //!
 //! Row-major `C = A·Bᵀ` (A M×K, B N×K as `Linear` weights are stored, C M×N) is, read
 //! column-major, `Cᵀ = B·Aᵀ`: cuBLASLt's "A" is our B (stored K×N column-major, ld K,
@@ -29,6 +31,9 @@ pub fn available() -> bool {
 /// Workspace cuBLASLt may use (NVIDIA recommends 32 MiB on Hopper).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
 
+/// Algorithms asked of cuBLASLt's heuristic per shape; the harness times each.
+pub const HEURISTIC_ALGOS: usize = 8;
+
 /// A cuBLASLt handle bound to the benchmark's stream, with its workspace.
 pub struct Lt {
     handle: sys::cublasLtHandle_t,
@@ -48,7 +53,8 @@ pub struct LtPlan {
     a_layout: sys::cublasLtMatrixLayout_t,
     b_layout: sys::cublasLtMatrixLayout_t,
     d_layout: sys::cublasLtMatrixLayout_t,
-    algo: sys::cublasLtMatmulAlgo_t,
+    candidates: Vec<sys::cublasLtMatmulAlgo_t>,
+    chosen: std::cell::Cell<usize>,
     epilogue: LtEpilogue,
     /// M, N, K of the row-major problem.
     pub mnk: (usize, usize, usize),
@@ -77,6 +83,29 @@ impl Drop for Lt {
         unsafe {
             let _ = lt::destroy_handle(self.handle);
         }
+    }
+}
+
+fn status_of(r: std::result::Result<(), lt::CublasError>) -> Result<()> {
+    r.map_err(BenchError::from)
+}
+
+impl LtPlan {
+    /// How many algorithms the heuristic offered (at least one).
+    pub fn candidates(&self) -> usize {
+        self.candidates.len()
+    }
+
+    /// Runs use candidate `i` (0 is the heuristic's favourite); out of range keeps the choice.
+    pub fn select(&self, i: usize) {
+        if i < self.candidates.len() {
+            self.chosen.set(i);
+        }
+    }
+
+    /// The candidate in use.
+    pub fn chosen(&self) -> usize {
+        self.chosen.get()
     }
 }
 
@@ -181,7 +210,8 @@ impl Lt {
     }
 
     /// Builds descriptors for `C = A·Bᵀ (+ epilogue)` with row-major M×K A, N×K B, M×N C of
-    /// `dtype`, f32 accumulation and scale, and asks the heuristic for its best algorithm.
+    /// `dtype`, f32 accumulation and scale, and asks the heuristic for its
+    /// [`HEURISTIC_ALGOS`] best algorithms (the first, its favourite, is selected).
     /// `bias_for_heuristic` is a device address of the kind the runs will pass (alignment
     /// matters to the heuristic), or 0 without a bias epilogue.
     ///
@@ -203,7 +233,8 @@ impl Lt {
             a_layout: std::ptr::null_mut(),
             b_layout: std::ptr::null_mut(),
             d_layout: std::ptr::null_mut(),
-            algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+            candidates: Vec::new(),
+            chosen: std::cell::Cell::new(0),
             epilogue,
             mnk: (m, n, k),
         };
@@ -220,7 +251,6 @@ impl Lt {
         let epi = match epilogue {
             LtEpilogue::None => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
             LtEpilogue::Bias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-            LtEpilogue::BiasRelu => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
             LtEpilogue::BiasGelu => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
         };
         use sys::cublasLtMatmulDescAttributes_t as A;
@@ -240,8 +270,17 @@ impl Lt {
         }
         let pref = lt::create_matmul_pref()?;
         let ws = self.workspace.len();
-        // SAFETY: all handles valid; the preference is destroyed right after.
-        let heuristic = unsafe {
+        let mut results = [sys::cublasLtMatmulHeuristicResult_t {
+            algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+            workspaceSize: 0,
+            state: sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS,
+            wavesCount: 0.0,
+            reserved: [0; 4],
+        }; HEURISTIC_ALGOS];
+        let mut returned = 0i32;
+        // SAFETY: all handles valid; `results` holds HEURISTIC_ALGOS entries; the preference
+        // is destroyed right after.
+        let status = unsafe {
             let r = lt::set_matmul_pref_attribute(
                 pref,
                 sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -249,7 +288,7 @@ impl Lt {
                 std::mem::size_of::<usize>(),
             )
             .and_then(|_| {
-                lt::get_matmul_algo_heuristic(
+                sys::cublasLtMatmulAlgoGetHeuristic(
                     self.handle,
                     plan.desc,
                     plan.a_layout,
@@ -257,12 +296,26 @@ impl Lt {
                     plan.d_layout,
                     plan.d_layout,
                     pref,
+                    HEURISTIC_ALGOS as i32,
+                    results.as_mut_ptr(),
+                    &mut returned,
                 )
+                .result()
             });
             let _ = lt::destroy_matmul_pref(pref);
-            r?
+            status_of(r)
         };
-        plan.algo = heuristic.algo;
+        status?;
+        plan.candidates = results[..returned.clamp(0, HEURISTIC_ALGOS as i32) as usize]
+            .iter()
+            .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+            .map(|r| r.algo)
+            .collect();
+        if plan.candidates.is_empty() {
+            return Err(BenchError::Cublas(
+                "the heuristic returned no algorithm for this problem".into(),
+            ));
+        }
         Ok(plan)
     }
 
@@ -301,7 +354,7 @@ impl Lt {
                 plan.d_layout,
                 d as *mut _,
                 plan.d_layout,
-                &plan.algo,
+                &plan.candidates[plan.chosen.get()],
                 ws as *mut _,
                 ws_len,
                 self.stream.cu_stream() as *mut _,

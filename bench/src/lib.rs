@@ -1,28 +1,31 @@
 //! # fused-gemm-bench
 //!
-//! Side-by-side GEMM + epilogue benchmarks on the GPU, in one process: **ours** (the fused
-//! `#[fused_gemm]` kernels plugged into [`ours`]), **cuBLASLt** with its fused epilogue where one exists
-//! ([`cublaslt`]), and **unfused** (cuBLASLt's plain GEMM followed by
-//! `fused_gemm::rowwise` kernels), over a table of Transformer layer shapes ([`shapes`]) and
-//! epilogues ([`epilogue`]).
+//! Side-by-side GEMM + epilogue measurements on one GPU: **ours** (the `#[fused_gemm]` kernels
+//! plugged into [`ours`]: the launcher's choice, with the autotuner, with each Hopper tile
+//! forced) and **cuBLAS** (its plain GEMM, the fastest of the heuristic's top algorithms, and
+//! cuBLASLt's fused epilogue where one exists, [`cublaslt`]), over the rows of [`shapes`]:
+//! Transformer layer GEMMs with the epilogues of their models ([`epilogue`]). [`compare`] merges
+//! that with the PyTorch, CODA and quack side of `bench/compare/` into the curated table.
 //!
-//! Every path is checked once per shape against an f64 reference of sampled rows (ours also
-//! against the unfused output) and is timed only if it passes ([`run`]); times are CUDA-event
-//! medians over rotated input sets larger than L2 ([`timing`], the primitive other benchmarks
-//! share). Results go to a table, JSON and a PNG chart ([`report`], [`chart`]).
+//! Every path is checked once per row against an f64 reference of sampled rows (each element
+//! and the whole, outputs poisoned first) and is timed only if it passes ([`run`]); times are
+//! CUDA-event medians over rotated input sets larger than L2, taken in interleaved rounds
+//! ([`timing`], the primitive other benchmarks share).
 //!
 //! | module | what |
 //! |---|---|
 //! | [`timing`] | CUDA-event timing, statistics, rotation-set sizing, the spin kernel |
-//! | [`shapes`] | BERT-base/large, GPT-2 XL, LLaMA-3-8B layers at M = 128/4096/16384; anchors |
+//! | [`shapes`] | the rows: BERT-base/large, LLaMA-3-1B/8B, MiniLM at batch 1/32/256 |
 //! | [`epilogue`] | each epilogue's contract, minimal traffic, f64 reference |
-//! | [`problem`] | device buffers (rotation sets) of one case, random data, error measures |
+//! | [`problem`] | device buffers (rotation sets) of one row, random data, error measures |
 //! | [`cublaslt`] | cuBLASLt plans over cudarc's `result` layer |
-//! | [`ours`] | the slot for our fused kernels |
-//! | [`run`] | verification and timing of every path of every case |
-//! | [`report`], [`chart`] | JSON schema, text table, PNG |
+//! | [`ours`] | our kernel for each epilogue |
+//! | [`run`] | verification and interleaved timing of every path of every row |
+//! | [`report`] | the JSON schema of one run, its text table |
+//! | [`compare`], [`chart`] | the merged comparison: markdown, CSV, PNG |
 
 pub mod chart;
+pub mod compare;
 pub mod cublaslt;
 pub mod epilogue;
 pub mod error;

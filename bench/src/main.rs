@@ -1,31 +1,36 @@
-//! `fused-gemm-bench`: ours vs cuBLASLt vs unfused on the GPU (see the library docs).
+//! `fused-gemm-bench`: our fused GEMMs and cuBLAS in one process on one GPU, and the merge of
+//! every side of the comparison into the curated table (see the library docs).
 //!
 //! ```text
-//! fused-gemm-bench --quick --out bench/results     # a few small shapes, all four epilogues
-//! fused-gemm-bench                                 # the whole table
-//! fused-gemm-bench --shapes anchor,bert-base --epilogues bias-gelu,bias-residual-layernorm
-//! fused-gemm-bench list                            # the shape table (no GPU needed)
+//! fused-gemm-bench list [--json]                   # the rows (no GPU needed)
+//! fused-gemm-bench run --json ours.json            # every row: ours, autotuned, tiles, cuBLAS
+//! fused-gemm-bench run --quick --json ours.json    # one row of each epilogue
+//! fused-gemm-bench run --rows bert-base,llama3-8b.gate-up --json ours.json
+//! fused-gemm-bench report --ours ours.json --torch torch.json --out bench/results/h100
 //! fused-gemm-bench timing                          # check the timing primitive on the GPU
 //! ```
 //!
-//! Exit status: 0 when every path that ran was verified; 1 when a path was wrong or failed
-//! (results are still written); 2 when the benchmark could not start (no GPU, bad options).
+//! `bench/compare/run.sh` runs all of it on a GPU host. Exit status: 0 when every path that ran
+//! was verified; 1 when a path was wrong or failed (results are still written); 2 when the
+//! command could not start (no GPU, bad options).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use cudarc::driver::DevicePtr;
 use fused_gemm::Gpu;
+use fused_gemm::host::autotune::Autotuner;
 use fused_gemm::host::cudarc;
+use fused_gemm_bench::compare::{self, Inputs};
 use fused_gemm_bench::cublaslt::{self, Lt};
 use fused_gemm_bench::epilogue::Epilogue;
 use fused_gemm_bench::error::{BenchError, Result};
 use fused_gemm_bench::problem::BenchElement;
 use fused_gemm_bench::report::{self, DeviceInfo, Report, Settings, Status};
 use fused_gemm_bench::run::{self, RunConfig};
+use fused_gemm_bench::shapes;
 use fused_gemm_bench::timing::{self, TimingConfig, rotation_sets, time_gpu};
-use fused_gemm_bench::{chart, shapes};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -34,62 +39,29 @@ enum Dtype {
     F16,
 }
 
-/// GEMM + epilogue benchmarks: our fused kernels, cuBLASLt (fused epilogue where it has one)
-/// and the unfused sequence (cuBLASLt GEMM, then row kernels), side by side on one GPU.
+/// Our fused GEMMs against cuBLAS on one GPU, and the merged comparison table.
 #[derive(Debug, Parser)]
-#[command(version, args_conflicts_with_subcommands = true)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
-
-    /// Shapes: comma-separated table names or prefixes (`bert-base`, `llama3-8b.gate-up`,
-    /// `anchor`) or literal MxNxK. Default: the whole table (`list` shows it).
-    #[arg(long, value_delimiter = ',')]
-    shapes: Vec<String>,
-
-    /// Epilogues for every selected shape (comma-separated). Default: each shape's own.
-    #[arg(long, value_delimiter = ',', value_enum)]
-    epilogues: Vec<Epilogue>,
-
-    /// Timed runs per path (the median and percentiles are over these; at least 50
-    /// recommended). Default: 100, or 50 with --quick.
-    #[arg(long)]
-    runs: Option<usize>,
-
-    /// Untimed runs per path first.
-    #[arg(long, default_value_t = 10)]
-    warmup: usize,
-
-    /// Folder for the JSON, the table and the PNG chart.
-    #[arg(long, default_value = "bench/results")]
-    out: PathBuf,
-
-    /// A few small shapes covering bias+GELU, bias+residual+LayerNorm, SwiGLU and
-    /// RMSNorm-scale, plus the BERT FFN-up anchor.
-    #[arg(long)]
-    quick: bool,
-
-    /// Storage type of every operand.
-    #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
-    dtype: Dtype,
-
-    /// Seed of the random inputs (default: fresh, recorded in the results).
-    #[arg(long)]
-    seed: Option<u64>,
-
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
-    device: usize,
-
-    /// Most rotation sets per case.
-    #[arg(long, default_value_t = 64)]
-    max_sets: usize,
+    command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the shape table and each shape's epilogues (no GPU needed).
-    List,
+    /// Print the rows (name, M, N, K, epilogue); no GPU needed.
+    List {
+        /// As JSON, for the PyTorch side of the comparison.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        select: Select,
+    },
+    /// Check and time every selected row: ours (launcher's choice, autotuned, each Hopper tile
+    /// forced), cuBLAS's GEMM and cuBLASLt's fused epilogue.
+    Run(RunArgs),
+    /// Merge the sides of one comparison run into compare.md, compare.csv and compare.png.
+    Report(ReportArgs),
     /// Check the timing primitive on the GPU: a fixed-length spin, a rotated device-to-device
     /// copy (bandwidth) and an almost empty kernel (launch floor).
     Timing {
@@ -108,20 +80,120 @@ enum Command {
     },
 }
 
+/// Which rows.
+#[derive(Debug, Args)]
+struct Select {
+    /// Rows: comma-separated names or dotted prefixes (`bert-base`, `llama3-8b.gate-up`) or
+    /// literal MxNxK. Default: every row (`list` shows them).
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<String>,
+
+    /// Epilogues of literal MxNxK rows (comma-separated).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "gemm")]
+    epilogues: Vec<Epilogue>,
+
+    /// One row of each epilogue (when no --rows are given).
+    #[arg(long)]
+    quick: bool,
+}
+
+impl Select {
+    fn rows(&self) -> Result<Vec<shapes::Row>> {
+        let patterns: Vec<String> = if self.quick && self.rows.is_empty() {
+            shapes::QUICK.iter().map(|s| s.to_string()).collect()
+        } else {
+            self.rows.clone()
+        };
+        shapes::select(&shapes::table(), &patterns, &self.epilogues)
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    select: Select,
+
+    /// Write the results here (JSON).
+    #[arg(long)]
+    json: PathBuf,
+
+    /// Interleaved rounds: every path is timed once per round, in turn.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+
+    /// Timed runs of each path per round.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+
+    /// Untimed runs of each path before its first round.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+
+    /// Skip the forced-tile columns.
+    #[arg(long)]
+    no_tiles: bool,
+
+    /// Skip the autotuned column.
+    #[arg(long)]
+    no_autotune: bool,
+
+    /// Storage type of every operand.
+    #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
+    dtype: Dtype,
+
+    /// Seed of the random inputs (default: fresh, recorded in the results).
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+
+    /// Most rotation sets per row.
+    #[arg(long, default_value_t = 64)]
+    max_sets: usize,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// `fused-gemm-bench run` output of the run's first pass.
+    #[arg(long)]
+    ours: PathBuf,
+    /// `fused-gemm-bench run` output of the run's last pass.
+    #[arg(long)]
+    ours_last: Option<PathBuf>,
+    /// `bench/compare/torch_rows.py` output.
+    #[arg(long)]
+    torch: Option<PathBuf>,
+    /// `fused-gemm bench --json` output (MiniLM forward, ours).
+    #[arg(long)]
+    minilm_ours: Option<PathBuf>,
+    /// `bench/minilm/pytorch_baseline.py` output (MiniLM forward, PyTorch).
+    #[arg(long)]
+    minilm_torch: Option<PathBuf>,
+    /// The driver version, as `nvidia-smi` reports it.
+    #[arg(long, default_value = "")]
+    driver: String,
+    /// The command that ran the comparison, for the table's header.
+    #[arg(long, default_value = "bench/compare/run.sh")]
+    command: String,
+    /// Folder for compare.md, compare.csv and compare.png.
+    #[arg(long)]
+    out: PathBuf,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Some(Command::List) => {
-            list();
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(Command::Timing {
+        Command::List { json, select } => list(select, *json).map(|_| ExitCode::SUCCESS),
+        Command::Run(args) => bench(args),
+        Command::Report(args) => report_cmd(args),
+        Command::Timing {
             mib,
             runs,
             warmup,
             device,
-        }) => timing_check(*device, *mib, *runs, *warmup).map(|_| ExitCode::SUCCESS),
-        None => bench(&cli),
+        } => timing_check(*device, *mib, *runs, *warmup).map(|_| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -132,99 +204,82 @@ fn main() -> ExitCode {
     }
 }
 
-fn list() {
-    println!(
-        "{:<32} {:>6} {:>6} {:>6}  epilogues",
-        "shape", "M", "N", "K"
-    );
-    for s in shapes::table() {
-        let e: Vec<&str> = s.epilogues.iter().map(|e| e.name()).collect();
-        println!(
-            "{:<32} {:>6} {:>6} {:>6}  {}",
-            s.name,
-            s.m,
-            s.n,
-            s.k,
-            e.join(", ")
-        );
+fn list(select: &Select, json: bool) -> Result<()> {
+    let rows = select.rows()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("{:<46} {:>6} {:>6} {:>6}", "row", "M", "N", "K");
+    for r in &rows {
+        println!("{:<46} {:>6} {:>6} {:>6}", r.name, r.m, r.n, r.k);
     }
     println!(
-        "\nquick: {}\nepilogues: {}",
+        "
+quick: {}
+epilogues: {}",
         shapes::QUICK.join(", "),
         Epilogue::ALL.map(|e| e.name()).join(", ")
     );
+    Ok(())
 }
 
-fn open(device: usize) -> Result<Gpu> {
-    Ok(Gpu::new(device)?)
-}
-
-fn bench(cli: &Cli) -> Result<ExitCode> {
-    let table = shapes::table();
-    let patterns: Vec<String> = if cli.quick && cli.shapes.is_empty() {
-        shapes::QUICK.iter().map(|s| s.to_string()).collect()
-    } else {
-        cli.shapes.clone()
-    };
-    let selected = shapes::select(&table, &patterns)?;
-    let epilogues = (!cli.epilogues.is_empty()).then_some(cli.epilogues.as_slice());
-    let runs = cli.runs.unwrap_or(if cli.quick { 50 } else { 100 });
-    if runs == 0 {
+fn bench(args: &RunArgs) -> Result<ExitCode> {
+    let rows = args.select.rows()?;
+    if args.runs == 0 || args.rounds == 0 {
         return Err(BenchError::Usage {
-            what: "--runs",
-            detail: "at least 1".into(),
+            what: "--runs/--rounds",
+            detail: "at least 1 each".into(),
         });
     }
-    if runs < 50 {
-        eprintln!("fused-gemm-bench: note: {runs} runs per path; medians over ≥ 50 are steadier");
-    }
-    let seed = cli.seed.unwrap_or_else(rand::random);
+    let seed = args.seed.unwrap_or_else(rand::random);
     let cfg = RunConfig {
-        cases: run::cases(&selected, epilogues),
-        timing: TimingConfig {
-            warmup: cli.warmup,
-            runs,
-            ..TimingConfig::default()
-        },
+        rows,
+        warmup: args.warmup,
+        rounds: args.rounds,
+        runs_per_round: args.runs,
         seed,
-        max_sets: cli.max_sets,
+        max_sets: args.max_sets,
+        tiles: !args.no_tiles,
     };
 
-    let gpu = open(cli.device)?;
-    let lt_available = cublaslt::available();
-    let mut lt = if lt_available {
+    let gpu = Gpu::new(args.device)?;
+    let mut lt = if cublaslt::available() {
         match Lt::new(&gpu) {
             Ok(l) => Some(l),
             Err(e) => {
-                eprintln!("fused-gemm-bench: cuBLASLt unusable ({e}); its paths are n/a");
+                eprintln!("fused-gemm-bench: cuBLASLt unusable ({e}); its columns are n/a");
                 None
             }
         }
     } else {
-        eprintln!(
-            "fused-gemm-bench: libcublasLt not found; the cuBLASLt and unfused paths are n/a"
-        );
+        eprintln!("fused-gemm-bench: libcublasLt not found; its columns are n/a");
         None
     };
+    // The autotuner caches in a fresh folder, so every run measures its candidates anew.
+    let tune_dir = tempfile::tempdir().map_err(|source| BenchError::Io {
+        path: std::env::temp_dir().display().to_string(),
+        source,
+    })?;
+    let mut tuner = (!args.no_autotune).then(|| Autotuner::new(tune_dir.path()));
     let date = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let dtype = match args.dtype {
+        Dtype::Bf16 => "bf16",
+        Dtype::F16 => "f16",
+    };
     eprintln!(
-        "fused-gemm-bench: {} case(s) on {} ({}), seed {seed}",
-        cfg.cases.len(),
+        "fused-gemm-bench: {} row(s) on {} ({dtype}), seed {seed}",
+        cfg.rows.len(),
         gpu.name(),
-        match cli.dtype {
-            Dtype::Bf16 => "bf16",
-            Dtype::F16 => "f16",
-        }
     );
-
-    let pb = ProgressBar::new((cfg.cases.len() * 3) as u64);
+    let pb = ProgressBar::new(cfg.rows.len() as u64);
     pb.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} paths [{elapsed_precise}] {msg}")
+        ProgressStyle::with_template("{bar:40} {pos}/{len} rows [{elapsed_precise}] {msg}")
             .expect("the template is valid"),
     );
-    let cases = match cli.dtype {
-        Dtype::Bf16 => run_typed::<half::bf16>(&gpu, &cfg, lt.as_mut(), &pb),
-        Dtype::F16 => run_typed::<half::f16>(&gpu, &cfg, lt.as_mut(), &pb),
+    let rows = match args.dtype {
+        Dtype::Bf16 => run_typed::<half::bf16>(&gpu, &cfg, lt.as_mut(), &mut tuner, &pb),
+        Dtype::F16 => run_typed::<half::f16>(&gpu, &cfg, lt.as_mut(), &mut tuner, &pb),
     };
     pb.finish_and_clear();
 
@@ -235,7 +290,7 @@ fn bench(cli: &Cli) -> Result<ExitCode> {
         command_line: std::env::args_os()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        date: date.clone(),
+        date,
         git_commit: env!("FUSED_GEMM_GIT_COMMIT").to_owned(),
         device: DeviceInfo {
             name: gpu.name().to_owned(),
@@ -243,29 +298,24 @@ fn bench(cli: &Cli) -> Result<ExitCode> {
             sm_count: p.sm_count,
             l2_bytes: p.l2_bytes as u64,
         },
-        dtype: match cli.dtype {
-            Dtype::Bf16 => "bf16".into(),
-            Dtype::F16 => "f16".into(),
-        },
+        dtype: dtype.into(),
         settings: Settings {
-            warmup: cli.warmup,
-            runs,
+            warmup: args.warmup,
+            rounds: args.rounds,
+            runs_per_round: args.runs,
             seed,
+            cublas_algos: cublaslt::HEURISTIC_ALGOS,
+            cublas_workspace_bytes: cublaslt::WORKSPACE_BYTES,
             cublaslt_available: lt.is_some(),
-            method: "CUDA events around each run, runs queued back to back behind a spin \
-                     kernel, inputs rotated over sets totalling ≥ 2× L2"
-                .into(),
+            method: timing::METHOD.into(),
         },
-        cases,
+        rows,
     };
-    let table_text = report::format_table(&report);
-    println!("{table_text}");
-    let files = write_results(&report, &table_text, &cli.out)?;
-    for f in files {
-        eprintln!("fused-gemm-bench: wrote {}", f.display());
-    }
+    println!("{}", report::format_table(&report));
+    write_json(&args.json, &report)?;
+    eprintln!("fused-gemm-bench: wrote {}", args.json.display());
     let bad = report
-        .cases
+        .rows
         .iter()
         .flat_map(|c| &c.paths)
         .filter(|p| matches!(p.status, Status::Wrong | Status::Error))
@@ -277,37 +327,54 @@ fn bench(cli: &Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn write_json(path: &Path, r: &Report) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(r)?).map_err(|source| BenchError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 fn run_typed<T: BenchElement>(
     gpu: &Gpu,
     cfg: &RunConfig,
     lt: Option<&mut Lt>,
+    tuner: &mut Option<Autotuner>,
     pb: &ProgressBar,
-) -> Vec<report::CaseResult> {
-    run::run_all::<T>(gpu, cfg, lt, pb)
+) -> Vec<report::RowResult> {
+    run::run_all::<T>(gpu, cfg, lt, tuner, pb)
 }
 
-/// Writes `<stem>.json`, `<stem>.txt` and `<stem>.png` under `dir`, the stem made of the
-/// date, dtype and device.
-fn write_results(r: &Report, table: &str, dir: &Path) -> Result<Vec<PathBuf>> {
-    let io = |p: &Path| {
-        let path = p.display().to_string();
-        move |source| BenchError::Io { path, source }
+fn report_cmd(a: &ReportArgs) -> Result<ExitCode> {
+    let mut missing = Vec::new();
+    let inputs = Inputs {
+        ours: compare::load(Some(&a.ours), &mut missing),
+        ours_last: compare::load(a.ours_last.as_deref(), &mut missing),
+        torch: compare::load(a.torch.as_deref(), &mut missing),
+        minilm_ours: compare::load(a.minilm_ours.as_deref(), &mut missing),
+        minilm_torch: compare::load(a.minilm_torch.as_deref(), &mut missing),
+        driver: a.driver.clone(),
+        command: a.command.clone(),
+        missing,
     };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let device = fused_gemm_bench::report::device_slug(&r.device.name);
-    let stem = format!("{}-{}-{device}", r.date.replace(':', ""), r.dtype);
-    let json = dir.join(format!("{stem}.json"));
-    std::fs::write(&json, serde_json::to_string_pretty(r)?).map_err(io(&json))?;
-    let txt = dir.join(format!("{stem}.txt"));
-    std::fs::write(&txt, table).map_err(io(&txt))?;
-    let png = dir.join(format!("{stem}.png"));
-    chart::draw(r, &png)?;
-    Ok(vec![json, txt, png])
+    for f in compare::write(&inputs, &a.out)? {
+        eprintln!("fused-gemm-bench: wrote {}", f.display());
+    }
+    Ok(if inputs.ours.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `timing`: exercises the primitive on known quantities.
 fn timing_check(device: usize, mib: usize, runs: usize, warmup: usize) -> Result<()> {
-    let gpu = open(device)?;
+    let gpu = Gpu::new(device)?;
     let cfg = TimingConfig {
         warmup,
         runs,

@@ -2,7 +2,8 @@
 //! the host copy of set 0 for the f64 reference, and output comparison.
 //!
 //! Data: A uniform in [−1, 1); B uniform in [−1, 1)·√(3/K) (so C has unit-order values for
-//! every K); bias and β uniform in [−½, ½); γ in [½, 1½); residual in [−1, 1). Never zeros.
+//! every K); bias and β uniform in [−½, ½); γ and a consumer's rstd in [½, 1½); residual in
+//! [−1, 1). Never zeros.
 //! Set 0 is generated on the host (in parallel, one seeded generator per chunk) and uploaded;
 //! the other sets are device copies of it (the rotation defeats the L2 by address, not by
 //! content).
@@ -39,30 +40,31 @@ pub struct Set<T> {
     pub beta: Option<CudaSlice<T>>,
     /// Output, M×out_cols.
     pub out: CudaSlice<T>,
-    /// Per-row f32 output, M.
+    /// Per-row f32 values, M: the consumer's input or the producer's output.
     pub rstd: Option<CudaSlice<f32>>,
-    /// The unfused path's intermediate: the GEMM output before SwiGLU (M×N), or the
-    /// normalized A of rmsnorm-scale (M×K).
-    pub tmp: Option<CudaSlice<T>>,
+    /// The plain GEMM's M×N output where `out` is narrower (SwiGLU): the cuBLAS column's.
+    pub gemm_out: Option<CudaSlice<T>>,
 }
 
-/// Host copies of set 0's inputs.
+/// Host copies of set 0's inputs (empty where the epilogue does not read them).
 pub struct HostInputs<T> {
     /// A, M×K.
     pub a: Vec<T>,
     /// B, N×K.
     pub b: Vec<T>,
-    /// Bias (empty if unused).
+    /// Bias.
     pub bias: Vec<T>,
-    /// Residual (empty if unused).
+    /// Residual.
     pub residual: Vec<T>,
-    /// γ (empty if unused; ones of length K for rmsnorm-scale).
+    /// γ.
     pub gamma: Vec<T>,
-    /// β (empty if unused).
+    /// β.
     pub beta: Vec<T>,
+    /// The consumer's rstd.
+    pub rstd: Vec<f32>,
 }
 
-/// A case's device buffers and host inputs.
+/// A row's device buffers and host inputs.
 pub struct Problem<T> {
     /// Rows.
     pub m: usize,
@@ -82,15 +84,12 @@ pub struct Problem<T> {
 pub fn set_bytes(m: usize, n: usize, k: usize, epilogue: Epilogue, elem: usize) -> u64 {
     let o = epilogue.operands();
     let mut e = (m * k + n * k + m * epilogue.out_cols(n)) as u64;
-    e += [o.bias, o.gamma, o.beta].iter().filter(|&&b| b).count() as u64 * n as u64;
+    e += (o.bias as u64 + 2 * o.gamma_beta as u64) * n as u64;
     if o.residual {
         e += (m * n) as u64;
     }
-    if epilogue == Epilogue::Swiglu {
+    if epilogue.out_cols(n) != n {
         e += (m * n) as u64;
-    }
-    if o.normalized_input {
-        e += (m * k + k) as u64;
     }
     e * elem as u64 + if o.rstd { 4 * m as u64 } else { 0 }
 }
@@ -150,13 +149,13 @@ impl<T: BenchElement> Problem<T> {
             b: random_vec::<T>(n * k, seed.wrapping_add(1), (3.0 / k as f32).sqrt(), 0.0),
             bias: opt(o.bias, n, 2, 0.5, 0.0),
             residual: opt(o.residual, m * n, 3, 1.0, 0.0),
-            // rmsnorm-scale's γ is folded into B; the unfused RMSNorm gets a unit γ of length K.
-            gamma: if o.normalized_input {
-                vec![T::from_f32(1.0); k]
+            gamma: opt(o.gamma_beta, n, 4, 0.5, 1.0),
+            beta: opt(o.gamma_beta, n, 5, 0.5, 0.0),
+            rstd: if o.rstd && !epilogue.writes_rstd() {
+                random_vec::<f32>(m, seed.wrapping_add(6), 0.5, 1.0)
             } else {
-                opt(o.gamma, n, 4, 0.5, 1.0)
+                Vec::new()
             },
-            beta: opt(o.beta, n, 5, 0.5, 0.0),
         };
         let up = |v: &Vec<T>| -> Result<Option<CudaSlice<T>>> {
             Ok(if v.is_empty() {
@@ -173,11 +172,13 @@ impl<T: BenchElement> Problem<T> {
             gamma: up(&host.gamma)?,
             beta: up(&host.beta)?,
             out: gpu.zeros(m * epilogue.out_cols(n))?,
-            rstd: if o.rstd { Some(gpu.zeros(m)?) } else { None },
-            tmp: if epilogue == Epilogue::Swiglu {
+            rstd: match (o.rstd, host.rstd.is_empty()) {
+                (false, _) => None,
+                (true, true) => Some(gpu.zeros(m)?),
+                (true, false) => Some(gpu.upload(&host.rstd)?),
+            },
+            gemm_out: if epilogue.out_cols(n) != n {
                 Some(gpu.zeros(m * n)?)
-            } else if o.normalized_input {
-                Some(gpu.zeros(m * k)?)
             } else {
                 None
             },
@@ -200,10 +201,10 @@ impl<T: BenchElement> Problem<T> {
                 beta: copy(&first.beta)?,
                 out: gpu.zeros(first.out.len())?,
                 rstd: match &first.rstd {
-                    Some(r) => Some(gpu.zeros(r.len())?),
+                    Some(r) => Some(s.clone_dtod(r)?),
                     None => None,
                 },
-                tmp: match &first.tmp {
+                gemm_out: match &first.gemm_out {
                     Some(t) => Some(gpu.zeros(t.len())?),
                     None => None,
                 },
@@ -221,8 +222,8 @@ impl<T: BenchElement> Problem<T> {
         })
     }
 
-    /// Fills set 0's outputs (and the unfused GEMM buffer) with NaN (all bits set), so an
-    /// element a path does not write fails the comparison.
+    /// Fills set 0's outputs with NaN (all bits set), so an element a path does not write fails
+    /// the comparison.
     ///
     /// # Errors
     /// Driver errors.
@@ -238,10 +239,12 @@ impl<T: BenchElement> Problem<T> {
             Ok(())
         }
         fill(s, &mut set.out)?;
-        if let Some(r) = set.rstd.as_mut() {
+        if self.epilogue.writes_rstd()
+            && let Some(r) = set.rstd.as_mut()
+        {
             fill(s, r)?;
         }
-        if let Some(t) = set.tmp.as_mut() {
+        if let Some(t) = set.gemm_out.as_mut() {
             fill(s, t)?;
         }
         Ok(())
@@ -265,9 +268,10 @@ impl<T: BenchElement> Problem<T> {
         rows
     }
 
-    /// The f64 reference of the sampled rows: for each, the contract's output and what the
-    /// cuBLASLt column computes. Rows are computed in parallel.
-    pub fn reference(&self, rows: &[usize]) -> Vec<(RowOutput, Vec<f64>)> {
+    /// The f64 reference of the sampled rows: for each, the contract's output and what
+    /// cuBLAS's plain GEMM and cuBLASLt's fused epilogue compute. Rows are computed in
+    /// parallel.
+    pub fn reference(&self, rows: &[usize]) -> Vec<Reference> {
         let (n, k) = (self.n, self.k);
         let h = &self.host;
         let f = |v: &[T]| -> Vec<f64> { v.iter().map(|x| x.to_f32() as f64).collect() };
@@ -294,16 +298,17 @@ impl<T: BenchElement> Problem<T> {
                             f(&h.residual[r * n..(r + 1) * n])
                         };
                         let x = RowInputs {
-                            a_row: &a,
                             bias,
                             residual: &res,
                             gamma,
                             beta,
+                            rstd: h.rstd.get(r).map_or(f64::NAN, |&v| v as f64),
                         };
-                        (
-                            self.epilogue.reference_row(&c, &x),
-                            self.epilogue.cublaslt_reference_row(&c, &x),
-                        )
+                        Reference {
+                            contract: self.epilogue.reference_row(&c, &x),
+                            fused_lt: self.epilogue.cublaslt_reference_row(&c, &x),
+                            gemm: c,
+                        }
                     })
                 })
                 .collect();
@@ -313,6 +318,17 @@ impl<T: BenchElement> Problem<T> {
                 .collect()
         })
     }
+}
+
+/// The f64 reference of one sampled row.
+#[derive(Clone, Debug)]
+pub struct Reference {
+    /// The contract's output.
+    pub contract: RowOutput,
+    /// What cuBLASLt's fused epilogue computes.
+    pub fused_lt: Vec<f64>,
+    /// The plain GEMM row.
+    pub gemm: Vec<f64>,
 }
 
 /// Relative Frobenius error of `got` against `want` (f64), streaming; `INFINITY` if `got` has
@@ -334,29 +350,59 @@ pub fn rel_error<G: Copy>(got: &[G], want: &[f64], to_f64: impl Fn(G) -> f64) ->
     }
 }
 
-/// Relative Frobenius error between two outputs of the same type (e.g. ours vs unfused),
-/// streaming, and how many elements of `got` are not finite.
-pub fn rel_error_between<T: RowElement>(got: &[T], want: &[T]) -> (f64, usize) {
-    let (mut num, mut den, mut bad) = (0.0f64, 0.0f64, 0usize);
-    for (g, w) in got.iter().zip(want) {
-        let (g, w) = (g.to_f32() as f64, w.to_f32() as f64);
-        if !g.is_finite() {
-            bad += 1;
-            continue;
-        }
-        num += (g - w) * (g - w);
-        den += w * w;
-    }
-    let err = if den == 0.0 {
-        num.sqrt()
-    } else {
-        (num / den).sqrt()
-    };
-    (if bad > 0 { f64::INFINITY } else { err }, bad)
+/// What a comparison with the reference found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Agreement {
+    /// Relative Frobenius error ‖got − want‖ / ‖want‖ (infinite if `got` has a non-finite
+    /// value where `want` is finite).
+    pub frobenius: f64,
+    /// The largest `|got − want| / (atol + rtol·|want|)` with `rtol = tol` and
+    /// `atol = tol·rms(want)`: each element is judged against its own size and, near zero,
+    /// against the output's typical size (cancellation leaves small values with absolute,
+    /// not relative, error). Infinite for a NaN or infinity where `want` is finite.
+    pub worst_element: f64,
 }
 
-/// Relative Frobenius error each storage type must meet against the f64 reference (issue 4:
-/// bf16 < 1e-2, f16 < 2e-3).
+impl Agreement {
+    /// Both measures within bounds (the worst element at most 1, the Frobenius error at most
+    /// `tol`).
+    pub fn passes(&self, tol: f64) -> bool {
+        self.frobenius <= tol && self.worst_element <= 1.0
+    }
+}
+
+/// Compares `got` with `want` element by element and as a whole (see [`Agreement`]).
+pub fn agreement<G: Copy>(
+    got: &[G],
+    want: &[f64],
+    tol: f64,
+    to_f64: impl Fn(G) -> f64,
+) -> Agreement {
+    let rms = (want.iter().map(|w| w * w).sum::<f64>() / want.len().max(1) as f64).sqrt();
+    let atol = tol * rms;
+    let mut worst = 0.0f64;
+    for (g, &w) in got.iter().zip(want) {
+        let g = to_f64(*g);
+        let e = (g - w).abs();
+        // NaN never passes: `e` is NaN or infinite whenever `g` is not finite.
+        let r = if e.is_finite() {
+            e / (atol + tol * w.abs()).max(f64::MIN_POSITIVE)
+        } else {
+            f64::INFINITY
+        };
+        worst = worst.max(r);
+    }
+    if got.len() != want.len() {
+        worst = f64::INFINITY;
+    }
+    Agreement {
+        frobenius: rel_error(got, want, &to_f64),
+        worst_element: worst,
+    }
+}
+
+/// Relative Frobenius error each storage type must meet against the f64 reference (bf16:
+/// 1e-2, f16: 2e-3), and per element as [`Agreement`] says.
 pub fn tolerance(dtype: fused_gemm::device::types::DType) -> f64 {
     match dtype {
         fused_gemm::device::types::DType::F16 => 2e-3,
@@ -388,17 +434,18 @@ mod tests {
     #[test]
     fn set_bytes_counts_every_buffer() {
         let e = 2;
+        // SwiGLU: A, B, the N/2-wide out and the cuBLAS column's full-width GEMM output.
         assert_eq!(
             set_bytes(4, 8, 2, Epilogue::Swiglu, e),
             ((4 * 2 + 8 * 2 + 4 * 4 + 4 * 8) * 2) as u64
         );
         assert_eq!(
-            set_bytes(4, 8, 2, Epilogue::RmsRstd, e),
-            ((4 * 2 + 8 * 2 + 4 * 8) * 2 + 16) as u64
+            set_bytes(4, 8, 2, Epilogue::RmsProducer, e),
+            ((4 * 2 + 8 * 2 + 4 * 8 + 4 * 8) * 2 + 16) as u64
         );
         assert_eq!(
-            set_bytes(4, 8, 2, Epilogue::RmsnormScale, e),
-            ((4 * 2 + 8 * 2 + 4 * 8 + 4 * 2 + 2) * 2 + 16) as u64
+            set_bytes(4, 8, 2, Epilogue::RmsConsumer, e),
+            ((4 * 2 + 8 * 2 + 4 * 8) * 2 + 16) as u64
         );
         assert_eq!(
             set_bytes(4, 8, 2, Epilogue::BiasResidualLayernorm, e),
@@ -407,15 +454,27 @@ mod tests {
     }
 
     #[test]
-    fn errors_flag_unwritten_outputs() {
-        let want = [1.0, 2.0, -2.0];
-        assert_eq!(rel_error(&[1.0f32, 2.0, -2.0], &want, |x| x as f64), 0.0);
-        assert!(rel_error(&[1.0f32, f32::NAN, -2.0], &want, |x| x as f64).is_infinite());
-        let x = [bf16::from_f32(1.0), bf16::from_f32(2.0)];
-        let y = [bf16::from_f32(1.0), bf16::NAN];
-        assert_eq!(rel_error_between(&x, &x), (0.0, 0));
-        let (e, bad) = rel_error_between(&y, &x);
-        assert!(e.is_infinite() && bad == 1);
+    fn agreement_judges_every_element() {
+        let tol = 1e-2;
+        let want: Vec<f64> = (0..1_000_000).map(|i| ((i as f64) * 0.37).sin()).collect();
+        // Rounded to bf16: within bounds.
+        let rounded: Vec<bf16> = want.iter().map(|&w| bf16::from_f64(w)).collect();
+        let a = agreement(&rounded, &want, tol, |x| x.to_f64());
+        assert!(a.passes(tol), "{a:?}");
+        // One element off by ten times the bound among a million good ones: the Frobenius
+        // error barely moves, the element check fails.
+        let mut off = rounded.clone();
+        off[123_456] = bf16::from_f64(want[123_456] + 10.0 * tol * 2.0);
+        let a = agreement(&off, &want, tol, |x| x.to_f64());
+        assert!(a.frobenius < tol && a.worst_element > 1.0, "{a:?}");
+        // One NaN (an unwritten, poisoned element) fails both.
+        let mut nan = rounded;
+        nan[7] = bf16::NAN;
+        let a = agreement(&nan, &want, tol, |x| x.to_f64());
+        assert!(a.frobenius.is_infinite() && a.worst_element.is_infinite() && !a.passes(tol));
+        assert!(
+            rel_error(&[1.0f32, f32::NAN, -2.0], &[1.0, 2.0, -2.0], |x| x as f64).is_infinite()
+        );
         assert_eq!(tolerance(fused_gemm::device::types::DType::F16), 2e-3);
     }
 }

@@ -1,9 +1,11 @@
-//! Results: the JSON schema written to `bench/results/` and the text table.
+//! What `fused-gemm-bench run` writes: the JSON schema of one run (ours and the in-process
+//! cuBLAS columns of every row) and its text table.
 //!
-//! Ratios are *time* ratios, `t(path) / t(reference path)`: below 1 the path is faster. Ours is
-//! compared with cuBLASLt and with the unfused sequence; the unfused sequence with cuBLASLt.
-//! Where cuBLASLt has no fused epilogue its column is the bare GEMM (`computes: "GEMM only"`),
-//! so `t/cuBLASLt` there is the cost of the epilogue over the GEMM alone.
+//! Columns ("paths") of a row: ours as the launcher chooses, ours with the autotuner, ours with
+//! each Hopper tile forced, cuBLAS's plain GEMM (the best of the heuristic's top algorithms,
+//! timed) and cuBLASLt's fused epilogue where one exists. `computes` says what a path computes
+//! relative to the row's contract: `full`, `GEMM only` (cuBLAS on a fused row: the floor, not
+//! a competitor) or `gelu_tanh, not erf`.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,9 +13,9 @@ use crate::epilogue::Epilogue;
 use crate::timing::Summary;
 
 /// Version of the JSON layout below; bump on incompatible changes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// One benchmark run.
+/// One run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
@@ -32,14 +34,14 @@ pub struct Report {
     pub dtype: String,
     /// How the timings were taken.
     pub settings: Settings,
-    /// One entry per (shape, epilogue).
-    pub cases: Vec<CaseResult>,
+    /// One entry per row.
+    pub rows: Vec<RowResult>,
 }
 
 /// The GPU as the driver reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {
-    /// Name (`NVIDIA H200`).
+    /// Name (`NVIDIA H100 80GB HBM3`).
     pub name: String,
     /// Compute capability, major·10 + minor.
     pub compute_capability: u32,
@@ -52,12 +54,18 @@ pub struct DeviceInfo {
 /// Timing settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
-    /// Untimed runs per path.
+    /// Untimed runs per path before its first round.
     pub warmup: usize,
-    /// Timed runs per path.
-    pub runs: usize,
+    /// Interleaved rounds: each path is timed once per round, in turn.
+    pub rounds: usize,
+    /// Timed runs per path per round.
+    pub runs_per_round: usize,
     /// Seed of the random inputs.
     pub seed: u64,
+    /// Algorithms of cuBLASLt's heuristic timed per shape (the fastest is kept).
+    pub cublas_algos: usize,
+    /// cuBLASLt's workspace, bytes.
+    pub cublas_workspace_bytes: usize,
     /// Whether cuBLASLt could be loaded.
     pub cublaslt_available: bool,
     /// How times were taken (one sentence).
@@ -66,27 +74,27 @@ pub struct Settings {
 
 /// Which implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum PathKind {
-    /// Our fused kernel (the slot in `ours`).
+    /// Our launcher, choosing the tile itself.
     Ours,
-    /// cuBLASLt, with its fused epilogue where one exists.
+    /// Our launcher with an autotuner that timed its candidates on this device first.
+    OursAutotuned,
+    /// Our launcher restricted to one Hopper tile ([`PathResult::label`] names it).
+    OursTile,
+    /// cuBLAS's plain GEMM through cuBLASLt, the fastest of the heuristic's top algorithms.
+    Cublas,
+    /// cuBLASLt with its fused epilogue (bias, bias+GELU).
     Cublaslt,
-    /// cuBLASLt plain GEMM followed by the row kernels of `fused_gemm::rowwise`.
-    Unfused,
 }
 
 impl PathKind {
-    /// All paths, in table order.
-    pub const ALL: [PathKind; 3] = [PathKind::Ours, PathKind::Cublaslt, PathKind::Unfused];
-
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            PathKind::Ours => "ours",
-            PathKind::Cublaslt => "cublaslt",
-            PathKind::Unfused => "unfused",
-        }
+    /// Whether the path is one of ours.
+    pub fn is_ours(self) -> bool {
+        matches!(
+            self,
+            PathKind::Ours | PathKind::OursAutotuned | PathKind::OursTile
+        )
     }
 }
 
@@ -96,7 +104,8 @@ impl PathKind {
 pub enum Status {
     /// Verified and timed.
     Ok,
-    /// Not run: no implementation (ours not plugged in, cuBLASLt missing).
+    /// Not run: no implementation (no kernel for the epilogue, a tile that cannot take the
+    /// problem, cuBLASLt missing).
     NotAvailable,
     /// Failed verification: not timed.
     Wrong,
@@ -104,59 +113,66 @@ pub enum Status {
     Error,
 }
 
-/// One path of one case.
+/// One path of one row.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PathResult {
     /// Which path.
     pub path: PathKind,
+    /// Its column name: `ours`, `ours autotuned`, `tile 128x256 cooperative`, `cuBLAS`,
+    /// `cuBLASLt fused`.
+    pub label: String,
     /// Outcome.
     pub status: Status,
-    /// What the path computes relative to the epilogue's contract: `full`, `GELU tanh`,
-    /// `GEMM only`.
+    /// What the path computes relative to the row's contract (see the [module docs](self)).
     pub computes: String,
     /// Why it is n/a, wrong or failed; empty when ok.
     pub note: String,
-    /// Relative Frobenius error against the f64 reference on the sampled rows (per-row outputs
-    /// included), if checked.
+    /// The kernel that ran (our entry point) or the cuBLASLt algorithm (`algo 3 of 8`).
+    pub kernel: Option<String>,
+    /// Relative Frobenius error against the f64 reference on the sampled rows.
     pub err_vs_reference: Option<f64>,
-    /// Relative Frobenius error against the unfused path's whole output (ours only).
-    pub err_vs_unfused: Option<f64>,
-    /// Timings, when ok.
+    /// The largest `|x − ref| / (atol + rtol·|ref|)` over the sampled rows (≤ 1 passes).
+    pub worst_element: Option<f64>,
+    /// Timings over every round, when ok.
     pub timing: Option<Summary>,
-    /// GEMM TFLOP/s at the median.
-    pub tflops: Option<f64>,
-    /// Effective GB/s of the minimal traffic at the median.
-    pub gbps: Option<f64>,
-    /// t / t(cuBLASLt).
-    pub time_vs_cublaslt: Option<f64>,
-    /// t / t(unfused).
-    pub time_vs_unfused: Option<f64>,
 }
 
 impl PathResult {
-    /// A path that did not produce a timing.
-    pub fn without_timing(path: PathKind, status: Status, computes: &str, note: String) -> Self {
+    /// A path without a result yet.
+    pub fn new(path: PathKind, label: impl Into<String>, computes: &str) -> Self {
         PathResult {
             path,
-            status,
+            label: label.into(),
+            status: Status::Ok,
             computes: computes.to_owned(),
-            note,
+            note: String::new(),
+            kernel: None,
             err_vs_reference: None,
-            err_vs_unfused: None,
+            worst_element: None,
             timing: None,
-            tflops: None,
-            gbps: None,
-            time_vs_cublaslt: None,
-            time_vs_unfused: None,
         }
+    }
+
+    /// The path with `status` and `note`.
+    pub fn with_status(mut self, status: Status, note: impl Into<String>) -> Self {
+        self.status = status;
+        self.note = note.into();
+        self
+    }
+
+    /// The median, when the path was timed.
+    pub fn median_ms(&self) -> Option<f64> {
+        self.timing
+            .map(|t| t.median_ms)
+            .filter(|t| self.status == Status::Ok && *t > 0.0)
     }
 }
 
-/// One (shape, epilogue).
+/// One row.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CaseResult {
-    /// Shape name.
-    pub shape: String,
+pub struct RowResult {
+    /// Row name (`bert-base.ffn-up.bias-gelu`).
+    pub name: String,
     /// M.
     pub m: usize,
     /// N (GEMM width).
@@ -171,47 +187,28 @@ pub struct CaseResult {
     pub flops: f64,
     /// Minimal bytes moved.
     pub bytes_min: f64,
-    /// Rows checked against the f64 reference.
+    /// Rows of C checked against the f64 reference.
     pub checked_rows: Vec<usize>,
-    /// A problem with the case as a whole (empty if none).
+    /// A problem with the row as a whole (empty if none).
     pub note: String,
-    /// Ours, cuBLASLt, unfused.
+    /// Every column.
     pub paths: Vec<PathResult>,
 }
 
-impl CaseResult {
-    /// The result of `kind`, if present.
+impl RowResult {
+    /// The first path of `kind`.
     pub fn path(&self, kind: PathKind) -> Option<&PathResult> {
         self.paths.iter().find(|p| p.path == kind)
     }
 
-    /// Fills TFLOP/s, GB/s and the time ratios from the medians.
-    pub fn derive(&mut self) {
-        let median = |c: &CaseResult, k| {
-            c.path(k)
-                .and_then(|p| p.timing.map(|t| t.median_ms))
-                .filter(|t| *t > 0.0)
-        };
-        let (lt, un) = (
-            median(self, PathKind::Cublaslt),
-            median(self, PathKind::Unfused),
-        );
-        let (flops, bytes) = (self.flops, self.bytes_min);
-        for p in &mut self.paths {
-            let Some(t) = p.timing.map(|t| t.median_ms).filter(|t| *t > 0.0) else {
-                continue;
-            };
-            p.tflops = Some(flops / (t * 1e-3) / 1e12);
-            p.gbps = Some(bytes / (t * 1e-3) / 1e9);
-            p.time_vs_cublaslt = match p.path {
-                PathKind::Cublaslt => None,
-                _ => lt.map(|l| t / l),
-            };
-            p.time_vs_unfused = match p.path {
-                PathKind::Ours => un.map(|u| t / u),
-                _ => None,
-            };
-        }
+    /// The fastest of our timed paths.
+    pub fn best_ours(&self) -> Option<&PathResult> {
+        self.paths
+            .iter()
+            .filter(|p| p.path.is_ours())
+            .filter_map(|p| p.median_ms().map(|t| (p, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(p, _)| p)
     }
 }
 
@@ -219,247 +216,184 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".to_owned(), |x| format!("{x:.prec$}"))
 }
 
-/// The results as a text table (one line per path; see the [module docs](self) for ratios).
+/// The run as a text table: one line per path, with its median, TFLOP/s, time over cuBLAS's
+/// GEMM and its check.
 pub fn format_table(r: &Report) -> String {
-    let mut s = String::new();
-    s += &format!(
-        "fused-gemm-bench · {} (sm_{}, {} SMs, L2 {} MB) · {} · {} · commit {}\n",
+    let mut s = format!(
+        "fused-gemm-bench · {} (sm_{}, {} SMs, L2 {} MB) · {} · commit {}\n",
         r.device.name,
         r.device.compute_capability,
         r.device.sm_count,
         r.device.l2_bytes >> 20,
         r.dtype,
-        r.date,
-        r.git_commit
+        r.git_commit,
     );
-    s += &format!(
-        "median of {} runs after {} warm-up (p10–p90 shown); t/x = time ÷ time of x, < 1 is faster\n\n",
-        r.settings.runs, r.settings.warmup
-    );
-    s += &format!(
-        "{:<28} {:<18} {:<24} {:<9} {:>10} {:>19} {:>8} {:>8} {:>10} {:>10}  {}\n",
-        "shape",
-        "M×N×K",
-        "epilogue",
-        "path",
-        "median ms",
-        "p10–p90 ms",
-        "TFLOP/s",
-        "GB/s",
-        "t/cuBLASLt",
-        "t/unfused",
-        "check"
-    );
-    for c in &r.cases {
-        let mnk = format!("{}×{}×{}", c.m, c.n, c.k);
-        for (i, p) in c.paths.iter().enumerate() {
-            let (shape, dims, epi) = if i == 0 {
-                (c.shape.as_str(), mnk.as_str(), c.epilogue.name())
+    s += &format!("{}\n", r.settings.method);
+    for row in &r.rows {
+        s += &format!(
+            "\n{} ({}×{}×{}, {} sets){}\n",
+            row.name,
+            row.m,
+            row.n,
+            row.k,
+            row.rotation_sets,
+            if row.note.is_empty() {
+                String::new()
             } else {
-                ("", "", "")
+                format!(" — {}", row.note)
+            }
+        );
+        let gemm = row.path(PathKind::Cublas).and_then(PathResult::median_ms);
+        for p in &row.paths {
+            let t = p.median_ms();
+            let status = match p.status {
+                Status::Ok => String::new(),
+                Status::NotAvailable => "n/a".into(),
+                Status::Wrong => "WRONG".into(),
+                Status::Error => "error".into(),
             };
-            let mut check = match p.err_vs_reference {
-                Some(e) => format!("err {e:.1e}"),
-                None => String::new(),
-            };
-            if let Some(e) = p.err_vs_unfused {
-                check += &format!(" (vs unfused {e:.1e})");
-            }
-            if p.computes != "full" {
-                check += &format!(" [{}]", p.computes);
-            }
-            match p.status {
-                Status::Ok => {
-                    let t = p.timing.expect("ok paths carry timings");
-                    s += &format!(
-                        "{shape:<28} {dims:<18} {epi:<24} {:<9} {:>10.4} {:>19} {:>8} {:>8} {:>10} {:>10}  {}\n",
-                        p.path.name(),
-                        t.median_ms,
-                        format!("{:.4}–{:.4}", t.p10_ms, t.p90_ms),
-                        opt(p.tflops, 1),
-                        opt(p.gbps, 0),
-                        opt(p.time_vs_cublaslt, 2),
-                        opt(p.time_vs_unfused, 2),
-                        check.trim()
-                    );
-                }
-                other => {
-                    let word = match other {
-                        Status::NotAvailable => "n/a",
-                        Status::Wrong => "WRONG",
-                        _ => "error",
-                    };
-                    let line = format!(
-                        "{shape:<28} {dims:<18} {epi:<24} {:<9} {word:>10}  {} {}",
-                        p.path.name(),
-                        p.note,
-                        check.trim()
-                    );
-                    s += line.trim_end();
-                    s += "\n";
-                }
-            }
-        }
-        if !c.note.is_empty() {
-            s += &format!("{:<28} {}\n", "", c.note);
+            s += &format!(
+                "  {:<30} {:>9} ms {:>6} TF/s {:>6}× GEMM  err {:>8} worst {:>5}  {}{}{}\n",
+                p.label,
+                opt(t, 4),
+                opt(t.map(|t| row.flops / (t * 1e-3) / 1e12), 0),
+                opt(t.zip(gemm).map(|(t, g)| t / g), 3),
+                p.err_vs_reference
+                    .map_or_else(|| "-".into(), |e| format!("{e:.1e}")),
+                opt(p.worst_element, 2),
+                status,
+                if p.note.is_empty() || p.status == Status::Ok {
+                    String::new()
+                } else {
+                    format!(" {}", p.note)
+                },
+                if p.computes == "full" {
+                    String::new()
+                } else {
+                    format!(" [{}]", p.computes)
+                },
+            );
         }
     }
     s
 }
 
-/// The device's name as a file-name part: lower case, every character other than an ASCII letter
-/// or digit replaced by `-` (`NVIDIA H100 80GB HBM3` → `nvidia-h100-80gb-hbm3`).
+/// A file-name-safe slug of a device name: `NVIDIA H100 80GB HBM3` → `nvidia-h100-80gb-hbm3`.
 pub fn device_slug(name: &str) -> String {
-    name.to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
+    let mut s = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('-') && !s.is_empty() {
+            s.push('-');
+        }
+    }
+    s.trim_end_matches('-').to_owned()
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn device_names_become_file_name_parts() {
-        assert_eq!(device_slug("NVIDIA H200"), "nvidia-h200");
-        assert_eq!(
-            device_slug("NVIDIA H100 80GB HBM3"),
-            "nvidia-h100-80gb-hbm3"
-        );
-        assert_eq!(device_slug("A/B c_d"), "a-b-c-d");
+    pub(crate) fn summary(median_ms: f64) -> Summary {
+        Summary {
+            runs: 10,
+            median_ms,
+            p10_ms: median_ms,
+            p90_ms: median_ms,
+            mean_ms: median_ms,
+            min_ms: median_ms,
+            max_ms: median_ms,
+        }
     }
 
     pub(crate) fn sample() -> Report {
-        let t = |m: f64| Summary {
-            runs: 100,
-            median_ms: m,
-            p10_ms: m * 0.95,
-            p90_ms: m * 1.1,
-            mean_ms: m,
-            min_ms: m * 0.9,
-            max_ms: m * 1.5,
+        let timed = |path, label: &str, computes: &str, ms| PathResult {
+            timing: Some(summary(ms)),
+            err_vs_reference: Some(1e-3),
+            worst_element: Some(0.2),
+            ..PathResult::new(path, label, computes)
         };
-        let timed = |path, m, computes: &str| PathResult {
-            timing: Some(t(m)),
-            err_vs_reference: Some(2.5e-3),
-            ..PathResult::without_timing(path, Status::Ok, computes, String::new())
-        };
-        let mut c = CaseResult {
-            shape: "anchor.bert-ffn-up".into(),
-            m: 4096,
-            n: 3072,
-            k: 768,
-            epilogue: Epilogue::BiasGelu,
-            rotation_sets: 4,
-            flops: Epilogue::flops(4096, 3072, 768),
-            bytes_min: Epilogue::BiasGelu.bytes_min(4096, 3072, 768, 2),
-            checked_rows: vec![0, 4095],
-            note: String::new(),
-            paths: vec![
-                timed(PathKind::Ours, 0.05, "full"),
-                timed(PathKind::Cublaslt, 0.04, "GELU tanh"),
-                timed(PathKind::Unfused, 0.08, "full"),
-            ],
-        };
-        c.derive();
-        let mut d = c.clone();
-        d.shape = "llama3-8b.gate-up.m128".into();
-        d.epilogue = Epilogue::Swiglu;
-        d.paths[0] = PathResult::without_timing(
-            PathKind::Ours,
-            Status::NotAvailable,
-            "full",
-            "no fused kernel plugged in".into(),
-        );
-        d.paths[1].computes = "GEMM only".into();
-        d.derive();
         Report {
             schema_version: SCHEMA_VERSION,
             tool: "fused-gemm-bench 0.1.0".into(),
-            command_line: vec!["fused-gemm-bench".into(), "--quick".into()],
-            date: "2026-11-29T17:00:00Z".into(),
-            git_commit: "0123456789abcdef".into(),
+            command_line: vec!["fused-gemm-bench".into(), "run".into()],
+            date: "2026-12-06T00:00:00Z".into(),
+            git_commit: "abc".into(),
             device: DeviceInfo {
-                name: "NVIDIA H200".into(),
+                name: "NVIDIA H100 80GB HBM3".into(),
                 compute_capability: 90,
                 sm_count: 132,
-                l2_bytes: 62_914_560,
+                l2_bytes: 50 << 20,
             },
             dtype: "bf16".into(),
             settings: Settings {
-                warmup: 10,
-                runs: 100,
-                seed: 42,
+                warmup: 5,
+                rounds: 3,
+                runs_per_round: 20,
+                seed: 1,
+                cublas_algos: 8,
+                cublas_workspace_bytes: 32 << 20,
                 cublaslt_available: true,
-                method: "CUDA events".into(),
+                method: "events".into(),
             },
-            cases: vec![c, d],
+            rows: vec![RowResult {
+                name: "bert-base.ffn-up.bias-gelu".into(),
+                m: 4096,
+                n: 3072,
+                k: 768,
+                epilogue: Epilogue::BiasGelu,
+                rotation_sets: 4,
+                flops: Epilogue::flops(4096, 3072, 768),
+                bytes_min: 1.0,
+                checked_rows: vec![0, 4095],
+                note: String::new(),
+                paths: vec![
+                    timed(PathKind::Ours, "ours", "full", 0.05),
+                    timed(PathKind::OursTile, "tile 128x256 cooperative", "full", 0.04),
+                    PathResult::new(PathKind::OursTile, "tile 256x256 cluster", "full")
+                        .with_status(Status::NotAvailable, "not compiled"),
+                    timed(PathKind::Cublas, "cuBLAS", "GEMM only", 0.034),
+                    timed(
+                        PathKind::Cublaslt,
+                        "cuBLASLt fused",
+                        "gelu_tanh, not erf",
+                        0.039,
+                    ),
+                ],
+            }],
         }
     }
 
     #[test]
-    fn derived_numbers_are_right() {
+    fn table_names_every_path_and_what_it_computes() {
         let r = sample();
-        let c = &r.cases[0];
-        let ours = c.path(PathKind::Ours).unwrap();
-        // 2·4096·3072·768 flop in 0.05 ms = 386.5 TFLOP/s.
-        assert!((ours.tflops.unwrap() - 386.547_056_64).abs() < 1e-3);
-        assert!((ours.time_vs_cublaslt.unwrap() - 1.25).abs() < 1e-12);
-        assert!((ours.time_vs_unfused.unwrap() - 0.625).abs() < 1e-12);
-        let un = c.path(PathKind::Unfused).unwrap();
-        assert!((un.time_vs_cublaslt.unwrap() - 2.0).abs() < 1e-12);
-        assert_eq!(un.time_vs_unfused, None);
-        assert_eq!(c.path(PathKind::Cublaslt).unwrap().time_vs_cublaslt, None);
-        let gbps = c.bytes_min / 0.05e-3 / 1e9;
-        assert!((ours.gbps.unwrap() - gbps).abs() < 1e-9);
-        // n/a paths get no numbers.
-        assert_eq!(r.cases[1].paths[0].tflops, None);
-    }
-
-    #[test]
-    fn json_round_trips_and_names_fields() {
-        let r = sample();
-        let text = serde_json::to_string_pretty(&r).unwrap();
-        let back: Report = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, r);
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["schema_version"], SCHEMA_VERSION);
-        assert_eq!(v["cases"][0]["epilogue"], "bias-gelu");
-        assert_eq!(v["cases"][0]["paths"][1]["path"], "cublaslt");
-        assert_eq!(v["cases"][1]["paths"][0]["status"], "not-available");
-        assert_eq!(v["command_line"][1], "--quick");
-        assert!(v["cases"][0]["paths"][0]["timing"]["median_ms"].is_f64());
-        // A failed check's infinite error is written as null, not refused.
-        let mut bad = sample();
-        bad.cases[0].paths[0].err_vs_reference = Some(f64::INFINITY);
-        let text = serde_json::to_string(&bad).unwrap();
-        let back: Report = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.cases[0].paths[0].err_vs_reference, None);
-    }
-
-    #[test]
-    fn table_shows_every_path_with_its_numbers() {
-        let t = format_table(&sample());
-        let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].contains("NVIDIA H200") && lines[0].contains("commit 0123456789abcdef"));
-        let ours = lines
-            .iter()
-            .find(|l| l.contains("anchor.bert-ffn-up"))
-            .unwrap();
-        assert!(ours.contains("ours") && ours.contains("0.0500") && ours.contains("386.5"));
-        assert!(ours.contains("1.25") && ours.contains("0.62"), "{ours}");
-        assert!(t.contains("[GELU tanh]") && t.contains("[GEMM only]"));
-        let na = lines
-            .iter()
-            .find(|l| l.contains("llama3-8b.gate-up.m128"))
-            .unwrap();
+        let t = format_table(&r);
         assert!(
-            na.contains("n/a") && na.contains("no fused kernel plugged in"),
-            "{na}"
+            t.contains("bert-base.ffn-up.bias-gelu (4096×3072×768, 4 sets)"),
+            "{t}"
         );
-        println!("{t}");
-        // Two header lines, a blank one, column names, 6 path lines.
-        assert_eq!(lines.len(), 4 + 6);
+        assert!(t.contains("n/a not compiled"), "{t}");
+        assert!(
+            t.contains("[gelu_tanh, not erf]") && t.contains("[GEMM only]"),
+            "{t}"
+        );
+        // ours ÷ cuBLAS GEMM: 0.05 / 0.034.
+        assert!(t.contains(&format!("{:.3}× GEMM", 0.05 / 0.034)), "{t}");
+        assert_eq!(
+            r.rows[0].best_ours().unwrap().label,
+            "tile 128x256 cooperative"
+        );
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn device_slugs_are_file_names() {
+        assert_eq!(
+            device_slug("NVIDIA H100 80GB HBM3"),
+            "nvidia-h100-80gb-hbm3"
+        );
+        assert_eq!(device_slug("NVIDIA H200"), "nvidia-h200");
     }
 }

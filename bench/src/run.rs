@@ -1,58 +1,57 @@
-//! The benchmark driver: for each (shape, epilogue), allocate rotation sets, check every path
-//! once against the f64 reference (and ours against the unfused path), then time the paths
-//! that passed.
+//! The driver: for each row, allocate rotation sets, check every path once against the f64
+//! reference (outputs poisoned first), then time the paths that passed in interleaved rounds.
 
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use fused_gemm::Gpu;
-use fused_gemm::device::types::DType;
+use fused_gemm::device::gemm::TileShape;
+use fused_gemm::device::gemm::sm90::TILES_SM90;
+use fused_gemm::host::autotune::Autotuner;
 use fused_gemm::host::cudarc;
-use fused_gemm::rowwise;
+use fused_gemm::host::gemm::{Overrides, last_entry, with_overrides};
+use fused_gemm::kernels::hopper;
 use indicatif::ProgressBar;
 
 use crate::cublaslt::{Lt, LtPlan};
 use crate::epilogue::{Epilogue, LtEpilogue};
 use crate::error::{BenchError, Result};
 use crate::ours::{FusedArgs, FusedFn};
-use crate::problem::{
-    BenchElement, Problem, Set, rel_error, rel_error_between, set_bytes, tolerance,
-};
-use crate::report::{CaseResult, PathKind, PathResult, Status};
-use crate::shapes::Shape;
-use crate::timing::{TimingConfig, rotation_sets, time_gpu};
+use crate::problem::{BenchElement, Problem, Reference, Set, agreement, set_bytes, tolerance};
+use crate::report::{PathKind, PathResult, RowResult, Status};
+use crate::shapes::Row;
+use crate::timing::{Summary, TimingConfig, rotation_sets, time_gpu};
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// (shape, epilogue) pairs, in order.
-    pub cases: Vec<(Shape, Epilogue)>,
-    /// Warm-up and runs.
-    pub timing: TimingConfig,
-    /// Seed of the random inputs (each case derives its own from it).
+    /// The rows, in order.
+    pub rows: Vec<Row>,
+    /// Untimed runs of each path before its first round.
+    pub warmup: usize,
+    /// Interleaved rounds.
+    pub rounds: usize,
+    /// Timed runs of each path per round.
+    pub runs_per_round: usize,
+    /// Seed of the random inputs (each row derives its own from it).
     pub seed: u64,
-    /// Most rotation sets per case.
+    /// Most rotation sets per row.
     pub max_sets: usize,
+    /// Time ours with each Hopper tile forced, besides the launcher's choice.
+    pub tiles: bool,
 }
 
-/// The (shape, epilogue) pairs: each shape with its own epilogues, or with `epilogues` when
-/// given.
-pub fn cases(shapes: &[Shape], epilogues: Option<&[Epilogue]>) -> Vec<(Shape, Epilogue)> {
-    shapes
-        .iter()
-        .flat_map(|s| {
-            epilogues
-                .unwrap_or(&s.epilogues)
-                .iter()
-                .map(move |&e| (s.clone(), e))
-        })
-        .collect()
-}
-
-/// cuBLASLt plans of one case.
+/// cuBLASLt plans of one row.
 struct Plans {
-    /// Plain GEMM (the unfused path, and the cuBLASLt column where nothing is fused).
+    /// The plain GEMM.
     gemm: LtPlan,
     /// The fused epilogue, where cuBLASLt has one.
     fused: Option<LtPlan>,
+}
+
+/// One column to check and time.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    kind: PathKind,
+    tile: Option<TileShape>,
 }
 
 fn ptr<T>(b: &cudarc::driver::CudaSlice<T>, gpu: &Gpu) -> u64 {
@@ -63,32 +62,58 @@ fn ptr_mut<T>(b: &mut cudarc::driver::CudaSlice<T>, gpu: &Gpu) -> u64 {
     b.device_ptr_mut(gpu.stream()).0
 }
 
-fn missing(what: &'static str) -> BenchError {
-    BenchError::Usage {
-        what: "operands",
-        detail: format!("the epilogue needs {what}, which the set lacks"),
-    }
+/// The column name of a forced tile: its shape and schedule.
+pub fn tile_label(t: &TileShape) -> String {
+    let schedule = match t.warps_m {
+        4 => "ping-pong",
+        8 => "cooperative",
+        16 => "2-CTA cluster",
+        _ => "other",
+    };
+    format!("tile {}x{}x{} {schedule}", t.bm, t.bn, t.bk)
 }
 
-/// Queues one run of `kind` on rotation set `set`.
-#[allow(clippy::too_many_arguments)]
-fn launch<T: BenchElement>(
-    kind: PathKind,
-    gpu: &Gpu,
-    lt: Option<&mut Lt>,
-    plans: Option<&Plans>,
+/// Everything a launch needs besides the path and the set.
+struct Ctx<'a, T> {
+    gpu: &'a Gpu,
+    lt: Option<&'a mut Lt>,
+    plans: Option<&'a Plans>,
     ours: Option<FusedFn<T>>,
-    epi: Epilogue,
-    (m, n, k): (usize, usize, usize),
-    set: &mut Set<T>,
-) -> Result<()> {
-    match kind {
-        PathKind::Ours => {
-            let f = ours.ok_or(BenchError::Usage {
+    tuner: &'a mut Option<Autotuner>,
+    mnk: (usize, usize, usize),
+}
+
+impl<T: BenchElement> Ctx<'_, T> {
+    /// Runs `f` in the path's setting: the tile forced, or the autotuner installed on the GPU.
+    fn within<R>(&mut self, spec: Spec, f: impl FnOnce(&mut Self) -> R) -> R {
+        match spec.kind {
+            PathKind::OursAutotuned => {
+                self.gpu.set_autotuner(self.tuner.take());
+                let r = f(self);
+                *self.tuner = self.gpu.set_autotuner(None);
+                r
+            }
+            PathKind::OursTile => {
+                let o = Overrides {
+                    tile: spec.tile,
+                    ..Overrides::default()
+                };
+                with_overrides(o, || f(self))
+            }
+            _ => f(self),
+        }
+    }
+
+    /// Queues one run of `spec` on `set` (call inside [`Ctx::within`]).
+    fn launch(&mut self, spec: Spec, set: &mut Set<T>) -> Result<()> {
+        let gpu = self.gpu;
+        let (m, n, k) = self.mnk;
+        if spec.kind.is_ours() {
+            let f = self.ours.ok_or(BenchError::Usage {
                 what: "ours",
                 detail: "no fused kernel".into(),
             })?;
-            f(
+            return Ok(f(
                 gpu,
                 FusedArgs {
                     m,
@@ -100,252 +125,265 @@ fn launch<T: BenchElement>(
                     residual: set.residual.as_ref(),
                     gamma: set.gamma.as_ref(),
                     beta: set.beta.as_ref(),
-                    eps: epi.eps(),
-                    out: &mut set.out,
                     rstd: set.rstd.as_mut(),
+                    out: &mut set.out,
                 },
-            )?;
+            )?);
         }
-        PathKind::Cublaslt => {
-            let (lt, plans) = lt.zip(plans).ok_or(BenchError::NoCublasLt)?;
-            let plan = plans.fused.as_ref().unwrap_or(&plans.gemm);
-            let bias = match (epi.cublaslt().0, &set.bias) {
-                (LtEpilogue::None, _) => 0,
-                (_, Some(b)) => ptr(b, gpu),
-                (_, None) => return Err(missing("a bias")),
-            };
-            let (a, b) = (ptr(&set.a, gpu), ptr(&set.b, gpu));
-            // Where nothing is fused the column is the bare GEMM; for SwiGLU its M×N result
-            // goes to `tmp`, `out` being M×N/2.
-            let d = match set.tmp.as_mut() {
-                Some(t) if epi == Epilogue::Swiglu => ptr_mut(t, gpu),
-                _ => ptr_mut(&mut set.out, gpu),
-            };
-            // SAFETY: the plan was built for (m, n, k) and T; the set's buffers hold M×K, N×K,
-            // M×N (and N) elements and live until the stream is synchronized.
-            unsafe { lt.run(plan, a, b, d, bias) }?;
-        }
-        PathKind::Unfused => {
-            let (lt, plans) = lt.zip(plans).ok_or(BenchError::NoCublasLt)?;
-            let b = ptr(&set.b, gpu);
-            let (a, c) = match epi {
-                // RMSNorm materialized first (unit γ: CODA folds γ into B), then the GEMM on it.
-                Epilogue::RmsnormScale => {
-                    let t = set
-                        .tmp
-                        .as_mut()
-                        .ok_or_else(|| missing("a normalized-A buffer"))?;
-                    let g = set.gamma.as_ref().ok_or_else(|| missing("a unit gamma"))?;
-                    rowwise::rms_norm(gpu, m, k, &set.a, k, g, epi.eps(), t, k)?;
-                    (ptr(t, gpu), ptr_mut(&mut set.out, gpu))
-                }
-                Epilogue::Swiglu => {
-                    let t = set.tmp.as_mut().ok_or_else(|| missing("a GEMM buffer"))?;
-                    (ptr(&set.a, gpu), ptr_mut(t, gpu))
-                }
-                _ => (ptr(&set.a, gpu), ptr_mut(&mut set.out, gpu)),
-            };
-            // SAFETY: as above; A is M×K (`a`, or its normalized copy in `tmp`), C is M×N
-            // (`tmp` for SwiGLU, else `out`).
-            unsafe { lt.run(&plans.gemm, a, b, c, 0) }?;
-            let bias = set.bias.as_ref().map(|b| b as &dyn DevicePtr<T>);
-            match epi {
-                Epilogue::BiasGelu
-                | Epilogue::BiasGeluTanh
-                | Epilogue::BiasRelu
-                | Epilogue::Bias => {
-                    let act = epi.activation().expect("bias epilogues have an activation");
-                    rowwise::bias_act_in_place(gpu, m, n, &mut set.out, n, bias, act)?;
-                }
-                Epilogue::BiasResidualLayernorm => {
-                    let r = set.residual.as_ref().ok_or_else(|| missing("a residual"))?;
-                    let g = set.gamma.as_ref().ok_or_else(|| missing("gamma"))?;
-                    let be = set.beta.as_ref().ok_or_else(|| missing("beta"))?;
-                    rowwise::layer_norm_in_place(
-                        gpu,
-                        m,
-                        n,
-                        &mut set.out,
-                        n,
-                        bias,
-                        Some((r, n)),
-                        g,
-                        be,
-                        epi.eps(),
-                    )?;
-                }
-                Epilogue::Swiglu => {
-                    let t = set.tmp.as_ref().ok_or_else(|| missing("a GEMM buffer"))?;
-                    rowwise::swiglu(gpu, m, n, t, n, &mut set.out, n / 2)?;
-                }
-                Epilogue::RmsnormScale => {}
-                Epilogue::RmsRstd => {
-                    let r = set.rstd.as_mut().ok_or_else(|| missing("an rstd buffer"))?;
-                    rowwise::rms_scale(gpu, m, n, &set.out, n, epi.eps(), r)?;
-                }
-            }
-        }
+        let (lt, plans) = self
+            .lt
+            .as_deref_mut()
+            .zip(self.plans)
+            .ok_or(BenchError::NoCublasLt)?;
+        let (plan, bias) = if spec.kind == PathKind::Cublaslt {
+            let plan = plans.fused.as_ref().ok_or(BenchError::NoCublasLt)?;
+            let bias = set.bias.as_ref().ok_or(BenchError::Usage {
+                what: "operands",
+                detail: "a fused bias epilogue needs a bias".into(),
+            })?;
+            (plan, ptr(bias, gpu))
+        } else {
+            (&plans.gemm, 0)
+        };
+        let (a, b) = (ptr(&set.a, gpu), ptr(&set.b, gpu));
+        // The plain GEMM of a SwiGLU row is M×N, wider than `out`.
+        let d = match set.gemm_out.as_mut() {
+            Some(t) if spec.kind == PathKind::Cublas => ptr_mut(t, gpu),
+            _ => ptr_mut(&mut set.out, gpu),
+        };
+        // SAFETY: the plan was built for (m, n, k) and T; the set's buffers hold M×K, N×K,
+        // M×N (and N) elements and live until the stream is synchronized.
+        unsafe { lt.run(plan, a, b, d, bias) }
     }
-    Ok(())
 }
 
-/// What one path's check found.
-struct Check<T> {
-    err_ref: f64,
-    nonfinite: usize,
-    out: Vec<T>,
+/// What the f64 reference says `spec` must produce for one sampled row.
+fn expected<'r>(spec: Spec, r: &'r Reference) -> &'r [f64] {
+    match spec.kind {
+        PathKind::Cublas => &r.gemm,
+        PathKind::Cublaslt => &r.fused_lt,
+        _ => &r.contract.out,
+    }
 }
 
-/// Runs `kind` once on set 0 (outputs poisoned first) and compares with the reference rows.
-#[allow(clippy::too_many_arguments)]
+/// Runs `spec` once on set 0 (outputs poisoned first) and compares with the reference rows:
+/// the result with its error measures, status `Wrong` when out of bounds.
 fn check<T: BenchElement>(
-    kind: PathKind,
-    gpu: &Gpu,
-    lt: Option<&mut Lt>,
-    plans: Option<&Plans>,
-    ours: Option<FusedFn<T>>,
+    ctx: &mut Ctx<'_, T>,
+    spec: Spec,
     p: &mut Problem<T>,
     rows: &[usize],
-    reference: &[(crate::epilogue::RowOutput, Vec<f64>)],
-) -> Result<Check<T>> {
-    p.poison_outputs(gpu)?;
-    let (m, n, k, epi) = (p.m, p.n, p.k, p.epilogue);
-    launch(kind, gpu, lt, plans, ours, epi, (m, n, k), &mut p.sets[0])?;
-    gpu.synchronize()?;
-    // The cuBLASLt column's bare GEMM for SwiGLU lands in `tmp` (see `launch`).
-    let bare_gemm_in_tmp = kind == PathKind::Cublaslt && epi == Epilogue::Swiglu;
-    let (out, cols) = match &p.sets[0].tmp {
-        Some(t) if bare_gemm_in_tmp => (gpu.download(t)?, n),
-        _ => (gpu.download(&p.sets[0].out)?, epi.out_cols(n)),
+    reference: &[Reference],
+    mut r: PathResult,
+) -> PathResult {
+    let gpu = ctx.gpu;
+    let tol = tolerance(T::DTYPE);
+    let ran = (|| -> Result<(Vec<T>, Option<Vec<f32>>, Option<String>)> {
+        p.poison_outputs(gpu)?;
+        let entry = ctx.within(spec, |c| -> Result<Option<String>> {
+            c.launch(spec, &mut p.sets[0])?;
+            Ok(spec
+                .kind
+                .is_ours()
+                .then(|| last_entry().unwrap_or("?").to_owned()))
+        })?;
+        gpu.synchronize()?;
+        let set = &p.sets[0];
+        let out = match &set.gemm_out {
+            Some(t) if spec.kind == PathKind::Cublas => gpu.download(t)?,
+            _ => gpu.download(&set.out)?,
+        };
+        let rstd = match &set.rstd {
+            Some(r) if p.epilogue.writes_rstd() && spec.kind.is_ours() => Some(gpu.download(r)?),
+            _ => None,
+        };
+        Ok((out, rstd, entry))
+    })();
+    let (out, rstd, entry) = match ran {
+        Ok(x) => x,
+        Err(e) => {
+            let status = match &e {
+                // A forced tile the launcher cannot use for this problem.
+                BenchError::Host(fused_gemm::Error::LaunchLimit(_))
+                    if spec.kind == PathKind::OursTile =>
+                {
+                    Status::NotAvailable
+                }
+                _ => Status::Error,
+            };
+            return r.with_status(status, format!("first run failed: {e}"));
+        }
     };
-    let mut got = Vec::new();
-    let mut want = Vec::new();
-    for (&r, (contract, lt_row)) in rows.iter().zip(reference) {
-        got.extend_from_slice(&out[r * cols..(r + 1) * cols]);
-        want.extend_from_slice(if kind == PathKind::Cublaslt {
-            lt_row
-        } else {
-            &contract.out
-        });
+    if entry.is_some() {
+        r.kernel = entry;
     }
-    let mut err_ref = rel_error(&got, &want, |x: T| x.to_f32() as f64);
-    let mut nonfinite = out.iter().filter(|x| !x.to_f32().is_finite()).count();
-    if kind != PathKind::Cublaslt
-        && epi == Epilogue::RmsRstd
-        && let Some(rs) = &p.sets[0].rstd
-    {
-        let rstd = gpu.download(rs)?;
-        nonfinite += rstd.iter().filter(|x| !x.is_finite()).count();
-        let got: Vec<f32> = rows.iter().map(|&r| rstd[r]).collect();
+    let cols = if spec.kind == PathKind::Cublas {
+        p.n
+    } else {
+        p.epilogue.out_cols(p.n)
+    };
+    let mut got = Vec::with_capacity(rows.len() * cols);
+    let mut want = Vec::with_capacity(rows.len() * cols);
+    for (&row, re) in rows.iter().zip(reference) {
+        got.extend_from_slice(&out[row * cols..(row + 1) * cols]);
+        want.extend_from_slice(expected(spec, re));
+    }
+    let mut a = agreement(&got, &want, tol, |x: T| x.to_f32() as f64);
+    let mut wrong = Vec::new();
+    let unwritten = out.iter().filter(|x| !x.to_f32().is_finite()).count();
+    if let Some(rstd) = &rstd {
+        let got: Vec<f32> = rows.iter().map(|&i| rstd[i]).collect();
         let want: Vec<f64> = reference
             .iter()
-            .map(|(c, _)| c.rstd.unwrap_or(f64::NAN))
+            .map(|re| re.contract.rstd.unwrap_or(f64::NAN))
             .collect();
-        err_ref = err_ref.max(rel_error(&got, &want, |x| x as f64));
+        let s = agreement(&got, &want, tol, |x| x as f64);
+        a.frobenius = a.frobenius.max(s.frobenius);
+        a.worst_element = a.worst_element.max(s.worst_element);
+        let bad = rstd.iter().filter(|x| !x.is_finite()).count();
+        if bad > 0 {
+            wrong.push(format!("{bad} rstd values not written or not finite"));
+        }
     }
-    Ok(Check {
-        err_ref,
-        nonfinite,
-        out,
-    })
+    r.err_vs_reference = Some(a.frobenius);
+    r.worst_element = Some(a.worst_element);
+    if unwritten > 0 {
+        wrong.push(format!("{unwritten} outputs not written or not finite"));
+    }
+    if !a.passes(tol) {
+        wrong.push(format!(
+            "error {:.2e} (bound {tol:.0e}), worst element {:.2}× its bound",
+            a.frobenius, a.worst_element
+        ));
+    }
+    if wrong.is_empty() {
+        r
+    } else {
+        r.with_status(Status::Wrong, format!("not timed: {}", wrong.join("; ")))
+    }
 }
 
-fn dtype_of<T: BenchElement>() -> DType {
-    T::DTYPE
+/// Times each candidate algorithm of cuBLAS's plan for this row briefly and keeps the fastest.
+/// Returns the note `algorithm i of n`.
+fn pick_algorithm<T: BenchElement>(
+    ctx: &mut Ctx<'_, T>,
+    kind: PathKind,
+    sets: &mut [Set<T>],
+) -> Result<String> {
+    let gpu = ctx.gpu;
+    let plans = ctx.plans.ok_or(BenchError::NoCublasLt)?;
+    let plan = if kind == PathKind::Cublaslt {
+        plans.fused.as_ref().ok_or(BenchError::NoCublasLt)?
+    } else {
+        &plans.gemm
+    };
+    let n = plan.candidates();
+    let quick = TimingConfig {
+        warmup: 2,
+        runs: 10,
+        ..TimingConfig::default()
+    };
+    let nsets = sets.len();
+    let mut best = (0usize, f64::INFINITY);
+    for i in 0..n {
+        plan.select(i);
+        let t = time_gpu(gpu, &quick, |j| {
+            ctx.launch(Spec { kind, tile: None }, &mut sets[j % nsets])
+        });
+        // An algorithm the heuristic offered may still fail to run: skip it.
+        if let Ok(t) = t
+            && t.summary.median_ms < best.1
+        {
+            best = (i, t.summary.median_ms);
+        }
+    }
+    plan.select(best.0);
+    Ok(format!(
+        "algorithm {} of {n} the heuristic offered",
+        best.0 + 1
+    ))
 }
 
-/// Runs one case. Failures become statuses and notes; this never returns early without a
-/// result for every path.
-pub fn run_case<T: BenchElement>(
+/// Runs one row. Failures become statuses and notes; this always returns a result for every
+/// path.
+pub fn run_row<T: BenchElement>(
     gpu: &Gpu,
     cfg: &RunConfig,
-    case_index: usize,
-    (shape, epi): &(Shape, Epilogue),
-    mut lt: Option<&mut Lt>,
+    index: usize,
+    row: &Row,
+    lt: Option<&mut Lt>,
+    tuner: &mut Option<Autotuner>,
     pb: &ProgressBar,
-) -> CaseResult {
-    let (m, n, k) = (shape.m, shape.n, shape.k);
-    let dtype = dtype_of::<T>();
-    let es = dtype.size();
-    let mut case = CaseResult {
-        shape: shape.name.clone(),
+) -> RowResult {
+    let (m, n, k, epi) = (row.m, row.n, row.k, row.epilogue);
+    let dtype = T::DTYPE;
+    let mut result = RowResult {
+        name: row.name.clone(),
         m,
         n,
         k,
-        epilogue: *epi,
+        epilogue: epi,
         rotation_sets: 0,
         flops: Epilogue::flops(m, n, k),
-        bytes_min: epi.bytes_min(m, n, k, es),
+        bytes_min: epi.bytes_min(m, n, k, dtype.size()),
         checked_rows: Vec::new(),
         note: String::new(),
         paths: Vec::new(),
     };
-    let lt_computes = epi.cublaslt().1;
-    let computes = |kind| {
-        if kind == PathKind::Cublaslt {
-            lt_computes
-        } else {
-            "full"
-        }
-    };
-    let fail_all = |case: &mut CaseResult, status: Status, note: String| {
-        case.paths = PathKind::ALL
-            .iter()
-            .map(|&kind| PathResult::without_timing(kind, status, computes(kind), note.clone()))
-            .collect();
-        pb.inc(PathKind::ALL.len() as u64);
-    };
-    if let Some(why) = epi.check_width(n, k, rowwise::max_row_len(dtype)) {
-        case.note = why.clone();
-        fail_all(&mut case, Status::Error, why);
-        return case;
+    if let Some(why) = epi.check_width(n) {
+        result.note = why;
+        return result;
     }
 
     // Rotation sets: at least twice the L2 together, within 80% of free memory (less 1 GiB
     // for cuBLASLt and the downloads' staging).
-    let per_set = set_bytes(m, n, k, *epi, es);
+    let per_set = set_bytes(m, n, k, epi, dtype.size());
     let free = gpu
         .context()
         .mem_get_info()
         .map(|(f, _)| f as u64)
         .unwrap_or(0);
-    let budget = (free as f64 * 0.8) as u64 - (1u64 << 30).min(free / 2);
+    let budget = ((free as f64 * 0.8) as u64).saturating_sub((1u64 << 30).min(free / 2));
     let sets = rotation_sets(per_set, gpu.props().l2_bytes as u64, budget, cfg.max_sets);
     if sets == 0 {
-        let e = BenchError::OutOfMemory {
+        result.note = BenchError::OutOfMemory {
             needed: per_set,
             free,
-        };
-        fail_all(&mut case, Status::Error, e.to_string());
-        return case;
+        }
+        .to_string();
+        return result;
     }
-    case.rotation_sets = sets;
-    let seed = cfg.seed.wrapping_add(0x1000 * case_index as u64);
-    let mut problem = match Problem::<T>::new(gpu, (m, n, k), *epi, sets, seed) {
+    result.rotation_sets = sets;
+    let seed = cfg.seed.wrapping_add(0x1000 * index as u64);
+    let mut problem = match Problem::<T>::new(gpu, (m, n, k), epi, sets, seed) {
         Ok(p) => p,
         Err(e) => {
-            fail_all(&mut case, Status::Error, format!("setting up: {e}"));
-            return case;
+            result.note = format!("setting up: {e}");
+            return result;
         }
     };
 
+    let mut lt = lt;
     let plans = match lt.as_deref() {
-        None => None,
+        None => {
+            result.note = "cuBLASLt not available".into();
+            None
+        }
         Some(l) => {
             let bias = problem.sets[0].bias.as_ref().map_or(0, |b| ptr(b, gpu));
             let made = l
                 .plan(dtype, m, n, k, LtEpilogue::None, 0)
                 .and_then(|gemm| {
-                    let fused = match epi.cublaslt().0 {
-                        LtEpilogue::None => None,
-                        e => Some(l.plan(dtype, m, n, k, e, bias)?),
+                    let fused = match epi.cublaslt() {
+                        None => None,
+                        Some((e, _)) => Some(l.plan(dtype, m, n, k, e, bias)?),
                     };
                     Ok(Plans { gemm, fused })
                 });
             match made {
                 Ok(p) => Some(p),
                 Err(e) => {
-                    case.note = format!("cuBLASLt has no plan for this problem: {e}");
+                    result.note = format!("cuBLASLt has no plan for this problem: {e}");
                     None
                 }
             }
@@ -354,157 +392,186 @@ pub fn run_case<T: BenchElement>(
 
     let rows = problem.sample_rows();
     let reference = problem.reference(&rows);
-    case.checked_rows = rows.clone();
-    let tol = tolerance(dtype);
-    let ours = T::fused(*epi);
-    let mut unfused_out: Option<Vec<T>> = None;
-    let mut results = Vec::new();
-    // The unfused path first: ours is compared with its output.
-    for kind in [PathKind::Unfused, PathKind::Cublaslt, PathKind::Ours] {
-        pb.set_message(format!("{} {} {}", shape.name, epi.name(), kind.name()));
-        let unavailable = match kind {
-            PathKind::Ours if ours.is_none() => Some(format!(
-                "no fused kernel plugged in for {} ({})",
-                epi.name(),
-                dtype.name()
-            )),
-            PathKind::Cublaslt | PathKind::Unfused if lt.is_none() => {
-                Some("cuBLASLt not available".to_owned())
-            }
-            PathKind::Cublaslt | PathKind::Unfused if plans.is_none() => {
-                Some("no cuBLASLt plan".to_owned())
-            }
-            _ => None,
-        };
-        if let Some(note) = unavailable {
-            results.push(PathResult::without_timing(
-                kind,
+    result.checked_rows = rows.clone();
+    let ours = T::fused(epi);
+
+    // The columns, in table order.
+    let mut specs: Vec<(Spec, PathResult)> = Vec::new();
+    let spec = |kind, tile| Spec { kind, tile };
+    match ours {
+        None => specs.push((
+            spec(PathKind::Ours, None),
+            PathResult::new(PathKind::Ours, "ours", "full").with_status(
                 Status::NotAvailable,
-                computes(kind),
-                note,
+                format!("no kernel for {} ({})", epi.name(), dtype.name()),
+            ),
+        )),
+        Some(_) => {
+            specs.push((
+                spec(PathKind::Ours, None),
+                PathResult::new(PathKind::Ours, "ours", "full"),
             ));
-            pb.inc(1);
-            continue;
-        }
-        let mut r = PathResult::without_timing(kind, Status::Ok, computes(kind), String::new());
-        let checked = check(
-            kind,
-            gpu,
-            lt.as_deref_mut(),
-            plans.as_ref(),
-            ours,
-            &mut problem,
-            &rows,
-            &reference,
-        );
-        let c = match checked {
-            Ok(c) => c,
-            Err(e) => {
-                r.status = Status::Error;
-                r.note = format!("first run failed: {e}");
-                results.push(r);
-                pb.inc(1);
-                continue;
-            }
-        };
-        r.err_vs_reference = Some(c.err_ref);
-        let mut wrong = Vec::new();
-        if c.nonfinite > 0 {
-            wrong.push(format!("{} outputs not written or not finite", c.nonfinite));
-        }
-        if c.err_ref.is_nan() || c.err_ref > tol {
-            wrong.push(format!(
-                "error {:.2e} vs the f64 reference exceeds {tol:.0e}",
-                c.err_ref
-            ));
-        }
-        if kind == PathKind::Ours
-            && let Some(u) = &unfused_out
-        {
-            let (e, _) = rel_error_between(&c.out, u);
-            r.err_vs_unfused = Some(e);
-            if e.is_nan() || e > 2.0 * tol {
-                wrong.push(format!(
-                    "differs from the unfused path by {e:.2e} (> {:.0e})",
-                    2.0 * tol
+            if tuner.is_some() {
+                specs.push((
+                    spec(PathKind::OursAutotuned, None),
+                    PathResult::new(PathKind::OursAutotuned, "ours autotuned", "full"),
                 ));
             }
-        }
-        if kind == PathKind::Unfused && wrong.is_empty() {
-            unfused_out = Some(c.out);
-        }
-        if !wrong.is_empty() {
-            r.status = Status::Wrong;
-            r.note = format!("not timed: {}", wrong.join("; "));
-            results.push(r);
-            pb.inc(1);
-            continue;
-        }
-        let nsets = problem.sets.len();
-        let timed = time_gpu(gpu, &cfg.timing, |i| {
-            launch(
-                kind,
-                gpu,
-                lt.as_deref_mut(),
-                plans.as_ref(),
-                ours,
-                *epi,
-                (m, n, k),
-                &mut problem.sets[i % nsets],
-            )
-        });
-        match timed {
-            Ok(t) => r.timing = Some(t.summary),
-            Err(e) => {
-                r.status = Status::Error;
-                r.note = format!("timing failed: {e}");
+            if cfg.tiles && hopper::on_hopper(gpu) {
+                for t in TILES_SM90 {
+                    specs.push((
+                        spec(PathKind::OursTile, Some(*t)),
+                        PathResult::new(PathKind::OursTile, tile_label(t), "full"),
+                    ));
+                }
             }
         }
-        results.push(r);
-        pb.inc(1);
     }
-    // Table order: ours, cuBLASLt, unfused.
-    results.sort_by_key(|r| PathKind::ALL.iter().position(|&k| k == r.path));
-    case.paths = results;
-    case.derive();
-    case
+    let cublas_computes = if epi == Epilogue::Gemm {
+        "full"
+    } else {
+        "GEMM only"
+    };
+    let lt_missing = |kind, label: &str, computes: &str| {
+        PathResult::new(kind, label, computes).with_status(
+            Status::NotAvailable,
+            if lt.is_none() {
+                "cuBLASLt not available"
+            } else {
+                "no cuBLASLt plan"
+            },
+        )
+    };
+    if plans.is_some() {
+        specs.push((
+            spec(PathKind::Cublas, None),
+            PathResult::new(PathKind::Cublas, "cuBLAS", cublas_computes),
+        ));
+    } else {
+        specs.push((
+            spec(PathKind::Cublas, None),
+            lt_missing(PathKind::Cublas, "cuBLAS", cublas_computes),
+        ));
+    }
+    if let Some((_, computes)) = epi.cublaslt() {
+        let r = if plans.as_ref().is_some_and(|p| p.fused.is_some()) {
+            PathResult::new(PathKind::Cublaslt, "cuBLASLt fused", computes)
+        } else {
+            lt_missing(PathKind::Cublaslt, "cuBLASLt fused", computes)
+        };
+        specs.push((spec(PathKind::Cublaslt, None), r));
+    }
+
+    let mut ctx = Ctx {
+        gpu,
+        lt: lt.as_deref_mut(),
+        plans: plans.as_ref(),
+        ours,
+        tuner,
+        mnk: (m, n, k),
+    };
+
+    // Check every path (cuBLAS picks its algorithm first).
+    for (s, r) in specs.iter_mut() {
+        if r.status != Status::Ok {
+            continue;
+        }
+        pb.set_message(format!("{} {} (check)", row.name, r.label));
+        if matches!(s.kind, PathKind::Cublas | PathKind::Cublaslt) {
+            match pick_algorithm(&mut ctx, s.kind, &mut problem.sets) {
+                Ok(note) => r.kernel = Some(note),
+                Err(e) => {
+                    *r = r
+                        .clone()
+                        .with_status(Status::Error, format!("choosing an algorithm: {e}"));
+                    continue;
+                }
+            }
+        }
+        *r = check(&mut ctx, *s, &mut problem, &rows, &reference, r.clone());
+    }
+
+    // Time the paths that passed, in interleaved rounds.
+    let timed: Vec<usize> = (0..specs.len())
+        .filter(|&i| specs[i].1.status == Status::Ok)
+        .collect();
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); specs.len()];
+    let nsets = problem.sets.len();
+    for round in 0..cfg.rounds {
+        pb.set_message(format!("{} (round {}/{})", row.name, round + 1, cfg.rounds));
+        for j in 0..timed.len() {
+            // Each round starts one path later, so no path always follows the same one.
+            let i = timed[(j + round) % timed.len()];
+            if specs[i].1.status != Status::Ok {
+                continue;
+            }
+            let s = specs[i].0;
+            let tc = TimingConfig {
+                warmup: if round == 0 { cfg.warmup } else { 2 },
+                runs: cfg.runs_per_round,
+                ..TimingConfig::default()
+            };
+            let sets = &mut problem.sets;
+            let t = ctx.within(s, |c| {
+                time_gpu(gpu, &tc, |run| c.launch(s, &mut sets[run % nsets]))
+            });
+            match t {
+                Ok(t) => samples[i].extend(t.samples),
+                Err(e) => {
+                    let r = &mut specs[i].1;
+                    *r = r
+                        .clone()
+                        .with_status(Status::Error, format!("timing failed: {e}"));
+                }
+            }
+        }
+    }
+    for (i, (_, r)) in specs.iter_mut().enumerate() {
+        if r.status == Status::Ok {
+            r.timing = Summary::from_samples(&samples[i]);
+        }
+    }
+    result.paths = specs.into_iter().map(|(_, r)| r).collect();
+    result
 }
 
-/// One line per case for the log.
-pub fn summary_line(c: &CaseResult) -> String {
-    let parts: Vec<String> = c
+/// One line per row for the log: each timed path's median.
+pub fn summary_line(r: &RowResult) -> String {
+    let parts: Vec<String> = r
         .paths
         .iter()
-        .map(|p| match (p.status, p.timing) {
-            (Status::Ok, Some(t)) => format!("{} {:.4} ms", p.path.name(), t.median_ms),
-            (Status::NotAvailable, _) => format!("{} n/a", p.path.name()),
-            (Status::Wrong, _) => format!("{} WRONG", p.path.name()),
-            _ => format!("{} error", p.path.name()),
+        .map(|p| match (p.status, p.median_ms()) {
+            (Status::Ok, Some(t)) => format!("{} {t:.4} ms", p.label),
+            (Status::NotAvailable, _) => format!("{} n/a", p.label),
+            (Status::Wrong, _) => format!("{} WRONG", p.label),
+            _ => format!("{} error", p.label),
         })
         .collect();
     format!(
-        "{} {} ({}×{}×{}): {}",
-        c.shape,
-        c.epilogue.name(),
-        c.m,
-        c.n,
-        c.k,
+        "{} ({}×{}×{}): {}",
+        r.name,
+        r.m,
+        r.n,
+        r.k,
         parts.join(" · ")
     )
 }
 
-/// Runs every case of `cfg` in order; `lt` is the cuBLASLt handle, if the library loaded.
+/// Runs every row of `cfg` in order; `lt` is the cuBLASLt handle, if the library loaded;
+/// `tuner` the autotuner of the autotuned column, if any.
 pub fn run_all<T: BenchElement>(
     gpu: &Gpu,
     cfg: &RunConfig,
     mut lt: Option<&mut Lt>,
+    tuner: &mut Option<Autotuner>,
     pb: &ProgressBar,
-) -> Vec<CaseResult> {
-    let mut out = Vec::with_capacity(cfg.cases.len());
-    for (i, case) in cfg.cases.iter().enumerate() {
-        let r = run_case::<T>(gpu, cfg, i, case, lt.as_deref_mut(), pb);
+) -> Vec<RowResult> {
+    let mut out = Vec::with_capacity(cfg.rows.len());
+    for (i, row) in cfg.rows.iter().enumerate() {
+        let r = run_row::<T>(gpu, cfg, i, row, lt.as_deref_mut(), tuner, pb);
         let line = summary_line(&r);
         pb.suspend(|| eprintln!("{line}"));
+        pb.inc(1);
         out.push(r);
     }
     out
@@ -513,44 +580,32 @@ pub fn run_all<T: BenchElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shapes;
 
     #[test]
-    fn cases_use_natural_or_given_epilogues() {
-        let t = shapes::table();
-        let s = shapes::select(
-            &t,
-            &["anchor.bert-ffn-up".into(), "llama3-8b.gate-up.m128".into()],
-        )
-        .unwrap();
-        let natural = cases(&s, None);
-        let names: Vec<(String, Epilogue)> =
-            natural.iter().map(|(s, e)| (s.name.clone(), *e)).collect();
-        assert_eq!(
-            names,
-            vec![
-                ("llama3-8b.gate-up.m128".into(), Epilogue::Swiglu),
-                ("anchor.bert-ffn-up".into(), Epilogue::BiasGelu),
-                ("anchor.bert-ffn-up".into(), Epilogue::BiasResidualLayernorm),
-            ]
-        );
-        let given = cases(&s, Some(&[Epilogue::Bias, Epilogue::RmsnormScale]));
-        assert_eq!(given.len(), 4);
+    fn tile_labels_name_shape_and_schedule() {
+        let labels: Vec<String> = TILES_SM90.iter().map(tile_label).collect();
         assert!(
-            given
-                .iter()
-                .all(|(_, e)| matches!(e, Epilogue::Bias | Epilogue::RmsnormScale))
+            labels.contains(&"tile 128x128x64 ping-pong".to_owned()),
+            "{labels:?}"
         );
+        assert!(
+            labels.contains(&"tile 256x256x64 2-CTA cluster".to_owned()),
+            "{labels:?}"
+        );
+        assert!(labels.iter().all(|l| !l.ends_with("other")), "{labels:?}");
     }
 
     #[test]
     fn summary_line_names_every_path() {
         let r = crate::report::tests::sample();
-        let l = summary_line(&r.cases[1]);
+        let l = summary_line(&r.rows[0]);
         assert!(
-            l.starts_with("llama3-8b.gate-up.m128 swiglu (4096×3072×768)"),
+            l.starts_with("bert-base.ffn-up.bias-gelu (4096×3072×768)"),
             "{l}"
         );
-        assert!(l.contains("ours n/a") && l.contains("cublaslt 0.0400 ms"));
+        assert!(
+            l.contains("ours 0.0500 ms") && l.contains("tile 256x256 cluster n/a"),
+            "{l}"
+        );
     }
 }

@@ -1,21 +1,26 @@
-//! The shape table: Transformer layer GEMMs (`C = A·Bᵀ`, M tokens, N output features, K input
-//! features) at M = 128, 4096 and 16384, and the anchor shapes measured with PyTorch on the
-//! H200 (`bench/anchors/`). Each shape carries the epilogues that belong to it in its model; `--epilogues`
-//! replaces them.
+//! The rows of the comparison: Transformer layer GEMMs (`C = A·Bᵀ`, M tokens, N output
+//! features, K input features), each with the epilogues that layer runs in its model, plus the
+//! plain GEMM of every shape.
 //!
-//! Names are `<model>.<layer>.m<M>` and `anchor.<what>`; a pattern selects every shape whose
-//! name equals it or starts with it followed by `.` (`bert-base`, `llama3-8b.gate-up`), or is a
-//! literal `MxNxK`.
+//! | model | tokens M | d | FFN | epilogues |
+//! |---|---:|---:|---:|---|
+//! | `bert-base`, `bert-large` | 4096 (8 × 512) | 768, 1024 | 3072, 4096 | bias (QKV), bias+GELU erf and tanh (FFN up), bias+residual+LayerNorm (out-proj, FFN down) |
+//! | `llama3-1b`, `llama3-8b` | 8192 | 2048, 4096 | 8192, 14336 | RMSNorm consumer (QKV), producer (o-proj, down), SwiGLU (gate+up interleaved) |
+//! | `minilm.b1`, `.b32`, `.b256` | 128 · batch | 384 | 1536 | as BERT (all-MiniLM-L6-v2 at sequence length 128) |
+//!
+//! A row's name is `<model>.<layer>.<epilogue>`; a pattern selects every row whose name equals
+//! it or starts with it followed by `.` (`bert-base`, `llama3-8b.gate-up`), or is a literal
+//! `MxNxK` (run with every epilogue of `--epilogues`, default `gemm`).
 
 use serde::{Deserialize, Serialize};
 
 use crate::epilogue::Epilogue;
 use crate::error::{BenchError, Result};
 
-/// One GEMM shape and its epilogues.
+/// One row: a GEMM shape and the epilogue that runs on it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shape {
-    /// Table name (or `MxNxK` for a literal).
+pub struct Row {
+    /// `<model>.<layer>.<epilogue>` (or `MxNxK.<epilogue>` for a literal).
     pub name: String,
     /// Rows of A and C (tokens).
     pub m: usize,
@@ -23,12 +28,9 @@ pub struct Shape {
     pub n: usize,
     /// Inner dimension (input features).
     pub k: usize,
-    /// The epilogues this layer runs in its model.
-    pub epilogues: Vec<Epilogue>,
+    /// What runs on the GEMM's output.
+    pub epilogue: Epilogue,
 }
-
-/// Token counts of the model-layer shapes.
-pub const MS: [usize; 3] = [128, 4096, 16384];
 
 struct Layer {
     name: &'static str,
@@ -37,142 +39,128 @@ struct Layer {
     epilogues: &'static [Epilogue],
 }
 
-use Epilogue::{BiasGelu, BiasGeluTanh, BiasResidualLayernorm, RmsRstd, RmsnormScale, Swiglu};
+use Epilogue::{
+    Bias, BiasGelu, BiasGeluTanh, BiasResidualLayernorm, Gemm, RmsConsumer, RmsProducer, Swiglu,
+};
 
-/// (model, layers): BERT-base (d 768, FFN 3072), BERT-large (1024, 4096), GPT-2 XL (1600,
-/// 6400, `gelu_new`; GPT-2 small's shapes equal BERT-base's), LLaMA-3-8B (4096, FFN 14336 with
-/// gate and up interleaved into one N = 28672 GEMM).
-fn models() -> Vec<(&'static str, Vec<Layer>)> {
-    let bert = |d: usize, ffn: usize| {
-        vec![
-            Layer {
-                name: "attn-out",
-                n: d,
-                k: d,
-                epilogues: &[BiasResidualLayernorm],
-            },
-            Layer {
-                name: "ffn-up",
-                n: ffn,
-                k: d,
-                epilogues: &[BiasGelu],
-            },
-            Layer {
-                name: "ffn-down",
-                n: d,
-                k: ffn,
-                epilogues: &[BiasResidualLayernorm],
-            },
-        ]
+fn bert(d: usize, ffn: usize, tanh: bool) -> Vec<Layer> {
+    let up: &'static [Epilogue] = if tanh {
+        &[Gemm, BiasGelu, BiasGeluTanh]
+    } else {
+        &[Gemm, BiasGelu]
     };
     vec![
-        ("bert-base", bert(768, 3072)),
-        ("bert-large", bert(1024, 4096)),
-        (
-            "gpt2-xl",
-            vec![
-                Layer {
-                    name: "attn-proj",
-                    n: 1600,
-                    k: 1600,
-                    epilogues: &[BiasResidualLayernorm],
-                },
-                Layer {
-                    name: "mlp-fc",
-                    n: 6400,
-                    k: 1600,
-                    epilogues: &[BiasGeluTanh],
-                },
-                Layer {
-                    name: "mlp-proj",
-                    n: 1600,
-                    k: 6400,
-                    epilogues: &[BiasResidualLayernorm],
-                },
-            ],
-        ),
-        (
-            "llama3-8b",
-            vec![
-                Layer {
-                    name: "qkv",
-                    n: 6144,
-                    k: 4096,
-                    epilogues: &[RmsnormScale],
-                },
-                Layer {
-                    name: "o-proj",
-                    n: 4096,
-                    k: 4096,
-                    epilogues: &[RmsRstd],
-                },
-                Layer {
-                    name: "gate-up",
-                    n: 28672,
-                    k: 4096,
-                    epilogues: &[Swiglu],
-                },
-                Layer {
-                    name: "down",
-                    n: 4096,
-                    k: 14336,
-                    epilogues: &[RmsRstd],
-                },
-            ],
-        ),
+        Layer {
+            name: "qkv",
+            n: 3 * d,
+            k: d,
+            epilogues: &[Gemm, Bias],
+        },
+        Layer {
+            name: "attn-out",
+            n: d,
+            k: d,
+            epilogues: &[Gemm, BiasResidualLayernorm],
+        },
+        Layer {
+            name: "ffn-up",
+            n: ffn,
+            k: d,
+            epilogues: up,
+        },
+        Layer {
+            name: "ffn-down",
+            n: d,
+            k: ffn,
+            epilogues: &[Gemm, BiasResidualLayernorm],
+        },
     ]
 }
 
-/// The anchors of `bench/anchors/` (M×N×K) with the epilogues measured there.
-fn anchors() -> Vec<Shape> {
-    let s = |name: &str, m, n, k, epilogues: &[Epilogue]| Shape {
-        name: format!("anchor.{name}"),
-        m,
-        n,
-        k,
-        epilogues: epilogues.to_vec(),
-    };
-    let gelu_ln = [BiasGelu, BiasResidualLayernorm];
+/// LLaMA-3: grouped-query attention with `kv_heads` heads of 128 (QKV width d + 2·128·kv),
+/// gate and up interleaved into one GEMM of width 2·FFN.
+fn llama(d: usize, ffn: usize, kv_heads: usize) -> Vec<Layer> {
     vec![
-        s("bert-ffn-up", 4096, 3072, 768, &gelu_ln),
-        s("bert-ffn-down", 4096, 768, 3072, &gelu_ln),
-        s("gpt-ffn-up", 8192, 16384, 4096, &gelu_ln),
-        s("out-proj", 8192, 4096, 4096, &gelu_ln),
-        s("ffn-down", 8192, 4096, 16384, &gelu_ln),
-        s("llama3-1b-mlp-up", 8192, 16384, 2048, &[Swiglu]),
-        s("llama3-8b-mlp-up", 8192, 28672, 4096, &[Swiglu]),
-        s("bert-large-swiglu", 4096, 8192, 1024, &[Swiglu]),
+        Layer {
+            name: "qkv",
+            n: d + 2 * 128 * kv_heads,
+            k: d,
+            epilogues: &[Gemm, RmsConsumer],
+        },
+        Layer {
+            name: "o-proj",
+            n: d,
+            k: d,
+            epilogues: &[Gemm, RmsProducer],
+        },
+        Layer {
+            name: "gate-up",
+            n: 2 * ffn,
+            k: d,
+            epilogues: &[Gemm, Swiglu],
+        },
+        Layer {
+            name: "down",
+            n: d,
+            k: ffn,
+            epilogues: &[Gemm, RmsProducer],
+        },
     ]
 }
 
-/// The whole table: model layers at every M of [`MS`], then the anchors.
-pub fn table() -> Vec<Shape> {
+/// (model name, tokens, layers).
+fn models() -> Vec<(String, usize, Vec<Layer>)> {
+    let mut v = vec![
+        ("bert-base".to_owned(), 4096, bert(768, 3072, true)),
+        ("bert-large".to_owned(), 4096, bert(1024, 4096, true)),
+        // LLaMA-3.2-1B: 8 KV heads of 64 are 2·512 wide, the same as 4 heads of 128.
+        ("llama3-1b".to_owned(), 8192, llama(2048, 8192, 4)),
+        ("llama3-8b".to_owned(), 8192, llama(4096, 14336, 8)),
+    ];
+    for batch in MINILM_BATCHES {
+        v.push((
+            format!("minilm.b{batch}"),
+            MINILM_SEQ * batch,
+            bert(384, 1536, false),
+        ));
+    }
+    v
+}
+
+/// Batch sizes of the MiniLM rows (and of the whole-model comparison).
+pub const MINILM_BATCHES: [usize; 3] = [1, 32, 256];
+
+/// Sequence length of the MiniLM rows.
+pub const MINILM_SEQ: usize = 128;
+
+/// Every row, model by model.
+pub fn table() -> Vec<Row> {
     let mut out = Vec::new();
-    for (model, layers) in models() {
+    for (model, m, layers) in models() {
         for l in &layers {
-            for m in MS {
-                out.push(Shape {
-                    name: format!("{model}.{}.m{m}", l.name),
+            for &e in l.epilogues {
+                out.push(Row {
+                    name: format!("{model}.{}.{}", l.name, e.name()),
                     m,
                     n: l.n,
                     k: l.k,
-                    epilogues: l.epilogues.to_vec(),
+                    epilogue: e,
                 });
             }
         }
     }
-    out.extend(anchors());
     out
 }
 
-/// `--quick`: small shapes covering the four main epilogues, plus the BERT FFN-up anchor.
+/// `--quick`: one row of each epilogue, small and large.
 pub const QUICK: &[&str] = &[
-    "bert-base.ffn-up.m128",
-    "bert-base.attn-out.m128",
-    "llama3-8b.qkv.m128",
-    "llama3-8b.o-proj.m128",
-    "llama3-8b.gate-up.m128",
-    "anchor.bert-ffn-up",
+    "bert-base.qkv.bias",
+    "bert-base.attn-out.bias-residual-layernorm",
+    "bert-large.ffn-up",
+    "llama3-1b.qkv.rms-consumer",
+    "llama3-1b.o-proj.rms-producer",
+    "llama3-1b.gate-up",
+    "minilm.b1.ffn-up.bias-gelu",
 ];
 
 /// Parses a literal `MxNxK` (also `M×N×K`).
@@ -185,12 +173,16 @@ pub fn parse_mnk(s: &str) -> Option<(usize, usize, usize)> {
     (v.len() == 3 && v.iter().all(|&d| d > 0)).then(|| (v[0], v[1], v[2]))
 }
 
-/// The shapes `patterns` select from `table`, in table order, each once; literals `MxNxK`
-/// follow (their epilogues: bias-gelu unless `--epilogues` says otherwise).
+/// The rows `patterns` select from `table`, in table order, each once, then the literals
+/// `MxNxK` with each of `literal_epilogues`.
 ///
 /// # Errors
 /// [`BenchError::Usage`] naming a pattern that selects nothing.
-pub fn select(table: &[Shape], patterns: &[String]) -> Result<Vec<Shape>> {
+pub fn select(
+    table: &[Row],
+    patterns: &[String],
+    literal_epilogues: &[Epilogue],
+) -> Result<Vec<Row>> {
     if patterns.is_empty() {
         return Ok(table.to_vec());
     }
@@ -198,38 +190,43 @@ pub fn select(table: &[Shape], patterns: &[String]) -> Result<Vec<Shape>> {
     let mut literals = Vec::new();
     for p in patterns {
         let p = p.trim();
-        let mut hit = false;
-        for (i, s) in table.iter().enumerate() {
-            if s.name == p || s.name.starts_with(&format!("{p}.")) {
-                chosen[i] = true;
-                hit = true;
-            }
-        }
-        if !hit {
-            match parse_mnk(p) {
-                Some((m, n, k)) => literals.push(Shape {
-                    name: format!("{m}x{n}x{k}"),
+        if let Some((m, n, k)) = parse_mnk(p) {
+            for &e in literal_epilogues {
+                literals.push(Row {
+                    name: format!("{m}x{n}x{k}.{}", e.name()),
                     m,
                     n,
                     k,
-                    epilogues: vec![BiasGelu],
-                }),
-                None => {
-                    return Err(BenchError::Usage {
-                        what: "--shapes",
-                        detail: format!(
-                            "`{p}` names no shape and is not MxNxK (see `fused-gemm-bench list`)"
-                        ),
-                    });
-                }
+                    epilogue: e,
+                });
+            }
+            continue;
+        }
+        let mut any = false;
+        for (i, r) in table.iter().enumerate() {
+            let hit = r.name == p
+                || r.name
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with('.'));
+            if hit {
+                chosen[i] = true;
+                any = true;
             }
         }
+        if !any {
+            return Err(BenchError::Usage {
+                what: "--rows",
+                detail: format!(
+                    "`{p}` names no row (see `fused-gemm-bench list`) and is not MxNxK"
+                ),
+            });
+        }
     }
-    let mut out: Vec<Shape> = table
+    let mut out: Vec<Row> = table
         .iter()
         .zip(&chosen)
-        .filter(|&(_, &c)| c)
-        .map(|(s, _)| s.clone())
+        .filter(|(_, c)| **c)
+        .map(|(r, _)| r.clone())
         .collect();
     out.extend(literals);
     Ok(out)
@@ -240,72 +237,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_has_every_model_at_every_m_and_the_anchors() {
+    fn the_table_covers_every_model_and_epilogue_once() {
         let t = table();
-        for model in ["bert-base", "bert-large", "gpt2-xl", "llama3-8b"] {
-            for m in MS {
-                assert!(
-                    t.iter().any(|s| s.name.starts_with(model) && s.m == m),
-                    "{model} at M = {m}"
-                );
-            }
-        }
-        for (m, n, k) in [
-            (4096, 3072, 768),
-            (4096, 768, 3072),
-            (8192, 16384, 4096),
-            (8192, 4096, 4096),
-            (8192, 4096, 16384),
-            (8192, 16384, 2048),
-            (8192, 28672, 4096),
-            (4096, 8192, 1024),
-        ] {
-            assert!(
-                t.iter().any(|s| (s.m, s.n, s.k) == (m, n, k)),
-                "anchor {m}x{n}x{k}"
-            );
-        }
-        let mut names: Vec<&str> = t.iter().map(|s| s.name.as_str()).collect();
-        names.sort();
+        let mut names: Vec<&str> = t.iter().map(|r| r.name.as_str()).collect();
+        let len = names.len();
+        names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), t.len(), "names are unique");
-        for s in &t {
-            assert!(!s.epilogues.is_empty());
-            for e in &s.epilogues {
-                assert!(
-                    e.check_width(s.n, s.k, 32768).is_none(),
-                    "{} {}",
-                    s.name,
-                    e.name()
-                );
-            }
+        assert_eq!(names.len(), len, "row names are unique");
+        for e in Epilogue::ALL {
+            assert!(t.iter().any(|r| r.epilogue == e), "{e:?} has a row");
         }
-        for q in QUICK {
-            assert!(t.iter().any(|s| s.name == *q), "quick shape {q}");
+        let get = |n: &str| t.iter().find(|r| r.name == n).unwrap();
+        let r = get("llama3-8b.gate-up.swiglu");
+        assert_eq!((r.m, r.n, r.k), (8192, 28672, 4096));
+        let r = get("llama3-8b.qkv.rms-consumer");
+        assert_eq!((r.m, r.n, r.k), (8192, 6144, 4096));
+        let r = get("llama3-1b.gate-up.gemm");
+        assert_eq!((r.m, r.n, r.k), (8192, 16384, 2048));
+        let r = get("bert-base.ffn-up.bias-gelu-tanh");
+        assert_eq!((r.m, r.n, r.k), (4096, 3072, 768));
+        let r = get("minilm.b256.ffn-down.bias-residual-layernorm");
+        assert_eq!((r.m, r.n, r.k), (32768, 384, 1536));
+        assert_eq!(get("minilm.b1.qkv.bias").m, 128);
+        // Every shape has its plain GEMM.
+        for r in &t {
+            let shape = r.name.rsplit_once('.').unwrap().0;
+            assert!(
+                t.iter().any(
+                    |g| g.name == format!("{shape}.gemm") && (g.m, g.n, g.k) == (r.m, r.n, r.k)
+                ),
+                "{}",
+                r.name
+            );
         }
     }
 
     #[test]
-    fn patterns_select_by_prefix_and_literal() {
+    fn patterns_select_by_dotted_prefix_and_literals() {
         let t = table();
-        let bert = select(&t, &["bert-base".into()]).unwrap();
-        assert_eq!(bert.len(), 9);
-        assert!(bert.iter().all(|s| s.name.starts_with("bert-base.")));
-        let one = select(
-            &t,
-            &["llama3-8b.gate-up.m128".into(), "bert-base.ffn-up".into()],
-        )
-        .unwrap();
-        assert_eq!(one.len(), 4);
-        // Table order, no duplicates.
-        let dup = select(&t, &["anchor".into(), "anchor.out-proj".into()]).unwrap();
-        assert_eq!(dup.len(), 8);
-        let lit = select(&t, &["1x3073x17".into()]).unwrap();
-        assert_eq!((lit[0].m, lit[0].n, lit[0].k), (1, 3073, 17));
-        // `bert` is not a whole name component: no silent match of bert-base and bert-large.
-        assert!(select(&t, &["bert".into()]).is_err());
-        assert!(select(&t, &["0x1x1".into()]).is_err());
-        assert_eq!(parse_mnk("4096×768×3072"), Some((4096, 768, 3072)));
-        assert_eq!(select(&t, &[]).unwrap().len(), t.len());
+        let s = select(&t, &["llama3-8b.gate-up".into()], &[Gemm]).unwrap();
+        let names: Vec<&str> = s.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["llama3-8b.gate-up.gemm", "llama3-8b.gate-up.swiglu"]
+        );
+        // `minilm.b1` does not select `minilm.b128…` or `minilm.b256`.
+        let s = select(&t, &["minilm.b1".into()], &[Gemm]).unwrap();
+        assert!(s.iter().all(|r| r.m == 128) && s.len() == 8);
+        let s = select(&t, &["17x4095x1".into()], &[Gemm, Swiglu]).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (s[1].m, s[1].n, s[1].k, s[1].epilogue),
+            (17, 4095, 1, Swiglu)
+        );
+        let e = select(&t, &["gpt5".into()], &[Gemm]).unwrap_err();
+        assert!(e.to_string().contains("gpt5"));
+        for q in QUICK {
+            assert!(
+                !select(&t, &[q.to_string()], &[Gemm]).unwrap().is_empty(),
+                "{q}"
+            );
+        }
+        assert_eq!(parse_mnk("8×16×32"), Some((8, 16, 32)));
+        assert_eq!(parse_mnk("8x0x32"), None);
     }
 }

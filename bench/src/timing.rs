@@ -40,6 +40,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, Result};
 
+/// The method in one sentence, for result headers.
+pub const METHOD: &str = "CUDA events between consecutive runs queued back to back behind a \
+                          spin kernel, inputs rotated over sets totalling at least twice the L2; \
+                          medians over";
+
 /// Summary statistics of a set of samples, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {

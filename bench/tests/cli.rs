@@ -1,49 +1,69 @@
-//! The binary's behaviour that needs no GPU: listing, option errors, and a clean exit (status 2,
-//! a message, no panic) when there is no CUDA driver.
+//! The binary's behaviour that needs no GPU: listing, option errors, the merged report from
+//! recorded results, and a clean exit (status 2, a message, no panic) without a CUDA driver.
 
-use std::process::Command;
+use std::process::{Command, Output};
 
-/// Runs the binary cargo built beside this test (or `FUSED_GEMM_BENCH_BIN`); `None`, with a
-/// message, where it is not there (a test binary copied to another machine by the GPU bundle).
-fn bench(args: &[&str]) -> Option<std::process::Output> {
+/// Runs the binary cargo built beside this test (or `FUSED_GEMM_BENCH_BIN`).
+fn bench(args: &[&str]) -> Output {
     let bin = std::env::var_os("FUSED_GEMM_BENCH_BIN")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_fused-gemm-bench").into());
-    if !bin.exists() {
-        eprintln!("skipping: {} not found", bin.display());
-        return None;
-    }
-    Some(
-        Command::new(bin)
-            .args(args)
-            .output()
-            .expect("the benchmark binary starts"),
-    )
+    assert!(bin.exists(), "{} not found", bin.display());
+    Command::new(bin)
+        .args(args)
+        .output()
+        .expect("the benchmark binary starts")
 }
 
 #[test]
-fn list_needs_no_gpu() {
-    let Some(out) = bench(&["list"]) else {
-        return;
-    };
+fn list_needs_no_gpu_and_gives_the_rows_as_json() {
+    let out = bench(&["list"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("llama3-8b.gate-up.m16384") && text.contains("swiglu"));
-    assert!(text.contains("anchor.bert-ffn-up"));
+    assert!(text.contains("llama3-8b.gate-up.swiglu") && text.contains("minilm.b256.ffn-up"));
+    let out = bench(&["list", "--json", "--rows", "bert-base.ffn-up,64x17x4095"]);
+    assert!(out.status.success());
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "bert-base.ffn-up.gemm",
+            "bert-base.ffn-up.bias-gelu",
+            "bert-base.ffn-up.bias-gelu-tanh",
+            "64x17x4095.gemm"
+        ]
+    );
+    assert_eq!(rows[1]["epilogue"], "bias-gelu");
+    assert_eq!(
+        (rows[3]["m"].as_u64(), rows[3]["k"].as_u64()),
+        (Some(64), Some(4095))
+    );
 }
 
 #[test]
 fn bad_options_exit_2_with_a_message() {
-    let Some(out) = bench(&["--shapes", "no-such-model"]) else {
-        return;
-    };
+    let out = bench(&["list", "--rows", "no-such-model"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("no-such-model") && !err.contains("panicked"),
         "{err}"
     );
-    let out = bench(&["--epilogues", "softmax"]).expect("present a moment ago");
+    let out = bench(&[
+        "run",
+        "--json",
+        "x.json",
+        "--rows",
+        "64x64x64",
+        "--epilogues",
+        "softmax",
+    ]);
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -53,13 +73,29 @@ fn without_a_driver_the_run_stops_cleanly() {
         println!("a CUDA driver is present; the no-GPU exit is not observable here");
         return;
     }
-    for args in [&["--quick"][..], &["timing"][..]] {
-        let Some(out) = bench(args) else {
-            return;
-        };
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ours.json");
+    let json = json.to_str().unwrap();
+    for args in [&["run", "--quick", "--json", json][..], &["timing"][..]] {
+        let out = bench(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.contains("no CUDA driver found"), "{err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+#[test]
+fn report_without_our_results_says_so_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "report",
+        "--ours",
+        "/no/such/ours.json",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let md = std::fs::read_to_string(dir.path().join("compare.md")).unwrap();
+    assert!(md.contains("Our side did not run"), "{md}");
 }

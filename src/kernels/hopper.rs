@@ -24,6 +24,10 @@ pub fn h_scale_bias_relu() {}
 /// gelu(s[r]·(A·B) + b[r]), erf GELU.
 #[fused_gemm(epilogue = [scale(row), bias(row), gelu], arch = sm_90)]
 pub fn h_rowscale_rowbias_gelu() {}
+/// s[r]·(A·B): the consumer of an RMSNorm pair, `RMSNorm(X)·W = diag(rstd)·(X·W)` with γ folded
+/// into W and rstd from the producer (CODA's reparameterisation).
+#[fused_gemm(epilogue = [scale(row)], arch = sm_90)]
+pub fn h_row_scale() {}
 /// gelu_tanh(s[c]·(A·B)).
 #[fused_gemm(epilogue = [scale(col), gelu_tanh], arch = sm_90)]
 pub fn h_colscale_gelu_tanh() {}
