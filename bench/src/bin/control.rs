@@ -1,4 +1,4 @@
-//! Device-side control flow (issue 8, Grinder/Cocktailer) against host-driven control flow
+//! Device-side control flow (Grinder/Cocktailer) against host-driven control flow
 //! (the same kernels launched one by one per step and block, each predicate read back with a
 //! sync before deciding), in one process:
 //!
@@ -19,10 +19,10 @@
 //! bucket, batch bucket): the first call's planning time (the loops' plans are chosen by timing
 //! candidates, `plan_loop_tuned`) and the median cached lookup are reported. Latency is the
 //! median of `--reps` runs timed with CUDA events after warm-up.
-//! Writes `control-<date>.json` and `control-<date>.md` into `--out`.
+//! Writes `control.json` and `control.md` into `--out`/<card> (the latest run per card).
 //!
 //! ```text
-//! cargo run --release -p fused-gemm-bench --bin control -- --out bench/results/control
+//! cargo run --release -p fused-gemm-bench --bin control -- --out bench/results
 //! ```
 
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ const COMMAND: &str = "cargo run --release -p fused-gemm-bench --bin control";
 #[command(name = "control")]
 struct Args {
     /// Results folder (JSON and markdown).
-    #[arg(long, default_value = "bench/results/control")]
+    #[arg(long, default_value = "bench/results")]
     out: PathBuf,
     /// Timed runs per mode (median reported).
     #[arg(long, default_value_t = 30)]
@@ -571,11 +571,11 @@ fn main() -> ExitCode {
     let md = markdown(&report);
     println!("{md}");
     let json = serde_json::to_string_pretty(&report).expect("plain data serializes");
-    let (pj, pm) = (
-        args.out.join(format!("control-{}.json", report.date)),
-        args.out.join(format!("control-{}.md", report.date)),
-    );
-    let w = std::fs::create_dir_all(&args.out)
+    let dir = args
+        .out
+        .join(fused_gemm_bench::report::device_slug(&report.device));
+    let (pj, pm) = (dir.join("control.json"), dir.join("control.md"));
+    let w = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(&pj, json))
         .and_then(|_| std::fs::write(&pm, md));
     match w {

@@ -1,4 +1,4 @@
-//! Construction vs exhaustive search (issue 5): for 66 shapes (BERT, MiniLM, GPT-2, LLaMA-3
+//! Construction vs exhaustive search: for 66 shapes (BERT, MiniLM, GPT-2, LLaMA-3
 //! layers, M from 1 to 16384, unaligned sizes) the planner's constructed tile choice is timed
 //! against every launchable candidate on the GPU.
 //!
@@ -8,7 +8,7 @@
 //!
 //! Environment: `PLAN_SWEEP_DTYPE` = `bf16` (default) or `f16`; `PLAN_SWEEP_MODEL_ONLY=1` only
 //! constructs (no timing; also the mode without a GPU) and prints the plans and construction
-//! times. A timed run writes `bench/results/plan_sweep-<dtype>.json` (every candidate's
+//! times. A timed run writes `bench/results/<card>/plan_sweep-<dtype>.json` (every candidate's
 //! predicted and measured time) and `.md` (the table, with the command) and prints the table.
 
 use std::process::ExitCode;
@@ -192,7 +192,11 @@ fn main() -> ExitCode {
     };
     let table = report.table();
     println!("{table}");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("results")
+        .join(fused_gemm_bench::report::device_slug(
+            report.device.split(" (").next().unwrap_or(""),
+        ));
     let stem = dir.join(format!("plan_sweep-{}", dtype.name()));
     let written = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(stem.with_extension("json"), report.to_json()))

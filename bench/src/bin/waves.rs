@@ -1,5 +1,5 @@
-//! The wave scheduler (issue 7) against per-operator launches and CUDA-graph replay, in one
-//! process, on the workloads of the issue:
+//! The wave scheduler against per-operator launches and CUDA-graph replay, in one
+//! process:
 //!
 //! - (a) 8 independent 256×256×256 GEMM + bias + ReLU, and 8 of mixed shapes;
 //! - (b) one MiniLM-shaped encoder layer (d = 384, FFN 1536) at batch 1, 16 / 32 / 64 tokens:
@@ -14,7 +14,7 @@
 //! Modes: `per-op` (each operator launched alone with its fastest-alone variant, on a stream),
 //! `cuda-graph` (the same launches captured once and replayed), `waves` (the scheduler's
 //! programs, launched on the stream), `waves+graph` (those launches replayed as a CUDA graph). Latency is the median of `WAVES_REPS` (default 200) forwards timed with CUDA
-//! events after 20 warm-up ones. Prints a table and writes `bench/results/waves-<date>.json`
+//! events after 20 warm-up ones. Prints a table and writes `bench/results/<card>/waves.json`
 //! (`WAVES_RESULTS_DIR` overrides the folder). Takes well under two minutes on an H200.
 
 use std::process::ExitCode;
@@ -450,8 +450,8 @@ fn main() -> ExitCode {
         device: gpu.name().to_owned(),
         rows,
     };
-    let dir = results_dir();
-    let path = dir.join(format!("waves-{}.json", report.date));
+    let dir = results_dir().join(fused_gemm_bench::report::device_slug(&report.device));
+    let path = dir.join("waves.json");
     match std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, report.to_json())) {
         Ok(()) => eprintln!("waves: wrote {}", path.display()),
         Err(e) => {
