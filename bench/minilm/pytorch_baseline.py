@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baselines of the MiniLM benchmark (bench/minilm/bench.sh runs this).
+"""PyTorch side of the whole-model rows of the comparison (bench/compare/run.sh runs this).
 
 The same weights as the Rust tool (the model directory's model.safetensors, f32 or the f16 copy
 written by `fused-gemm convert-model`) loaded into transformers' BertModel, fp16 on the GPU,
