@@ -10,7 +10,9 @@ use fused_gemm::bert::{self, BertElement, EmbeddingWeights, SeqBatch};
 use fused_gemm::host::Gpu;
 use fused_gemm::host::reference::bert as reference;
 use fused_gemm::host::reference::max_rel_error;
-use fused_gemm::host::testing::{assert_close, compare, gpu_or_skip, nan_max, rng, uniform};
+use fused_gemm::host::testing::{
+    Tolerance, assert_close, compare, gpu_or_skip, nan_max, rng, uniform,
+};
 use rand::RngExt;
 use rand::rngs::StdRng;
 
@@ -374,7 +376,7 @@ fn attention_case<T: Dt>(
     seq_len: usize,
     lengths: &[u32],
     scale: f32,
-    tol: f64,
+    tol: impl Into<Tolerance>,
 ) -> AttnResult {
     let d = heads * head_dim;
     let mut qkv: Vec<f32> = uniform(r, lengths.len() * seq_len * 3 * d)
@@ -519,8 +521,22 @@ fn attention_survives_large_scores() {
     let mut results = Vec::new();
     for hd in bert::HEAD_DIMS {
         let (seq_len, lengths) = (70usize, [70u32, 40]);
+        // f32 with scores of a few hundred: an f32 rounding error of a score (|s|·2⁻²⁴, about
+        // 1e-5) shifts the softmax weights of nearly tied keys by as much, and the few outputs
+        // that mix such keys are off by up to ~20× the average error (the CPU simulation of
+        // this kernel body in tests/sim_bert.rs: Frobenius 6e-7, one element 1.2e-5 of the
+        // output's rms). The element bound is 10× the tolerance; a wrong element is off by
+        // about the output's rms, still 50× over it.
+        let large_scores_f32 = Tolerance::rel(1e-5).per_element(10.0);
         results.push(attention_case::<f32>(
-            &gpu, &mut r, 2, hd, seq_len, &lengths, 10.0, 1e-5,
+            &gpu,
+            &mut r,
+            2,
+            hd,
+            seq_len,
+            &lengths,
+            10.0,
+            large_scores_f32,
         ));
         results.push(attention_case::<half::f16>(
             &gpu,

@@ -30,7 +30,7 @@ use fused_gemm::device::kernel::bert::pool::{self, PoolArgs};
 use fused_gemm::device::mma::sm80::MmaInput;
 use fused_gemm::device::types::{Bf16, Element, F16};
 use fused_gemm::host::reference::bert as reference;
-use fused_gemm::host::testing::{assert_close, compare, rng, uniform};
+use fused_gemm::host::testing::{Tolerance, assert_close, compare, rng, uniform};
 use rand::RngExt;
 use rand::rngs::StdRng;
 
@@ -632,14 +632,14 @@ fn mma_body<E: MmaInput>(head_dim: usize) -> (unsafe fn(&AttnArgs<E>), attn::Att
 }
 
 /// Runs `body` on random QKV whose padded rows are NaN and checks the output against the f64
-/// reference: finite everywhere, padded query rows exactly 0, relative Frobenius error below
-/// `tol`. Returns the error.
+/// reference: finite everywhere, padded query rows exactly 0, relative Frobenius error and each
+/// element within `tol`. Returns the Frobenius error.
 fn attention_case<E: Element + PartialEq>(
     r: &mut StdRng,
     c: &AttnCase<'_>,
     kernel: AttnKernel,
     (body, shape): (unsafe fn(&AttnArgs<E>), attn::AttnLaunch),
-    tol: f64,
+    tol: impl Into<Tolerance>,
 ) -> f64 {
     let (heads, seq_len, lengths) = (c.heads, c.seq_len, c.lengths);
     let d = heads * c.head_dim;
@@ -706,6 +706,13 @@ fn case<'a>(heads: usize, head_dim: usize, seq_len: usize, lengths: &'a [u32]) -
     }
 }
 
+/// f32 attention with scores of a few hundred: an f32 rounding error of a score (|s|·2⁻²⁴,
+/// about 1e-5) shifts the softmax weights of nearly tied keys by as much, and the few outputs
+/// that mix such keys are off by up to ~20× the average error (seen: Frobenius 6e-7, one
+/// element 6e-5 = 1.2e-5 of the output's rms). The element bound is 10× the tolerance there;
+/// a wrong element is off by about the output's rms, still 50× over it.
+const LARGE_SCORES_F32: Tolerance = Tolerance::rel(1e-5).per_element(10.0);
+
 #[test]
 fn attention_body_matches_reference() {
     let mut r = rng("sim attention");
@@ -740,7 +747,7 @@ fn attention_body_matches_reference() {
         scale: 10.0,
         ..case(2, 64, 70, &[70, 40])
     };
-    attention_case::<f32>(&mut r, &big, s, simt_body(64), t32);
+    attention_case::<f32>(&mut r, &big, s, simt_body(64), LARGE_SCORES_F32);
 }
 
 #[test]
