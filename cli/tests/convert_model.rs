@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::{fixture, model, model_dir};
+use fused_gemm::host::testing::nan_min;
 use fused_gemm_cli::convert::convert_model;
 use fused_gemm_cli::embed::cosine;
 use fused_gemm_cli::{CpuBackend, Dtype, Error, Model, embed};
@@ -16,11 +17,13 @@ fn min_cosine_vs_fixtures(m: &Model) -> f64 {
     let texts: Vec<&str> = fx.sentences.iter().map(|s| s.text.as_str()).collect();
     let mut cpu = CpuBackend::new(m.weights.clone(), Dtype::F32).unwrap();
     let emb = embed(&mut cpu, &m.tokenizer, &texts, 8, |_, _| {}, None).unwrap();
-    fx.sentences
-        .iter()
-        .enumerate()
-        .map(|(i, s)| cosine(emb.row(i), &s.embedding))
-        .fold(f64::INFINITY, f64::min)
+    // NaN-propagating (`f64::min` skips a NaN): a NaN cosine fails the caller's `>=`.
+    nan_min(
+        fx.sentences
+            .iter()
+            .enumerate()
+            .map(|(i, s)| cosine(emb.row(i), &s.embedding)),
+    )
 }
 
 #[test]

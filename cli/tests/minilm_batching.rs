@@ -3,19 +3,13 @@
 mod common;
 
 use common::{fixture, model};
+use fused_gemm::host::testing::max_abs_diff;
 use fused_gemm_cli::{CpuBackend, Dtype, Embeddings, embed};
 
 fn run(texts: &[&str], batch_size: usize) -> Embeddings {
     let m = model();
     let mut cpu = CpuBackend::new(m.weights.clone(), Dtype::F32).unwrap();
     embed(&mut cpu, &m.tokenizer, texts, batch_size, |_, _| {}, None).unwrap()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -31,7 +25,7 @@ fn embeddings_do_not_depend_on_batch_or_padding() {
         .collect();
     assert!(texts.len() >= 8);
     let alone: Vec<Embeddings> = texts.iter().map(|t| run(&[t], 1)).collect();
-    let mut worst = 0.0f32;
+    let mut worst = 0.0f64;
     for batch_size in [2, 3, texts.len()] {
         let together = run(&texts, batch_size);
         for (i, a) in alone.iter().enumerate() {

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Fixture, fixture, model, model_dir};
+use fused_gemm::host::testing::{max_abs_diff, nan_max, nan_min};
 use fused_gemm_cli::embed::cosine;
 use fused_gemm_cli::{CpuBackend, DEFAULT_MAX_SEQ_LEN, Dtype, MiniLmTokenizer, Model, embed};
 
@@ -30,18 +31,13 @@ fn check_embeddings(fx: &Fixture, m: &Model, batch_size: usize) -> Vec<f64> {
         .enumerate()
         .map(|(i, s)| cosine(emb.row(i), &s.embedding))
         .collect();
-    let worst = cos.iter().copied().fold(f64::INFINITY, f64::min);
-    let max_abs = fx
-        .sentences
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| {
-            emb.row(i)
-                .iter()
-                .zip(&s.embedding)
-                .map(|(a, b)| (a - b).abs())
-        })
-        .fold(0.0f32, f32::max);
+    let worst = nan_min(cos.iter().copied());
+    let max_abs = nan_max(
+        fx.sentences
+            .iter()
+            .enumerate()
+            .map(|(i, s)| max_abs_diff(emb.row(i), &s.embedding)),
+    );
     println!(
         "max_seq_len {} batch {batch_size}: {} sentences in {:.0} ms, min cosine {worst:.9} \
          (1 - cos = {:.2e}), max |difference| {max_abs:.2e}",

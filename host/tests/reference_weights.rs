@@ -5,21 +5,13 @@
 use fused_gemm_host::reference::epilogue::{
     HostElement, PairLayout, RefStage, RopeConfig, fused_gemm_reference, to_f64,
 };
-use fused_gemm_host::testing::{rng, uniform};
+use fused_gemm_host::testing::{max_abs_diff, rng, uniform};
 use fused_gemm_host::weights::{self, WeightLayoutError};
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 
 fn f64s(v: Vec<f32>) -> Vec<f64> {
     to_f64(&v)
-}
-
-fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
 }
 
 /// Transposes a rows × cols row-major matrix.
