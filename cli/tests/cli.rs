@@ -1,5 +1,10 @@
 //! The `fused-gemm` binary end to end: outputs parse back, bad input fails cleanly (non-zero
 //! exit, a message naming the problem, no output file, no leftover temporary file).
+//!
+//! `embed` runs with `--device cpu` here, so the tests check the CPU path on any machine (the
+//! default, `auto`, would take the GPU on a GPU host); `auto_device_says_where_it_runs` and the
+//! `--device cuda` case of `bad_options_fail_with_clear_messages` check the device choice itself,
+//! for whichever case the machine is.
 
 mod common;
 
@@ -96,10 +101,19 @@ fn jsonl_to_file_matches_reference_and_npy_matches_jsonl() {
     }
 
     let mut c = bin();
-    c.args(["embed", "--format", "npy", "--batch-size", "5", "-o"])
-        .arg(&np)
-        .arg("--file")
-        .arg(&input);
+    c.args([
+        "embed",
+        "--device",
+        "cpu",
+        "--format",
+        "npy",
+        "--batch-size",
+        "5",
+        "-o",
+    ])
+    .arg(&np)
+    .arg("--file")
+    .arg(&input);
     assert!(run(c, b"").status.success());
     let npy = npyz::NpyFile::new(std::fs::File::open(&np).unwrap()).unwrap();
     assert_eq!(npy.shape(), [texts.len() as u64, 384]);
@@ -113,11 +127,17 @@ fn jsonl_to_file_matches_reference_and_npy_matches_jsonl() {
 #[test]
 fn stdin_and_arguments_give_the_same_embeddings() {
     let mut c = bin();
-    c.args(["embed", "A man is eating food.", "Ein Mann isst."]);
+    c.args([
+        "embed",
+        "--device",
+        "cpu",
+        "A man is eating food.",
+        "Ein Mann isst.",
+    ]);
     let from_args = run(c, b"");
     assert!(from_args.status.success());
     let mut c = bin();
-    c.arg("embed");
+    c.args(["embed", "--device", "cpu"]);
     let from_stdin = run(c, "A man is eating food.\r\nEin Mann isst.\n".as_bytes());
     assert!(from_stdin.status.success());
     let (a, b) = (
@@ -126,9 +146,39 @@ fn stdin_and_arguments_give_the_same_embeddings() {
     );
     assert_eq!(a.len(), 2);
     assert_eq!(a, b);
-    // auto without a GPU (or without the CUDA backend yet) says it runs on the CPU.
-    let err = String::from_utf8_lossy(&from_args.stderr);
-    assert!(err.contains("running on the CPU"), "{err}");
+}
+
+/// `--device auto` (the default) runs on GPU 0 when it opens, else on the CPU, and says which
+/// on stderr. Checks the case of the machine it runs on: with a GPU, the f16 GPU embedding is
+/// close to the f32 CPU one; without, it is the `--device cpu` embedding exactly.
+#[test]
+fn auto_device_says_where_it_runs() {
+    let text = "A man is eating food.";
+    let mut c = bin();
+    c.args(["embed", text]);
+    let auto = run(c, b"");
+    assert!(auto.status.success());
+    let mut c = bin();
+    c.args(["embed", "--device", "cpu", text]);
+    let cpu = run(c, b"");
+    assert!(cpu.status.success());
+    let (got, want) = (parse_jsonl(&auto.stdout), parse_jsonl(&cpu.stdout));
+    assert_eq!((got.len(), want.len()), (1, 1));
+    let err = String::from_utf8_lossy(&auto.stderr);
+    match fused_gemm::Gpu::new(0) {
+        Ok(g) => {
+            assert!(err.contains("running on the GPU"), "GPU 0 opens: {err}");
+            let cos = cosine(&got[0].2, &want[0].2);
+            assert!(cos >= 0.999, "{}: GPU vs CPU cosine {cos}", g.name());
+        }
+        Err(e) => {
+            assert!(
+                err.contains("running on the CPU"),
+                "GPU 0 does not open ({e}): {err}"
+            );
+            assert_eq!(got, want, "auto on the CPU is --device cpu");
+        }
+    }
 }
 
 #[test]
@@ -136,6 +186,8 @@ fn similarity_prints_the_cosine_matrix() {
     let mut c = bin();
     c.args([
         "embed",
+        "--device",
+        "cpu",
         "--similarity",
         "--timings",
         "The cat sits on the mat.",
@@ -176,11 +228,11 @@ fn empty_input_fails() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("out.jsonl");
     let mut c = bin();
-    c.args(["embed", "-o"]).arg(&out_path);
+    c.args(["embed", "--device", "cpu", "-o"]).arg(&out_path);
     assert_fails(&run(c, b""), &["no input sentences"]);
     let empty = tempfile::NamedTempFile::new().unwrap();
     let mut c = bin();
-    c.args(["embed", "-o"])
+    c.args(["embed", "--device", "cpu", "-o"])
         .arg(&out_path)
         .arg("--file")
         .arg(empty.path());
@@ -194,12 +246,13 @@ fn invalid_utf8_fails_naming_the_line() {
     let out_path = dir.path().join("out.npy");
     let bad = b"fine\nalso fine\nbroken \xc3\x28 here\n";
     let mut c = bin();
-    c.args(["embed", "--format", "npy", "-o"]).arg(&out_path);
+    c.args(["embed", "--device", "cpu", "--format", "npy", "-o"])
+        .arg(&out_path);
     assert_fails(&run(c, bad), &["stdin", "line 3", "not valid UTF-8"]);
     let input = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(input.path(), bad).unwrap();
     let mut c = bin();
-    c.args(["embed", "-o"])
+    c.args(["embed", "--device", "cpu", "-o"])
         .arg(&out_path)
         .arg("--file")
         .arg(input.path());
@@ -214,7 +267,7 @@ fn missing_model_fails_before_writing() {
     std::fs::create_dir_all(&model).unwrap();
     std::fs::create_dir_all(&outd).unwrap();
     let mut c = bin();
-    c.args(["embed", "hello", "-o"])
+    c.args(["embed", "--device", "cpu", "hello", "-o"])
         .arg(outd.join("e.jsonl"))
         .env("FUSED_GEMM_MODEL_DIR", &model);
     assert_fails(
@@ -223,7 +276,7 @@ fn missing_model_fails_before_writing() {
     );
     // The flag wins over the environment.
     let mut c = bin();
-    c.args(["embed", "hello", "--model-dir"])
+    c.args(["embed", "--device", "cpu", "hello", "--model-dir"])
         .arg(model.join("nowhere"))
         .arg("-o")
         .arg(outd.join("e.jsonl"));
@@ -236,7 +289,7 @@ fn missing_model_fails_before_writing() {
     )
     .unwrap();
     let mut c = bin();
-    c.args(["embed", "hello", "-o"])
+    c.args(["embed", "--device", "cpu", "hello", "-o"])
         .arg(outd.join("e.jsonl"))
         .env("FUSED_GEMM_MODEL_DIR", &model);
     assert_fails(&run(c, b""), &["model.safetensors", "not found"]);
@@ -258,7 +311,7 @@ fn truncated_or_corrupt_weights_fail_cleanly() {
         let m = dir.path().join(name);
         write_model_dir(&m, &config, bytes);
         let mut c = bin();
-        c.args(["embed", "hello", "-o"])
+        c.args(["embed", "--device", "cpu", "hello", "-o"])
             .arg(outd.join("e.jsonl"))
             .env("FUSED_GEMM_MODEL_DIR", &m);
         assert_fails(&run(c, b""), &["corrupt or truncated", "model.safetensors"]);
@@ -279,9 +332,17 @@ fn wrong_tensor_shape_fails_naming_it() {
     let out_path = dir.path().join("e.jsonl");
     let mut c = bin();
     // The tiny model has 8 positions.
-    c.args(["embed", "hello", "--max-seq-len", "8", "-o"])
-        .arg(&out_path)
-        .env("FUSED_GEMM_MODEL_DIR", &m);
+    c.args([
+        "embed",
+        "--device",
+        "cpu",
+        "hello",
+        "--max-seq-len",
+        "8",
+        "-o",
+    ])
+    .arg(&out_path)
+    .env("FUSED_GEMM_MODEL_DIR", &m);
     assert_fails(&run(c, b""), &[name, "[4, 5]", "expected [4, 4]"]);
     assert!(!out_path.exists());
 }
@@ -349,12 +410,13 @@ fn unwritable_output_fails_before_work() {
     let dir = tempfile::tempdir().unwrap();
     let missing_dir = dir.path().join("no/such/dir/e.jsonl");
     let mut c = bin();
-    c.args(["embed", "hello", "-o"]).arg(&missing_dir);
+    c.args(["embed", "--device", "cpu", "hello", "-o"])
+        .arg(&missing_dir);
     assert_fails(&run(c, b""), &["no/such/dir", "does not exist"]);
     let is_dir = dir.path().join("adir");
     std::fs::create_dir(&is_dir).unwrap();
     let mut c = bin();
-    c.args(["embed", "hello", "--format", "npy", "-o"])
+    c.args(["embed", "--device", "cpu", "hello", "--format", "npy", "-o"])
         .arg(&is_dir);
     assert_fails(&run(c, b""), &["adir", "directory"]);
     assert_empty(&is_dir);
@@ -363,7 +425,7 @@ fn unwritable_output_fails_before_work() {
 #[test]
 fn bad_options_fail_with_clear_messages() {
     let cases: &[(&[&str], &[&str])] = &[
-        (&["--dtype", "f16", "--device", "cpu"], &["f32 only", "f16"]),
+        (&["--dtype", "f16"], &["f32 only", "f16"]),
         (&["--dtype", "bf16"], &["f32 only", "bf16"]),
         (&["--max-seq-len", "1"], &["--max-seq-len", "got 1"]),
         (&["--max-seq-len", "513"], &["--max-seq-len", "2..=512"]),
@@ -372,18 +434,25 @@ fn bad_options_fail_with_clear_messages() {
     ];
     for (args, needles) in cases {
         let mut c = bin();
-        c.arg("embed").args(*args).arg("hello");
+        c.args(["embed", "--device", "cpu"])
+            .args(*args)
+            .arg("hello");
         assert_fails(&run(c, b""), needles);
     }
+    // --device cuda runs on GPU 0 when it opens, and otherwise fails with the reason.
     let mut c = bin();
     c.args(["embed", "--device", "cuda", "hello"]);
     let out = run(c, b"");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("no CUDA driver") || err.contains("not yet implemented"),
-        "{err}"
-    );
+    match fused_gemm::Gpu::new(0) {
+        Ok(_) => {
+            assert!(
+                out.status.success(),
+                "GPU 0 opens, yet --device cuda failed"
+            );
+            assert_eq!(parse_jsonl(&out.stdout).len(), 1);
+        }
+        Err(e) => assert_fails(&out, &[&e.to_string()]),
+    }
 }
 
 #[test]
@@ -391,7 +460,14 @@ fn max_seq_len_flag_matches_reference_truncation() {
     let fx = fixture("embeddings_128.json");
     let long = fx.sentences.iter().find(|s| s.ids.len() == 128).unwrap();
     let mut c = bin();
-    c.args(["embed", "--max-seq-len", "128", &long.text]);
+    c.args([
+        "embed",
+        "--device",
+        "cpu",
+        "--max-seq-len",
+        "128",
+        &long.text,
+    ]);
     let out = run(c, b"");
     assert!(out.status.success());
     let rows = parse_jsonl(&out.stdout);
@@ -404,7 +480,7 @@ fn many_batches_work_without_a_terminal() {
     // More than one batch: the progress bar is hidden (stderr is a pipe), output complete.
     let lines: String = (0..7).map(|i| format!("sentence number {i}\n")).collect();
     let mut c = bin();
-    c.args(["embed", "--batch-size", "2"]);
+    c.args(["embed", "--device", "cpu", "--batch-size", "2"]);
     let out = run(c, lines.as_bytes());
     assert!(out.status.success());
     assert_eq!(parse_jsonl(&out.stdout).len(), 7);
@@ -432,6 +508,10 @@ fn smoke_runs_on_gpu_or_says_it_uses_the_cpu() {
         assert!(s.starts_with("smoke on cpu"), "{s}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("no CUDA driver"), "{err}");
+    } else {
+        // With a driver the smoke run uses GPU 0 and names it.
+        let g = fused_gemm::Gpu::new(0).expect("the smoke run opened GPU 0");
+        assert!(s.starts_with(&format!("smoke on {}:", g.name())), "{s}");
     }
 }
 
@@ -443,6 +523,8 @@ fn truncated_sentences_are_reported_on_stderr() {
     let mut c = bin();
     c.args([
         "embed",
+        "--device",
+        "cpu",
         "--similarity",
         "--max-seq-len",
         "8",
@@ -461,7 +543,7 @@ fn truncated_sentences_are_reported_on_stderr() {
         "{err}"
     );
     let mut c = bin();
-    c.args(["embed", "--similarity", "short"]);
+    c.args(["embed", "--device", "cpu", "--similarity", "short"]);
     let out = run(c, b"");
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("tokens"));
@@ -482,7 +564,8 @@ fn default_max_seq_len_fits_the_model_and_extra_layers_fail() {
     shapes.push(("encoder.layer.1.output.dense.bias".into(), vec![4]));
     write_model_dir(&m, TINY_CONFIG, &safetensors_bytes(&shapes));
     let mut c = bin();
-    c.args(["embed", "hello"]).env("FUSED_GEMM_MODEL_DIR", &m);
+    c.args(["embed", "--device", "cpu", "hello"])
+        .env("FUSED_GEMM_MODEL_DIR", &m);
     let out = run(c, b"");
     assert_fails(&out, &["2 encoder layers", "num_hidden_layers is 1"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("--max-seq-len"));
@@ -498,7 +581,7 @@ fn config_values_out_of_range_fail_naming_the_field() {
     );
     write_model_dir(&m, &config, &safetensors_bytes(&tiny_shapes(&[])));
     let mut c = bin();
-    c.args(["embed", "hello", "--max-seq-len", "8"])
+    c.args(["embed", "--device", "cpu", "hello", "--max-seq-len", "8"])
         .env("FUSED_GEMM_MODEL_DIR", &m);
     assert_fails(&run(c, b""), &["config.json", "num_hidden_layers"]);
 }
@@ -515,7 +598,7 @@ fn output_file_mode_follows_the_umask() {
         let mut c = Command::new("sh");
         c.args(["-c", &format!("umask {umask} && exec \"$0\" \"$@\"")])
             .arg(env!("CARGO_BIN_EXE_fused-gemm"))
-            .args(["embed", "hello", "-o"])
+            .args(["embed", "--device", "cpu", "hello", "-o"])
             .arg(&out)
             .env("FUSED_GEMM_MODEL_DIR", model_dir());
         assert!(run(c, b"").status.success());

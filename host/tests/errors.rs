@@ -1,5 +1,5 @@
-//! Every `Error` variant, produced through the public API on the CPU (no GPU), or named as
-//! GPU-only with the GPU test that produces it. `kind` matches without a wildcard, so a new
+//! Every `Error` variant, produced through the public API without using a GPU (the test passes
+//! the same with or without one), or named as GPU-only with the GPU test that produces it. `kind` matches without a wildcard, so a new
 //! variant does not compile until it is listed here.
 
 use std::collections::BTreeSet;
@@ -45,19 +45,19 @@ fn kind(e: &Error) -> &'static str {
 const GPU_ONLY: &[(&str, &str)] = &[
     (
         "KernelNotFound",
-        "tests/gpu_runtime.rs: missing_kernel_is_named",
+        "host/tests/gpu_runtime.rs: missing_kernel_is_named",
     ),
     (
         "Capture",
-        "tests/gpu_runtime.rs: failed_capture_leaves_the_gpu_usable",
+        "host/tests/gpu_runtime.rs: failed_capture_leaves_the_gpu_usable",
     ),
     (
         "OutOfRange",
-        "tests/gpu_runtime.rs: views_upload_download_and_range_errors (also unit tests)",
+        "host/tests/gpu_runtime.rs: views_upload_download_and_range_errors (also unit tests)",
     ),
     (
         "HostLength",
-        "tests/gpu_runtime.rs: views_upload_download_and_range_errors (also unit tests)",
+        "host/tests/gpu_runtime.rs: views_upload_download_and_range_errors (also unit tests)",
     ),
 ];
 
@@ -82,8 +82,25 @@ fn every_error_kind_is_produced_and_named() {
     let (a, b, c) = (m(0x1000, 8, 16), m(0x2000, 8, 16), m(0x3000, 8, 8));
     let mut errors: Vec<Error> = Vec::new();
 
-    // Without a driver `Gpu::new` is NoDriver; with one, a missing ordinal is NoDevice.
-    errors.push(Gpu::new(usize::MAX).unwrap_err());
+    // Without a driver `Gpu::new` is NoDriver; with one (a GPU host), a missing ordinal is
+    // NoDevice.
+    let e = Gpu::new(usize::MAX).unwrap_err();
+    if fused_gemm_host::gpu::driver_present() {
+        // (Driver: a driver that cannot initialize.)
+        assert!(
+            matches!(
+                e,
+                Error::NoDevice {
+                    ordinal: usize::MAX,
+                    ..
+                } | Error::Driver(_)
+            ),
+            "driver present: {e}"
+        );
+    } else {
+        assert!(matches!(e, Error::NoDriver), "no driver: {e}");
+    }
+    errors.push(e);
     errors.push(Error::NoDevice {
         ordinal: 1,
         count: 1,
