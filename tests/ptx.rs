@@ -1,10 +1,11 @@
 //! Checks every embedded PTX module on the CPU (no GPU needed) and prints the resources of each
 //! kernel, from the report that `ptxas -v` wrote when `build.rs` assembled the module into the
-//! embedded cubin (`$OUT_DIR/fused_gemm.<arch>.ptxas.log`, see `PtxArtifact::ptxas_log`): the
-//! machine code these tests judge is the code the library loads, and ptxas runs once per build
-//! instead of once more per test run (20 minutes of CI on two cores).
+//! embedded cubin (`fused_gemm.<arch>.ptxas.log` in the build's `OUT_DIR`, see
+//! `PtxArtifact::ptxas_log`): the machine code these tests judge is the code the library loads,
+//! and ptxas runs once per build instead of once more per test run (20 minutes of CI on two
+//! cores).
 //!
-//! ptxas comes from the PyPI wheel `nvidia-cuda-nvcc==13.0.88` (the GPU machine's CUDA 13.0);
+//! ptxas comes from the PyPI wheel `nvidia-cuda-nvcc==13.0.88` (CUDA 13.0, as on the GPU hosts);
 //! `scripts/setup.sh` installs it under `.tools/`, where `build.rs` finds it.
 
 /// Per-kernel resources parsed from `ptxas -v`.
@@ -279,9 +280,9 @@ fn opcode(statement: &str) -> &str {
     }
 }
 
-/// known-faults #13: shared memory must be addressed as `.shared`, never through generic
-/// pointers (slower, and a sign that address-space inference failed). Every load and store in
-/// the PTX names its state space.
+/// Shared-memory address space: shared memory must be addressed as `.shared`, never through
+/// generic pointers (slower, and a sign that address-space inference failed). Every load and
+/// store in the PTX names its state space.
 #[test]
 fn every_load_and_store_names_its_state_space() {
     for m in fused_gemm::ptx::BUILTIN.modules {
@@ -304,17 +305,17 @@ fn every_load_and_store_names_its_state_space() {
 
 /// Barriers that LLVM may copy into both sides of a branch on the thread index are the
 /// non-`.aligned` forms: Rust's `asm!` is not `convergent` to LLVM, and an `.aligned` barrier
-/// reached by one warp's lanes at two copies hung the global row-statistics exchange
-/// (bench/results/session17-2026-12-06.md). So the cluster barriers in inline asm are never
-/// `.aligned`, and in every kernel with a spin on a global counter (`nanosleep`: thread 0 of the
-/// global exchange) the first inline-asm barrier after each spin is `barrier.sync`
-/// (`arch::sync::named_barrier`), not `bar.sync`. `__syncthreads` (`bar.sync 0`, outside any
-/// asm block) comes from LLVM's `convergent` intrinsic, which LLVM does not copy that way.
+/// reached by one warp's lanes at two copies hung the global row-statistics exchange on an
+/// H100. So the cluster barriers in inline asm are never `.aligned`, and in every kernel with a
+/// spin on a global counter (`nanosleep`: thread 0 of the global exchange) the first inline-asm
+/// barrier after each spin is `barrier.sync` (`arch::sync::named_barrier`), not `bar.sync`.
+/// `__syncthreads` (`bar.sync 0`, outside any asm block) comes from LLVM's `convergent`
+/// intrinsic, which LLVM does not copy that way.
 ///
 /// The other way round, `barrier.sync` appears only in kernels with such a spin: elsewhere it
-/// costs (ping-pong GEMMs, bench/results/session17-2026-12-06.md and session18-2026-12-06.md),
-/// and a branch on the thread index before a barrier is written as predicated asm instead
-/// (`arch::atomic::leader_arrive_counted`).
+/// costs (with it, ptxas adds reconvergence points and the 128×128 ping-pong GEMMs ran up to
+/// 35 % slower on an H100), and a branch on the thread index before a barrier is written as
+/// predicated asm instead (`arch::atomic::leader_arrive_counted`).
 #[test]
 fn barriers_after_thread_branches_are_not_aligned() {
     let mut spins = 0;

@@ -1,4 +1,4 @@
-//! The SASS check of issue 9 on the CPU: the embedded sm_90a cubin (the machine code the launcher
+//! The SASS check on the CPU: the embedded sm_90a cubin (the machine code the launcher
 //! loads on an H100/H200) is disassembled with `nvdisasm`, and every Hopper entry point
 //! (`__sm90tma_` in its name) must issue `HGMMA` and touch no local memory (`STL`/`LDL`: spills or
 //! stack arrays). `tests/ptx.rs` checks the same kernels' PTX and ptxas report; this test checks

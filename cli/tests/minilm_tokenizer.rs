@@ -1,5 +1,5 @@
-//! Tokenizer behaviour on the real vocabulary: known-faults #11 (accents, scripts, the empty
-//! string) and truncation.
+//! Tokenizer behaviour on the real vocabulary: accents and case (MiniLM is uncased and strips
+//! accents), CJK scripts, the empty string, and truncation.
 
 mod common;
 
@@ -8,7 +8,7 @@ use fused_gemm_cli::{CpuBackend, Dtype, MiniLmTokenizer, embed};
 
 #[test]
 fn accents_and_case_are_removed() {
-    // known-faults #11: MiniLM is uncased and strips accents.
+    // MiniLM is uncased and strips accents: these spellings give the same ids.
     let t = &model().tokenizer;
     let plain = t.encode("naive cafe in hokkaido, eire").unwrap();
     for s in [
@@ -23,7 +23,7 @@ fn accents_and_case_are_removed() {
 
 #[test]
 fn cjk_characters_become_single_character_tokens() {
-    // known-faults #11: "的人有" → three single-character tokens between [CLS] and [SEP].
+    // "的人有" → three single-character tokens between [CLS] and [SEP].
     let t = &model().tokenizer;
     let ids = t.encode("的人有").unwrap();
     let toks: Vec<String> = ids.iter().map(|&i| t.id_to_token(i).unwrap()).collect();
@@ -32,7 +32,7 @@ fn cjk_characters_become_single_character_tokens() {
 
 #[test]
 fn empty_and_blank_strings_give_cls_sep_and_a_finite_embedding() {
-    // known-faults #11: "" → only [CLS] [SEP], and a finite (unit) embedding.
+    // "" → only [CLS] [SEP], and a finite (unit) embedding.
     let m = model();
     let t = &m.tokenizer;
     let cls_sep = vec![

@@ -1,5 +1,5 @@
-//! Known faults (`shared/cases/known-faults.md`) with CPU semantics, checked on the f64
-//! reference: the exact inputs and answers of each entry, and the rest of its kind.
+//! The fault cases of `docs/fault-cases.md` that have CPU semantics, checked on the f64
+//! reference: the exact inputs and answers of each case, and the rest of its kind.
 
 use fused_gemm_device::math as dmath;
 use fused_gemm_device::types::DType;
@@ -9,7 +9,7 @@ use fused_gemm_host::reference::epilogue::{
     layer_norm_rows, layer_norm_rows_tiled, rms_norm_rows, rms_norm_rows_tiled, rope, round_slice,
     round_to, split_k_ranges, swiglu, to_f64,
 };
-use fused_gemm_host::testing::{rng, uniform};
+use fused_gemm_host::testing::{max_abs_diff, rng, uniform};
 use fused_gemm_host::weights;
 use half::f16;
 
@@ -27,17 +27,10 @@ fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     }
 }
 
-fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
-// ---- #1: scale and bias order ----
+// ---- Scale and bias order ----
 
 #[test]
-fn fault01_scale_before_bias_is_10_after_is_9() {
+fn scale_before_bias_is_10_after_is_9() {
     let (m, n, k) = (16, 16, 16);
     let ones = vec![1.0; 16 * 16];
     let bias = vec![2.0; n];
@@ -53,8 +46,8 @@ fn fault01_scale_before_bias_is_10_after_is_9() {
 // The kind: every linear stage applies in list order, with per-row and per-column vectors in
 // their own orientation (M ≠ N, so a transposed vector is a length error, not a silent pass).
 #[test]
-fn fault01_kind_linear_stages_apply_in_list_order_and_orientation() {
-    let mut r = rng("fault01_kind");
+fn linear_stages_apply_in_list_order_and_orientation() {
+    let mut r = rng("linear_stages_apply_in_list_order");
     let (m, n, k) = (5, 7, 3);
     let a = f64s(uniform(&mut r, m * k));
     let b = f64s(uniform(&mut r, k * n));
@@ -129,14 +122,14 @@ fn fault01_kind_linear_stages_apply_in_list_order_and_orientation() {
     }
 }
 
-// ---- #2: GELU variant ----
+// ---- GELU variant: erf (BERT's "gelu") and the tanh approximation ("gelu_new") ----
 
 const GELU_X: [f64; 4] = [-3.0, -1.5, 1.0, 3.0];
 const GELU_ERF: [f64; 4] = [-0.0040497, -0.1002108, 0.8413447, 2.9959503];
 const GELU_TANH: [f64; 4] = [-0.0036374, -0.1004284, 0.8411920, 2.9963626];
 
 #[test]
-fn fault02_gelu_variants_at_the_given_points() {
+fn gelu_erf_and_tanh_at_the_given_points() {
     for i in 0..4 {
         let x = GELU_X[i];
         let (e, t) = (gelu_erf(x), gelu_tanh(x));
@@ -159,7 +152,7 @@ fn fault02_gelu_variants_at_the_given_points() {
 // The device formulas (host build of `fused_gemm_device::math`, f32) against the f64
 // reference, at the given points and over a sweep.
 #[test]
-fn fault02_device_gelu_formulas_match_reference_in_f32() {
+fn device_gelu_formulas_match_reference_in_f32() {
     for i in 0..4 {
         let x = GELU_X[i] as f32;
         assert!((dmath::gelu_erf(x) as f64 - GELU_ERF[i]).abs() < 1e-6);
@@ -182,7 +175,7 @@ fn fault02_device_gelu_formulas_match_reference_in_f32() {
 }
 
 #[test]
-fn fault02_config_activation_names_map_to_the_right_stage() {
+fn config_activation_names_map_to_the_right_stage() {
     let table = [
         ("gelu", Activation::Gelu),
         ("gelu_python", Activation::Gelu),
@@ -214,11 +207,11 @@ fn fault02_config_activation_names_map_to_the_right_stage() {
     }
 }
 
-// ---- #4: epilogue once after split-K ----
+// ---- The epilogue runs once, after the whole split-K reduction ----
 
 #[test]
-fn fault04_zero_a_with_bias_is_exactly_bias_under_split_k() {
-    let mut r = rng("fault04_zero_a");
+fn zero_a_with_bias_is_exactly_bias_under_split_k() {
+    let mut r = rng("zero_a_with_bias_under_split_k");
     let (m, n, k) = (3, 5, 4096);
     let a = vec![0.0; m * k];
     let b = f64s(uniform(&mut r, k * n));
@@ -243,7 +236,7 @@ fn fault04_zero_a_with_bias_is_exactly_bias_under_split_k() {
 }
 
 #[test]
-fn fault04_partials_plus_and_minus_3_then_bias_and_gelu() {
+fn split_k_partials_plus_and_minus_3_then_bias_and_gelu() {
     // A = [1, 1] (1×2), B = [3, −3]ᵀ (2×1): split 2 ways, the partials are +3 and −3.
     let (a, b) = ([1.0, 1.0], [3.0, -3.0]);
     let ranges = split_k_ranges(2, 2).unwrap();
@@ -263,8 +256,8 @@ fn fault04_partials_plus_and_minus_3_then_bias_and_gelu() {
 // The kind: for nonlinear stage lists, any split count (dividing K or not, more splits than K)
 // equals the unsplit reference.
 #[test]
-fn fault04_kind_split_k_equals_unsplit_for_nonlinear_epilogues() {
-    let mut r = rng("fault04_kind");
+fn split_k_equals_unsplit_for_nonlinear_epilogues() {
+    let mut r = rng("split_k_equals_unsplit");
     let (m, n, k) = (4, 6, 37);
     let a = f64s(uniform(&mut r, m * k));
     let b = f64s(uniform(&mut r, n * k));
@@ -286,11 +279,11 @@ fn fault04_kind_split_k_equals_unsplit_for_nonlinear_epilogues() {
     }
 }
 
-// ---- #5: constant and extreme rows in LayerNorm ----
+// ---- Constant and extreme rows in LayerNorm ----
 
 #[test]
-fn fault05_constant_rows_give_exactly_beta() {
-    let mut r = rng("fault05");
+fn layer_norm_of_constant_rows_is_beta() {
+    let mut r = rng("layer_norm_of_constant_rows");
     let n = 384;
     let gamma = f64s(uniform(&mut r, n));
     let beta = f64s(uniform(&mut r, n));
@@ -315,8 +308,8 @@ fn fault05_constant_rows_give_exactly_beta() {
 }
 
 #[test]
-fn fault05_nan_poisons_only_its_row() {
-    let mut r = rng("fault05_nan");
+fn row_norm_nan_poisons_only_its_row() {
+    let mut r = rng("row_norm_nan");
     let (m, n) = (4, 384);
     let mut x = f64s(uniform(&mut r, m * n));
     x[2 * n + 17] = f64::NAN;
@@ -342,10 +335,10 @@ fn fault05_nan_poisons_only_its_row() {
     assert_eq!(&results[0][3 * n..], &clean[..]);
 }
 
-// ---- #6: rows narrower than the block, and rows split over tiles ----
+// ---- Rows narrower than the block, and rows split over tiles ----
 
 #[test]
-fn fault06_three_wide_row() {
+fn layer_norm_of_a_three_wide_row() {
     let x = [1.0, 2.0, 3.0];
     let want = [-1.2247357, 0.0, 1.2247357];
     let g = [1.0; 3];
@@ -360,7 +353,7 @@ fn fault06_three_wide_row() {
 }
 
 #[test]
-fn fault06_row_of_384_split_over_tiles() {
+fn layer_norm_of_a_row_of_384_split_over_tiles() {
     let n = 384;
     let x: Vec<f64> = (0..n).map(|i| i as f64).collect();
     let (g, b) = (vec![1.0; n], vec![0.0; n]);
@@ -382,10 +375,10 @@ fn fault06_row_of_384_split_over_tiles() {
     }
 }
 
-// ---- #7: f16 RMSNorm / LayerNorm with squares beyond f16's range ----
+// ---- f16 RMSNorm / LayerNorm with squares beyond f16's range ----
 
 #[test]
-fn fault07_f16_rms_norm_of_300s_is_one() {
+fn f16_rms_norm_of_300s_is_one() {
     let n = 384;
     // The input has teeth: 300² = 90000 is beyond f16's max (65504).
     assert!(f16::from_f64(300.0 * 300.0).is_infinite());
@@ -407,7 +400,7 @@ fn fault07_f16_rms_norm_of_300s_is_one() {
 }
 
 #[test]
-fn fault07_f16_layer_norm_of_alternating_300s_is_plus_minus_one() {
+fn f16_layer_norm_of_alternating_300s_is_plus_minus_one() {
     let n = 384;
     let x: Vec<f64> = (0..n)
         .map(|i| if i % 2 == 0 { 300.0 } else { -300.0 })
@@ -423,8 +416,8 @@ fn fault07_f16_layer_norm_of_alternating_300s_is_plus_minus_one() {
 // The kind: f16 rows anywhere in f16's range normalize to finite values of the right size,
 // independent of the row's scale.
 #[test]
-fn fault07_kind_f16_rows_across_the_range() {
-    let mut r = rng("fault07_kind");
+fn f16_row_norms_across_the_range() {
+    let mut r = rng("f16_row_norms_across_the_range");
     let n = 384;
     let ones = vec![1.0; n];
     let base = f64s(uniform(&mut r, n));
@@ -448,7 +441,7 @@ fn fault07_kind_f16_rows_across_the_range() {
     }
 }
 
-// ---- #8: RoPE layout ----
+// ---- RoPE layout: half-split and interleaved pairs ----
 
 const ROPE_HALF: [f64; 8] = [
     -3.66705, 1.39101, 2.92985, 3.99200, 3.54298, 6.16969, 7.02965, 8.00400,
@@ -465,7 +458,7 @@ fn rope_cfg(layout: PairLayout, pos_offset: usize) -> RopeConfig {
 }
 
 #[test]
-fn fault08_rope_exact_values_in_both_layouts() {
+fn rope_exact_values_in_both_layouts() {
     let x: Vec<f64> = (1..=8).map(f64::from).collect();
     for (layout, want) in [
         (PairLayout::HalfSplit, ROPE_HALF),
@@ -486,8 +479,8 @@ fn fault08_rope_exact_values_in_both_layouts() {
 // `weights::rope_interleave_permutation` applies to the weight rows, for any head count,
 // rotary dimension and position; without it they disagree.
 #[test]
-fn fault08_kind_layouts_agree_through_the_permutation() {
-    let mut r = rng("fault08_kind");
+fn rope_layouts_agree_through_the_permutation() {
+    let mut r = rng("rope_layouts_agree");
     for (head_dim, rotary_dim) in [(8, 8), (64, 64), (10, 6), (65, 64), (128, 32)] {
         let heads = 3;
         let (rows, width) = (5, heads * head_dim);
@@ -516,10 +509,10 @@ fn fault08_kind_layouts_agree_through_the_permutation() {
     }
 }
 
-// ---- #9: RoPE dimensions and offsets ----
+// ---- RoPE dimensions and offsets ----
 
 #[test]
-fn fault09_odd_rotary_dim_is_rejected() {
+fn rope_odd_rotary_dim_is_rejected() {
     for layout in [PairLayout::HalfSplit, PairLayout::Interleaved] {
         let cfg = RopeConfig {
             rotary_dim: 33,
@@ -538,8 +531,8 @@ fn fault09_odd_rotary_dim_is_rejected() {
 }
 
 #[test]
-fn fault09_rotary_64_on_head_dim_65_leaves_last_element() {
-    let mut r = rng("fault09_65");
+fn rope_rotary_64_on_head_dim_65_leaves_last_element() {
+    let mut r = rng("rope_rotary_64_on_head_dim_65");
     let (rows, heads) = (4, 2);
     for layout in [PairLayout::HalfSplit, PairLayout::Interleaved] {
         let x = f64s(uniform(&mut r, rows * heads * 65));
@@ -570,8 +563,8 @@ fn fault09_rotary_64_on_head_dim_65_leaves_last_element() {
 }
 
 #[test]
-fn fault09_offsets_match_rows_of_a_longer_sequence() {
-    let mut r = rng("fault09_offsets");
+fn rope_offsets_match_rows_of_a_longer_sequence() {
+    let mut r = rng("rope_offsets");
     let width = 2 * 8;
     for layout in [PairLayout::HalfSplit, PairLayout::Interleaved] {
         let base = RopeConfig::new(10000.0, 8, 6, layout);
@@ -613,10 +606,10 @@ fn fault09_offsets_match_rows_of_a_longer_sequence() {
     }
 }
 
-// ---- #10: SwiGLU with odd widths ----
+// ---- SwiGLU with odd widths ----
 
 #[test]
-fn fault10_swiglu_half_split_f16_odd_widths() {
+fn swiglu_half_split_f16_odd_widths() {
     const GATE: [f64; 3] = [0.0, 1.0, -1.0];
     const OUT: [f64; 3] = [0.0, 1.4621172, -0.5378828];
     let rows = 3;

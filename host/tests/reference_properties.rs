@@ -76,7 +76,8 @@ proptest! {
         }
     }
 
-    // known-faults #5, whole kind: any finite f32 constant, any width, any tiling → beta.
+    // LayerNorm of constant rows, the whole kind: any finite f32 constant, any width, any
+    // tiling → beta.
     #[test]
     fn constant_rows_give_exactly_beta(c in any::<f32>(), n in 1usize..400, bn in 1usize..512) {
         prop_assume!(c.is_finite());
@@ -197,7 +198,8 @@ proptest! {
         );
     }
 
-    // known-faults #4, whole kind: any split count gives the unsplit result.
+    // The epilogue runs once after split-K, the whole kind: any split count gives the unsplit
+    // result.
     #[test]
     fn split_k_is_independent_of_the_split(
         m in 1usize..4, n in 1usize..5, k in 0usize..40, splits in 1usize..50,

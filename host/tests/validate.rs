@@ -354,7 +354,7 @@ fn null_and_element_misaligned_pointers_are_rejected() {
     );
 }
 
-/// known-faults #3: f16, M=1, N=3073, K=17, A and bias one element into their buffers. The
+/// Misaligned operands: f16, M=1, N=3073, K=17, A and bias one element into their buffers. The
 /// call is valid; the vector path is not, so the launcher takes the scalar path, or (without
 /// one) returns an error naming `a`.
 #[test]
@@ -529,7 +529,7 @@ fn rope_parameters_are_checked() {
             },
             "head_dim",
         ),
-        // known-faults #9: an odd rotary dimension.
+        // An odd rotary dimension.
         (
             RopeSpec {
                 rotary_dim: 33,
@@ -590,7 +590,7 @@ fn rope_parameters_are_checked() {
         .to_string()
         .contains("theta")
     );
-    // known-faults #9: rotary 64 on head_dim 65 is fine when the row is one head.
+    // Rotary dim 64 on head_dim 65 is fine when the row is one head.
     let ep = rope(RopeSpec {
         head_dim: 65,
         rotary_dim: 64,

@@ -1,6 +1,6 @@
 use fused_gemm::fused_gemm;
 
-// Names from model configs map to our stages, saying which GELU is which (known-faults #2).
+// Names from model configs map to our stages, saying which GELU is which (erf or tanh).
 #[fused_gemm(epilogue = [bias, gelu_new])]
 pub fn gpt2_ffn_up() {}
 
