@@ -1365,6 +1365,110 @@ fn rope_values_dimensions_and_offsets() {
     );
     assert_ne!(fx.get(&one), fx.get(&one6), "offsets 5 and 6 must differ");
     println!("rope: offsets and dimensions as specified");
+
+    // The half-split layout (pairs (i, i + 4), HuggingFace's rotate_half) runs on the
+    // interleaved kernel through the column permutation applied to the weight rows: the GEMM's
+    // output columns are x permuted, and the result is the half-split rotation permuted the
+    // same way. x = [1..8] at position 1 → [−3.66705, 1.39101, 2.92985, 3.99200, 3.54298,
+    // 6.16969, 7.02965, 8.00400] in half-split order.
+    let half = [
+        -3.66705, 1.39101, 2.92985, 3.99200, 3.54298, 6.16969, 7.02965, 8.00400,
+    ];
+    let perm = fused_gemm::host::weights::rope_interleave_permutation(8, 8, 8).unwrap();
+    let permute = |v: &[f64]| fused_gemm::host::weights::permute_cols(v, 1, 8, &perm).unwrap();
+    let x: Vec<f64> = (1..=8).map(|i| i as f64).collect();
+    let b_il = fx.upload(8, 1, DType::Bf16, permute(&x));
+    let mut c = fx.poisoned(2, 8, DType::Bf16);
+    stages::stage_rope(&fx.gpu, &a.t, &b_il.t, &mut c, args).unwrap();
+    let got = fx.get(&c);
+    let want = permute(&half);
+    println!(
+        "rope half-split through the permutation, position 1: {:?}",
+        &got[8..]
+    );
+    assert_eq!(&got[..8], &permute(&x)[..], "position 0 is the identity");
+    for i in 0..8 {
+        assert!(
+            (got[8 + i] - want[i]).abs() <= 0.02 * want[i].abs().max(1.0),
+            "half-split through the permutation: {:?} vs {want:?}",
+            &got[8..]
+        );
+    }
+}
+
+/// GELU variant through the GEMM epilogue (f32 in and out): `gelu` is erf-GELU, at x = −3,
+/// −1.5, 1, 3 → −0.0040497, −0.1002108, 0.8413447, 2.9959503 to 1e-6, which the tanh
+/// approximation (−0.0036374, −0.1004284, 0.8411920, 2.9963626) misses by more than 1e-4.
+#[test]
+fn gelu_is_the_erf_form_at_the_given_points() {
+    let Some(fx) = Fx::new("gelu_points") else {
+        return;
+    };
+    const X: [f64; 4] = [-3.0, -1.5, 1.0, 3.0];
+    const ERF: [f64; 4] = [-0.0040497, -0.1002108, 0.8413447, 2.9959503];
+    const TANH: [f64; 4] = [-0.0036374, -0.1004284, 0.8411920, 2.9963626];
+    // C[0, j] = A[0, :]·B[j, :] = x_j exactly (K = 4, one non-zero term).
+    let k = 4;
+    let a = fx.upload(1, k, DType::F32, vec![1.0, 0.0, 0.0, 0.0]);
+    let b = fx.upload(
+        4,
+        k,
+        DType::F32,
+        X.iter().flat_map(|&x| [x, 0.0, 0.0, 0.0]).collect(),
+    );
+    let bias = fx.upload(1, 4, DType::F32, vec![0.0; 4]);
+    let mut c = fx.poisoned(1, 4, DType::F32);
+    blocks::ffn_up_bias_gelu_f32(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap();
+    let got = fx.get(&c);
+    println!("gelu (erf) through the GEMM epilogue at {X:?}: {got:?}");
+    for i in 0..4 {
+        assert!(
+            (got[i] - ERF[i]).abs() < 1e-6,
+            "gelu({}) = {}, want {}",
+            X[i],
+            got[i],
+            ERF[i]
+        );
+        assert!((got[i] - TANH[i]).abs() > 1e-4, "x = {}", X[i]);
+    }
+}
+
+/// Launch limits: tiles that need 64 KB and 96 KB of shared memory (above the 48 KB a CTA
+/// gets without asking) launch, because the launcher opts in to the larger dynamic shared
+/// memory first, and compute the right product.
+#[test]
+fn tiles_of_64_and_96_kb_of_shared_memory_launch() {
+    let Some(mut fx) = Fx::new("large_smem_tiles") else {
+        return;
+    };
+    for (tile, kb) in [
+        (TileShape::new(64, 64, 64, 2, 2, 4), 64),
+        (TileShape::new(128, 128, 64, 2, 2, 3), 96),
+    ] {
+        assert_eq!(tile.smem_bytes(true), kb * 1024, "{tile:?}");
+        assert!(tile.smem_bytes(true) > fused_gemm::host::launch::DEFAULT_SMEM_LIMIT);
+        let used = std::cell::Cell::new(None);
+        case(
+            &mut fx,
+            &format!("gemm_bf16 on a {kb} KB tile"),
+            (300, 500, 256),
+            DType::Bf16,
+            DType::Bf16,
+            true,
+            vec![],
+            None,
+            |g, a, b, c| {
+                let o = Overrides {
+                    tile: Some(tile),
+                    ..Default::default()
+                };
+                let plan = with_overrides(o, || gemm::gemm_bf16(g, a, b, c))?;
+                used.set(plan.as_ref().map(|p| p.tile));
+                Ok(plan)
+            },
+        );
+        assert_eq!(used.get(), Some(tile), "the forced {kb} KB tile ran");
+    }
 }
 
 /// SwiGLU at odd output widths (f16; rows start at r·d, misaligned for 16-byte vectors): gate =

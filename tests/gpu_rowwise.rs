@@ -286,6 +286,43 @@ fn swiglu_odd_widths_give_known_values() {
     }
 }
 
+// GELU variant at the given points, in f32: erf-GELU ("gelu") of x = −3, −1.5, 1, 3 is
+// −0.0040497, −0.1002108, 0.8413447, 2.9959503, the tanh approximation ("gelu_new",
+// "gelu_pytorch_tanh") −0.0036374, −0.1004284, 0.8411920, 2.9963626; each to 1e-6.
+#[test]
+fn gelu_variants_at_the_given_points_in_f32() {
+    let Some(gpu) = gpu_or_skip("gelu_points") else {
+        return;
+    };
+    const X: [f32; 4] = [-3.0, -1.5, 1.0, 3.0];
+    for (act, want) in [
+        (
+            Activation::Gelu,
+            [-0.0040497, -0.1002108, 0.8413447, 2.9959503],
+        ),
+        (
+            Activation::GeluTanh,
+            [-0.0036374, -0.1004284, 0.8411920, 2.9963626],
+        ),
+    ] {
+        let (x, _) = upload::<f32>(&gpu, &X);
+        let mut y = poisoned::<f32>(&gpu, 4);
+        rowwise::bias_act(&gpu, 1, 4, &x, 4, None, act, &mut y, 4).unwrap();
+        let got = download(&gpu, &y);
+        println!("{} at {X:?}: {got:?}", act.name());
+        for i in 0..4 {
+            assert!(
+                (got[i] - want[i]).abs() < 1e-6,
+                "{}({}) = {}, want {}",
+                act.name(),
+                X[i],
+                got[i],
+                want[i]
+            );
+        }
+    }
+}
+
 // ---- LayerNorm ----------------------------------------------------------------------------------
 
 fn layer_norm_case<T: RowElement>(gpu: &Gpu, r: &mut StdRng) {
@@ -483,6 +520,58 @@ fn layer_norm_f16_alternating_300_gives_unit_values() {
     for (i, v) in got.iter().enumerate() {
         let want = if i % 2 == 0 { 1.0 } else { -1.0 };
         assert_eq!(*v, want, "element {i}");
+    }
+}
+
+// Rows of 384 ones (and 4096, several warps per row): sum 384 and sum of squares 384, the
+// per-warp partial sums and sums of squares meeting in shared memory. LayerNorm gives exactly
+// β; the inverse RMS is 1/√(1 + ε); RMSNorm gives γ/√(1 + ε).
+#[test]
+fn rows_of_ones_reduce_to_their_exact_statistics() {
+    let Some(gpu) = gpu_or_skip("rows_of_ones") else {
+        return;
+    };
+    let mut r = rng("rows_of_ones");
+    let eps = 1e-6f32;
+    let rstd = 1.0 / (1.0 + eps as f64).sqrt();
+    for n in [384usize, 4096] {
+        let m = 2;
+        let (x, _) = upload::<f32>(&gpu, &vec![1.0; m * n]);
+        let (g, g64) = random::<f32>(&gpu, &mut r, n);
+        let (b, b64) = random::<f32>(&gpu, &mut r, n);
+        let mut y = poisoned::<f32>(&gpu, m * n);
+        rowwise::layer_norm(&gpu, m, n, &x, n, None, None, &g, &b, eps, &mut y, n).unwrap();
+        let got = download(&gpu, &y);
+        for row in 0..m {
+            assert_eq!(
+                &got[row * n..(row + 1) * n],
+                &b64[..],
+                "N = {n}: LayerNorm of ones, row {row}, is not exactly beta"
+            );
+        }
+        let mut rs = gpu.upload(&vec![f32::NAN; m]).unwrap();
+        rowwise::rms_scale(&gpu, m, n, &x, n, eps, &mut rs).unwrap();
+        let got: Vec<f64> = gpu
+            .download(&rs)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        assert_close(
+            &got,
+            &vec![rstd; m],
+            1e-6,
+            &format!("rms_scale of ones, N = {n}"),
+        );
+        let mut y = poisoned::<f32>(&gpu, m * n);
+        rowwise::rms_norm(&gpu, m, n, &x, n, &g, eps, &mut y, n).unwrap();
+        let want: Vec<f64> = (0..m * n).map(|i| g64[i % n] * rstd).collect();
+        assert_close(
+            &download(&gpu, &y),
+            &want,
+            1e-6,
+            &format!("rms_norm of ones, N = {n}"),
+        );
     }
 }
 
