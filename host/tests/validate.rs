@@ -415,6 +415,41 @@ fn misaligned_operands_select_the_scalar_path() {
     ));
 }
 
+/// Misaligned operands, the whole kind: every pointer the kernel loads in 16-byte vectors is
+/// checked, the epilogue's too. Each of bias, residual, γ, β and scale(col) one element past a
+/// 16-byte boundary turns the epilogue's vector loads off (the launcher then takes the scalar
+/// path); the same operand aligned keeps them, and the mainloop is not affected either way.
+#[test]
+fn every_misaligned_epilogue_operand_turns_off_vector_loads() {
+    type Make = fn(u64) -> Operand;
+    let cases: [(&str, u64, u64, Make); 5] = [
+        ("bias", V, 2, |p| {
+            Operand::Bias(VectorDesc::new(p, N, DType::F16))
+        }),
+        ("residual", R, 2, |p| {
+            Operand::Residual(mat(p, M, N, DType::F16))
+        }),
+        ("gamma", V, 2, |p| {
+            Operand::Gamma(VectorDesc::new(p, N, DType::F16))
+        }),
+        ("beta", V, 2, |p| {
+            Operand::Beta(VectorDesc::new(p, N, DType::F16))
+        }),
+        ("col_scale", V, 4, |p| {
+            Operand::ScaleCol(VectorDesc::new(p, N, DType::F32))
+        }),
+    ];
+    for (name, base, element, make) in cases {
+        let ep = [arg(name, 0, make(base))];
+        let ok = check_gemm(&call(&ep)).unwrap();
+        assert!(ok.vector.epilogue, "{name} aligned: {ok:?}");
+        let ep = [arg(name, 0, make(base + element))];
+        let ok = check_gemm(&call(&ep)).unwrap();
+        assert!(!ok.vector.epilogue, "{name} one element in: {ok:?}");
+        assert!(ok.vector.mainloop() && ok.vector.c, "{name}: {ok:?}");
+    }
+}
+
 #[test]
 fn output_aliasing_inputs_is_rejected() {
     let mut c = call(&[]);
