@@ -23,6 +23,7 @@ CODA and quack are imported from --site (default $CODA_SITE or /tmp/site) when p
 without them their columns say why. Results are written after every row.
 """
 import argparse
+import gc
 import importlib
 import json
 import math
@@ -434,8 +435,6 @@ def run_row(row, l2_bytes, gen):
     for i in good:
         if results[i]["status"] == "ok" and samples[i]:
             results[i].update(summary(samples[i]))
-    del sets, columns, want, want_gemm
-    torch.cuda.empty_cache()
     return {"name": row["name"], "rotation_sets": n_sets, "columns": results}
 
 
@@ -469,6 +468,8 @@ def main():
         t = time.time()
         try:
             out["rows"].append(run_row(row, l2, gen))
+            gc.collect()
+            torch.cuda.empty_cache()
         except Exception as ex:  # noqa: BLE001 - one row's failure must not lose the others
             traceback.print_exc()
             out["notes"].append(f"{row['name']}: {type(ex).__name__}: {str(ex)[:300]}")
