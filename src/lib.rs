@@ -36,8 +36,13 @@ pub mod ptx;
 pub(crate) use ptx::BUILTIN as __FUSED_GEMM_PTX;
 
 /// Defines `__FUSED_GEMM_PTX` in a downstream kernel crate from the PTX its `build.rs` wrote with
-/// `fused_gemm_build::PtxBuilder` (`$OUT_DIR/<crate>.sm_80.ptx` and `.sm_90.ptx`). Invoke it once
-/// at the crate root; `#[fused_gemm]` launchers find their kernels through it.
+/// `fused_gemm_build::PtxBuilder` (`<crate>.sm_80.ptx` and `.sm_90.ptx` in `OUT_DIR`, with their
+/// `.cubin`s). Invoke it once at the crate root; `#[fused_gemm]` launchers find their kernels
+/// through it.
+///
+/// It embeds no sm_90a module, so on Hopper the crate's `arch = sm_90` kernels run their
+/// `mma.sync` variants from the sm_90 module; their TMA + `wgmma` variants exist only in an
+/// sm_90a module (the built-in kernels, `fused_gemm::ptx::BUILTIN`, have one).
 #[macro_export]
 macro_rules! include_ptx {
     ($crate_name:literal) => {

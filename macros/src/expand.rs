@@ -52,12 +52,12 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         )
         .expect("validated before expansion");
         tiles.push((t, true));
-        // The bounds-checked path for operands that are not 16-byte aligned (known-faults #3).
+        // The bounds-checked path for operands that are not 16-byte aligned.
         tiles.push((t, false));
     } else {
         let (defaults, scalar) = default_tiles(attr.dtype);
         tiles.extend(defaults.iter().map(|t| (*t, true)));
-        // The bounds-checked path for unaligned operands (known-faults #3), one modest tile.
+        // The bounds-checked path for unaligned operands, one modest tile.
         tiles.push((scalar, false));
         if has_norm {
             tiles.extend(rows.iter().map(|t| (*t, true)));
@@ -801,10 +801,14 @@ fn launcher_doc(
         .filter(|v| v.vec)
         .map(|v| format!("{}×{}×{}", v.tile.bm, v.tile.bn, v.tile.bk))
         .collect();
-    let arch_note = if attr.arch == Arch::Sm90 {
-        " Compiled for sm_90 only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`."
-    } else {
-        ""
+    let arch_note = match attr.arch {
+        Arch::Sm90 if vars.iter().any(|v| v.tma) => {
+            " Compiled for Hopper only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`. The TMA + `wgmma` tiles are in the kernel crate's sm_90a PTX module only; where it has none (`include_ptx!` embeds none), the `mma.sync` tiles run."
+        }
+        Arch::Sm90 => {
+            " Compiled for Hopper only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`."
+        }
+        Arch::Sm80 => "",
     };
     let per_16_bytes = if attr.dtype == Dtype::F32 { 4 } else { 8 };
     doc.push_str(&format!(
@@ -919,7 +923,7 @@ mod tests {
 
     #[test]
     fn formula_shows_where_scale_applies() {
-        // known-faults #1: the order of `scale` and `bias` is visible in the docs.
+        // `scale` before `bias` scales only the product; the docs show which.
         let d1 = launcher_doc_of(&expand_str(
             "epilogue = [scale(alpha), bias]",
             "pub fn k() {}",

@@ -51,9 +51,12 @@ mod validate;
 ///
 /// # Options
 /// `dtype = bf16 | f16 | f32` (A and B; default bf16; f32 runs on the CUDA cores),
-/// `out = bf16 | f16 | f32` (C and the epilogue's operands; default `dtype`), `b_layout = col | row` (B stored N×K, the default, or K×N),
-/// `arch = sm_80 | sm_90` (default sm_80, which also runs on sm_90), `tile = (BM, BN, BK)`
-/// (compile only this tile, multiples of 16, fitting the arch's shared memory and registers).
+/// `out = bf16 | f16 | f32` (C and the epilogue's operands; default `dtype`),
+/// `b_layout = col | row` (B stored N×K, the default, or K×N), `arch = sm_80 | sm_90` (default
+/// sm_80, whose kernels run on sm_80 and later; sm_90 kernels run on Hopper only and add TMA +
+/// `wgmma` variants, in the sm_90a PTX module, for bf16/f16 inputs with B stored N×K and no
+/// `tile`), `tile = (BM, BN, BK)` (compile only this tile of the `mma.sync` or CUDA-core
+/// mainloop, multiples of 16, fitting the arch's shared memory and registers).
 ///
 /// The kernel crate must define `__FUSED_GEMM_PTX` at its root (`fused_gemm::include_ptx!`).
 #[proc_macro_attribute]

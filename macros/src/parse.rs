@@ -639,7 +639,7 @@ fn parse_arch(v: &Expr, errors: &mut Errors) -> Option<Arch> {
         Some("sm_90a") => {
             errors.push(
                 v.span(),
-                "`arch = sm_90a` (wgmma) is not supported yet: the mainloop is mma.sync; write `arch = sm_90` (or `sm_80`, which runs on every later GPU)",
+                "`arch = sm_90a` is not a separate target: write `arch = sm_90`, which compiles TMA + wgmma kernels into the sm_90a PTX module (bf16/f16 inputs, B stored N×K, no `tile`) besides the mma.sync (f32: CUDA-core) kernels it always compiles",
             );
             None
         }
