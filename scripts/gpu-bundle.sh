@@ -37,8 +37,8 @@ for line in sys.stdin:
 cp scripts/bundle-run.sh "$dest/run.sh"
 chmod +x "$dest/run.sh"
 echo "bundle: $dest ($(du -sh "$dest" | cut -f1)); run it with $dest/run.sh" >&2
-# One compressed file to carry to a GPU host: every binary embeds the same PTX and cubins,
-# which a large xz dictionary stores once (~8 MB instead of ~80 MB with gzip). Unpack with
-# `tar xJf gpu-bundle.txz`.
-tar -C "$(dirname "$dest")" -cf - "$(basename "$dest")" | xz -T2 -1 --lzma2=preset=1,dict=256MiB > "$dest.txz"
+# One compressed file to carry to a GPU host: every binary (about 250 MB) embeds the same PTX
+# and cubins, which an xz dictionary larger than one binary stores once. One thread: xz's
+# threads each start with an empty dictionary. Unpack with `tar xJf gpu-bundle.txz`.
+tar -C "$(dirname "$dest")" -cf - "$(basename "$dest")" | xz -T1 -1 --lzma2=preset=1,dict=768MiB > "$dest.txz"
 echo "bundle archive: $dest.txz ($(du -sh "$dest.txz" | cut -f1))" >&2

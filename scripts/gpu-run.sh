@@ -6,15 +6,16 @@
 #   tests        every GPU test binary of the bundle (gpu_minilm needs FUSED_GEMM_MODEL_DIR)
 #   memcheck     compute-sanitizer memcheck on a few small GEMM tests
 #   timing       the benchmark's timing self-check
-#   bench-quick  fused-gemm-bench --quick;  bench  the full shape table
+#   compare      bench/compare/run.sh on the bundle's binaries (the curated comparison table;
+#                CODA_SITE and FUSED_GEMM_MODEL_DIR as that script says); compare-quick: --quick
 #   tiles        every compiled tile of the plain GEMM on a few large shapes
 #   sweep        the planner sweep (construction vs exhaustive timing)
-#   minilm       MiniLM GPU tests and the end-to-end benchmark (needs FUSED_GEMM_MODEL_DIR)
+#   minilm       the MiniLM GPU tests (needs FUSED_GEMM_MODEL_DIR)
 #   waves        the wave scheduler tests and benchmark
-#   hopper       the sm_90a mainloop tests, its cuBLASLt benchmark and the SASS check
-#   stages       what each epilogue stage costs on the sm_90a mainloop (HOPPER_BENCH_STAGES)
+#   hopper       the sm_90a mainloop tests
+#   stages       what each epilogue stage costs on the sm_90a mainloop
 #   control      device-side loops/branches: tests, benchmark, PyTorch baseline (if torch imports)
-# Example: scripts/gpu-run.sh target/gpu-bundle.txz tests bench-quick
+# Example: scripts/gpu-run.sh target/gpu-bundle.txz tests compare
 set -uo pipefail
 logs="${FUSED_GEMM_LOG_DIR:-./gpu-logs}"
 case "${1:-}" in
@@ -44,30 +45,19 @@ for step in "$@"; do
                sed -n '/^=== summary/,$p' "$logs/tests.log" ;;
         memcheck) timeout 300 compute-sanitizer --tool memcheck "$b/tests/gpu_gemm" scale_and_bias misaligned degenerate --test-threads=1 > "$logs/memcheck.log" 2>&1; tail -4 "$logs/memcheck.log" ;;
         timing) "$b/bin/fused-gemm-bench" timing 2>&1 | tail -8 ;;
-        bench-quick) "$b/bin/fused-gemm-bench" --quick --out "$logs" > "$logs/bench-quick.log" 2>&1; tail -30 "$logs/bench-quick.log" ;;
-        bench) "$b/bin/fused-gemm-bench" --out "$logs" > "$logs/bench.log" 2>&1; tail -60 "$logs/bench.log" ;;
+        compare) "$root/bench/compare/run.sh" --bin-dir "$b/bin" --work "$logs/compare-work" \
+                     > "$logs/compare.log" 2>&1; tail -80 "$logs/compare.log" ;;
+        compare-quick) "$root/bench/compare/run.sh" --quick --bin-dir "$b/bin" \
+                     --work "$logs/compare-quick-work" --out "$logs/compare-quick" \
+                     > "$logs/compare-quick.log" 2>&1; tail -60 "$logs/compare-quick.log" ;;
         tiles) "$b/bin/tile_probe" > "$logs/tiles.log" 2>&1; cat "$logs/tiles.log" ;;
-        # plan_sweep writes its JSON into the bench crate of the tree it was built in.
-        sweep) touch "$work/sweep-start"; "$b/bin/plan_sweep" > "$logs/sweep.log" 2>&1
-               find "$root/bench" -name 'plan_sweep-*' -newer "$work/sweep-start" -exec cp {} "$logs/" \; 2>/dev/null
+        sweep) PLAN_SWEEP_RESULTS_DIR="$logs" "$b/bin/plan_sweep" > "$logs/sweep.log" 2>&1
                tail -12 "$logs/sweep.log" ;;
-        minilm) "$b/tests/gpu_minilm" --test-threads=1 --nocapture > "$logs/minilm-tests.log" 2>&1; grep -E "cos|FAILED|panicked|test result" "$logs/minilm-tests.log" | tail -25
-                "$root/bench/minilm/bench.sh" --bin "$b/bin/fused-gemm" --out "$logs" > "$logs/minilm-bench.log" 2>&1; tail -30 "$logs/minilm-bench.log" ;;
+        minilm) "$b/tests/gpu_minilm" --test-threads=1 --nocapture > "$logs/minilm-tests.log" 2>&1; grep -E "cos|FAILED|panicked|test result" "$logs/minilm-tests.log" | tail -25 ;;
         waves) "$b/tests/gpu_waves" --test-threads=1 --nocapture > "$logs/waves-tests.log" 2>&1; grep -E "FAILED|panicked|test result" "$logs/waves-tests.log"
                WAVES_RESULTS_DIR="$logs" "$b/bin/waves" > "$logs/waves-bench.log" 2>&1; tail -30 "$logs/waves-bench.log" ;;
-        hopper) timeout 300 "$b/tests/gpu_hopper" --test-threads=1 --nocapture > "$logs/hopper-tests.log" 2>&1; grep -E "FAILED|panicked|test result|err" "$logs/hopper-tests.log" | tail -30
-                HOPPER_BENCH_OUT="$logs" timeout 300 "$b/bin/hopper" > "$logs/hopper-bench.log" 2>&1; tail -40 "$logs/hopper-bench.log"
-                c="$logs/fused_gemm.sm_90a.cubin"
-                if [ -f "$c" ] && command -v cuobjdump > /dev/null; then
-                    cuobjdump --dump-sass "$c" > "$logs/sm90a.sass"
-                    # Per Hopper entry point (`__sm90tma_` in the name): HGMMA present, no local memory.
-                    awk '/Function :/ { f = $3 } f ~ /__sm90tma_/ { seen[f] = 1 } f ~ /__sm90tma_/ && /HGMMA/ { h[f]++ }
-                         f ~ /__sm90tma_/ && /(STL|LDL)/ { l[f]++ }
-                         END { for (x in seen) { n++; if (h[x] > 0) nh++; if (l[x] > 0) { nl++; print "local memory in " x ": " l[x] } }
-                               printf "Hopper entry points: %d, with HGMMA: %d, with local loads/stores: %d\n", n, nh, nl }' "$logs/sm90a.sass" | tail -15
-                    xz -f -T4 "$logs/sm90a.sass"
-                fi ;;
-        stages) HOPPER_BENCH_STAGES=1 timeout 300 "$b/bin/hopper" > "$logs/stages.log" 2>&1; cat "$logs/stages.log" ;;
+        hopper) timeout 300 "$b/tests/gpu_hopper" --test-threads=1 --nocapture > "$logs/hopper-tests.log" 2>&1; grep -E "FAILED|panicked|test result|err" "$logs/hopper-tests.log" | tail -30 ;;
+        stages) timeout 300 "$b/bin/stages" > "$logs/stages.log" 2>&1; cat "$logs/stages.log" ;;
         control) timeout 900 "$b/tests/gpu_control" --test-threads=1 --nocapture > "$logs/control-tests.log" 2>&1; grep -E "FAILED|panicked|test result|rel error" "$logs/control-tests.log"
                  timeout 900 "$b/bin/control" --out "$logs" ${CONTROL_BENCH_ARGS:-} > "$logs/control-bench.log" 2>&1; tail -50 "$logs/control-bench.log"
                  if python3 -c "import torch" 2>/dev/null; then timeout 900 python3 "$root/bench/control/torch_control.py" --json "$logs/control-torch.json" > "$logs/control-torch.log" 2>&1; tail -3 "$logs/control-torch.log"; fi ;;

@@ -8,7 +8,8 @@
 //!
 //! Environment: `PLAN_SWEEP_DTYPE` = `bf16` (default) or `f16`; `PLAN_SWEEP_MODEL_ONLY=1` only
 //! constructs (no timing; also the mode without a GPU) and prints the plans and construction
-//! times. A timed run writes `bench/results/<card>/plan_sweep-<dtype>.json` (every candidate's
+//! times. A timed run writes `bench/results/<card>/plan_sweep-<dtype>.json` (`PLAN_SWEEP_RESULTS_DIR`
+//! overrides the folder) (every candidate's
 //! predicted and measured time) and `.md` (the table, with the command) and prints the table.
 
 use std::process::ExitCode;
@@ -107,6 +108,19 @@ fn model_only(planner: &Planner, dtype: DType) {
     );
 }
 
+/// `PLAN_SWEEP_RESULTS_DIR` if set; else `bench/results` under the current directory when run
+/// from a checkout's root; else this crate's `results/`.
+fn results_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("PLAN_SWEEP_RESULTS_DIR") {
+        return d.into();
+    }
+    let local = std::path::Path::new("bench");
+    if local.is_dir() {
+        return local.join("results");
+    }
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results")
+}
+
 fn main() -> ExitCode {
     let dtype = match dtype() {
         Ok(d) => d,
@@ -192,11 +206,9 @@ fn main() -> ExitCode {
     };
     let table = report.table();
     println!("{table}");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("results")
-        .join(fused_gemm_bench::report::device_slug(
-            report.device.split(" (").next().unwrap_or(""),
-        ));
+    let dir = results_dir().join(fused_gemm_bench::report::device_slug(
+        report.device.split(" (").next().unwrap_or(""),
+    ));
     let stem = dir.join(format!("plan_sweep-{}", dtype.name()));
     let written = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(stem.with_extension("json"), report.to_json()))
