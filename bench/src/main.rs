@@ -26,7 +26,6 @@ use fused_gemm_bench::compare::{self, Inputs};
 use fused_gemm_bench::cublaslt::{self, Lt};
 use fused_gemm_bench::epilogue::Epilogue;
 use fused_gemm_bench::error::{BenchError, Result};
-use fused_gemm_bench::problem::BenchElement;
 use fused_gemm_bench::report::{self, DeviceInfo, Report, Settings, Status};
 use fused_gemm_bench::run::{self, RunConfig};
 use fused_gemm_bench::shapes;
@@ -277,14 +276,8 @@ fn bench(args: &RunArgs) -> Result<ExitCode> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} rows [{elapsed_precise}] {msg}")
             .expect("the template is valid"),
     );
-    let rows = match args.dtype {
-        Dtype::Bf16 => run_typed::<half::bf16>(&gpu, &cfg, lt.as_mut(), &mut tuner, &pb),
-        Dtype::F16 => run_typed::<half::f16>(&gpu, &cfg, lt.as_mut(), &mut tuner, &pb),
-    };
-    pb.finish_and_clear();
-
     let p = gpu.props();
-    let report = Report {
+    let mut report = Report {
         schema_version: report::SCHEMA_VERSION,
         tool: format!("fused-gemm-bench {}", env!("CARGO_PKG_VERSION")),
         command_line: std::env::args_os()
@@ -309,8 +302,29 @@ fn bench(args: &RunArgs) -> Result<ExitCode> {
             cublaslt_available: lt.is_some(),
             method: timing::METHOD.into(),
         },
-        rows,
+        rows: Vec::new(),
     };
+    // The rows so far are saved after each row: a run cut short keeps what it measured.
+    let mut save_error = None;
+    let mut save = |rows: &[report::RowResult]| {
+        report.rows = rows.to_vec();
+        if let Err(e) = write_json(&args.json, &report) {
+            save_error.get_or_insert(e);
+        }
+    };
+    let rows = match args.dtype {
+        Dtype::Bf16 => {
+            run::run_all::<half::bf16>(&gpu, &cfg, lt.as_mut(), &mut tuner, &pb, &mut save)
+        }
+        Dtype::F16 => {
+            run::run_all::<half::f16>(&gpu, &cfg, lt.as_mut(), &mut tuner, &pb, &mut save)
+        }
+    };
+    pb.finish_and_clear();
+    if let Some(e) = save_error {
+        return Err(e);
+    }
+    report.rows = rows;
     println!("{}", report::format_table(&report));
     write_json(&args.json, &report)?;
     eprintln!("fused-gemm-bench: wrote {}", args.json.display());
@@ -338,16 +352,6 @@ fn write_json(path: &Path, r: &Report) -> Result<()> {
         path: path.display().to_string(),
         source,
     })
-}
-
-fn run_typed<T: BenchElement>(
-    gpu: &Gpu,
-    cfg: &RunConfig,
-    lt: Option<&mut Lt>,
-    tuner: &mut Option<Autotuner>,
-    pb: &ProgressBar,
-) -> Vec<report::RowResult> {
-    run::run_all::<T>(gpu, cfg, lt, tuner, pb)
 }
 
 fn report_cmd(a: &ReportArgs) -> Result<ExitCode> {

@@ -558,13 +558,15 @@ pub fn summary_line(r: &RowResult) -> String {
 }
 
 /// Runs every row of `cfg` in order; `lt` is the cuBLASLt handle, if the library loaded;
-/// `tuner` the autotuner of the autotuned column, if any.
+/// `tuner` the autotuner of the autotuned column, if any. `done` sees the rows so far after
+/// each row (to save them).
 pub fn run_all<T: BenchElement>(
     gpu: &Gpu,
     cfg: &RunConfig,
     mut lt: Option<&mut Lt>,
     tuner: &mut Option<Autotuner>,
     pb: &ProgressBar,
+    mut done: impl FnMut(&[RowResult]),
 ) -> Vec<RowResult> {
     let mut out = Vec::with_capacity(cfg.rows.len());
     for (i, row) in cfg.rows.iter().enumerate() {
@@ -573,6 +575,7 @@ pub fn run_all<T: BenchElement>(
         pb.suspend(|| eprintln!("{line}"));
         pb.inc(1);
         out.push(r);
+        done(&out);
     }
     out
 }
