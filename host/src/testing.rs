@@ -94,11 +94,11 @@ pub const POISON_F32: f32 = f32::NAN;
 /// an all-zero reference), a result passes when
 /// - its relative Frobenius error ‖x − ref‖ / (√n·scale) is below `frobenius` (this is
 ///   [`rel_frobenius_error`] whenever `floor` does not exceed rms(ref)), and
-/// - every element has `|x − ref| ≤ atol·scale + rtol·|ref|`, with the non-finite rules of
-///   [`compare`].
+/// - every element has `|x − ref| ≤ atol·scale + abs + rtol·|ref|`, with the non-finite rules
+///   of [`compare`].
 ///
 /// The default for a test whose tolerance is `tol` ([`Tolerance::rel`], also `From<f64>`) is
-/// `frobenius = rtol = atol = tol`, `floor = 0`, because:
+/// `frobenius = rtol = atol = tol`, `abs = floor = 0`, because:
 /// - `rtol = tol`: the tests' tolerances sit above the unit roundoff of the output type
 ///   (bf16 2⁻⁸ ≈ 3.9e-3 under 1e-2, f16 2⁻¹¹ ≈ 4.9e-4 under 2e-3), the bound on the relative
 ///   error of a correctly rounded element; f32 accumulation adds far less.
@@ -108,7 +108,10 @@ pub const POISON_F32: f32 = f32::NAN;
 ///
 /// A wrong element (unwritten, from another row, stale) is off by about its own magnitude and
 /// fails both parts. Where an epilogue amplifies rounding errors beyond this (say why where
-/// used), [`Tolerance::per_element`] loosens the element bound alone.
+/// used), [`Tolerance::per_element`] loosens the element bound alone; where an output is a
+/// weighted average of inputs much larger than itself (attention: a convex combination of V
+/// rows, whose 16-bit weights each carry a relative rounding error), [`Tolerance::plus_abs`]
+/// adds `tol·max|input|`, the size of those terms' rounding errors.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tolerance {
     /// Bound on the relative Frobenius error (strict: the error must be below it).
@@ -117,6 +120,8 @@ pub struct Tolerance {
     pub rtol: f64,
     /// The absolute part of the per-element bound, in units of `scale`.
     pub atol: f64,
+    /// A further absolute part of the per-element bound (not scaled).
+    pub abs: f64,
     /// The smallest scale: outputs whose typical magnitude is below the output type's
     /// resolution (f16 subnormals) are judged against this absolute magnitude instead.
     pub floor: f64,
@@ -130,16 +135,26 @@ impl Tolerance {
             frobenius: tol,
             rtol: tol,
             atol: tol,
+            abs: 0.0,
             floor: 0.0,
         }
     }
 
-    /// The same Frobenius bound, with the per-element bound (`rtol` and `atol`) `factor` times
-    /// as wide.
+    /// The same Frobenius bound, with the per-element bound (`rtol`, `atol` and `abs`) `factor`
+    /// times as wide.
     pub const fn per_element(self, factor: f64) -> Self {
         Tolerance {
             rtol: self.rtol * factor,
             atol: self.atol * factor,
+            abs: self.abs * factor,
+            ..self
+        }
+    }
+
+    /// The same bounds with `abs` more absolute slack per element (see [`Tolerance`]).
+    pub const fn plus_abs(self, abs: f64) -> Self {
+        Tolerance {
+            abs: self.abs + abs,
             ..self
         }
     }
@@ -173,7 +188,7 @@ pub struct Closeness {
     pub frobenius: f64,
     /// The scale `atol` is a multiple of: max(rms(ref), floor), or 1 where that is 0.
     pub scale: f64,
-    /// The largest |x − ref| / (atol·scale + rtol·|ref|) over the elements (infinite for a
+    /// The largest |x − ref| / (atol·scale + abs + rtol·|ref|) over the elements (infinite for a
     /// non-finite mismatch), and where it is.
     pub worst: f64,
     pub worst_index: Option<usize>,
@@ -201,7 +216,7 @@ impl fmt::Display for Closeness {
             t.frobenius,
             self.bad,
             self.len,
-            t.atol * self.scale,
+            t.atol * self.scale + t.abs,
             t.rtol
         )?;
         if let Some(i) = self.worst_index {
@@ -220,7 +235,7 @@ impl fmt::Display for Closeness {
 /// Compares `got` with its reference `want` element by element and as a whole; see
 /// [`Tolerance`] for the bounds. Per element: a NaN in `want` is matched only by a NaN, an
 /// infinity only by the same infinity, and a finite `want` only by a finite `got` within
-/// `atol·scale + rtol·|want|`.
+/// `atol·scale + abs + rtol·|want|`.
 ///
 /// # Panics
 /// If the lengths differ.
@@ -254,7 +269,7 @@ pub fn compare(got: &[f64], want: &[f64], tol: impl Into<Tolerance>) -> Closenes
         s if s > 0.0 => s,
         _ => 1.0,
     };
-    let atol = tol.atol * scale;
+    let atol = tol.atol * scale + tol.abs;
     let mut report = Closeness {
         tol,
         len: got.len(),
@@ -485,6 +500,13 @@ mod tests {
             (r.frobenius - 1e-8 / (2f64.sqrt() * 6.1e-5)).abs() < 1e-12,
             "{r}"
         );
+        // An absolute term: 100 ones and one 0.025 off (bound 0.02) pass with 0.01 more (0.03).
+        let want = vec![1.0; 100];
+        let mut got = want.clone();
+        got[7] = 1.025;
+        assert!(!compare(&got, &want, 1e-2).passed());
+        let r = compare(&got, &want, Tolerance::rel(1e-2).plus_abs(0.01));
+        assert!(r.passed() && (r.worst - 0.025 / 0.03).abs() < 1e-9, "{r}");
         // An all-zero reference: absolute bounds, as rel_frobenius_error.
         assert!(compare(&[1e-3, 0.0], &[0.0, 0.0], 1e-2).passed());
         assert!(!compare(&[1e-1, 0.0], &[0.0, 0.0], 1e-2).passed());
