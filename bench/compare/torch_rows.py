@@ -20,7 +20,8 @@ rounds.
 
 Usage: torch_rows.py --rows rows.json --json torch.json [--site DIR] [--rounds 5] [--runs 20]
 CODA and quack are imported from --site (default $CODA_SITE or /tmp/site) when present;
-without them their columns say why. Results are written after every row.
+without them their columns say why. Results are written after every row; started again with
+the same --json on the same card, it measures only the rows not there yet.
 """
 import argparse
 import gc
@@ -453,6 +454,17 @@ def main():
         "rows": [],
         "notes": [],
     }
+    # A run cut short continues: rows already in --json are kept, not measured again.
+    if os.path.isfile(ARGS.json):
+        try:
+            with open(ARGS.json) as f:
+                before = json.load(f)
+            if before.get("device") == out["device"]:
+                out["rows"] = before.get("rows", [])
+                out["notes"] = before.get("notes", [])
+        except (OSError, ValueError):
+            pass
+    done = {r["name"] for r in out["rows"]}
     gen = torch.Generator(device=DEV).manual_seed(1234)
     t0 = time.time()
 
@@ -465,6 +477,8 @@ def main():
         os.replace(tmp, ARGS.json)
 
     for row in rows:
+        if row["name"] in done:
+            continue
         t = time.time()
         try:
             out["rows"].append(run_row(row, l2, gen))
