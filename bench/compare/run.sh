@@ -19,7 +19,7 @@
 # --only runs just the named steps (comma-separated: rows, ours-first, minilm-ours,
 # minilm-torch, torch, ours-last, report), in this order, the order of a whole run.
 # --rounds sets the interleaved rounds of 20 runs per column on both sides (default 5);
-# --compile-budget the seconds torch.compile may spend compiling rows (default 300).
+# --compile-budget the seconds torch.compile may spend compiling (default 300), on each side.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -100,7 +100,7 @@ if [ -f "$model/model.safetensors" ] && [ -x "$cli" ]; then
         --json "$work/minilm-ours.json"
     step minilm-torch "MiniLM forward, PyTorch" "$work/minilm-torch.json" \
         python3 "$root/bench/minilm/pytorch_baseline.py" --model-dir "$model" \
-        --batch-sizes 1,32,256 --seq-len 128 --budget-s 150 --json "$work/minilm-torch.json"
+        --batch-sizes 1,32,256 --seq-len 128 --budget-s "$budget" --json "$work/minilm-torch.json"
 else
     echo "run.sh: MiniLM forward skipped: no model.safetensors in $model or no $cli" >&2
 fi
