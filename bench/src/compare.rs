@@ -539,6 +539,20 @@ pub fn markdown(inputs: &Inputs) -> String {
         }
     }
     notes.extend(inputs.torch.iter().flat_map(|t| t.notes.iter().cloned()));
+    if let Some(t) = &inputs.torch {
+        let absent: Vec<&str> = merged
+            .iter()
+            .map(|m| m.row.name.as_str())
+            .filter(|n| !t.rows.iter().any(|r| r.name == *n))
+            .collect();
+        if !absent.is_empty() {
+            notes.push(format!(
+                "the PyTorch, CODA and quack side did not reach {} row(s): {}",
+                absent.len(),
+                absent.join(", ")
+            ));
+        }
+    }
     notes.extend(inputs.missing.iter().map(|m| format!("not read: {m}")));
     if !notes.is_empty() {
         let _ = writeln!(s, "\nNot timed, and why:\n");
@@ -984,6 +998,13 @@ mod tests {
             ..inputs()
         };
         assert!(markdown(&i).contains("not read: /no/such/file.json"));
+        let mut short = inputs();
+        short.torch.as_mut().unwrap().rows.pop();
+        assert!(
+            markdown(&short).contains("did not reach 1 row(s): bert-base.ffn-up.gemm"),
+            "{}",
+            markdown(&short)
+        );
         assert!(markdown(&Inputs::default()).contains("Our side did not run"));
     }
 }
