@@ -16,7 +16,7 @@
 //! | [`graph`] | capture launches into a CUDA graph and replay them |
 //! | [`reference`](mod@reference) | CPU f64 references of every kernel |
 //! | [`schedule`] | the wave scheduler (Rammer): persistent programs of many operators |
-//! | [`testing`] | GPU-test helpers: skip without a GPU, seeded random data, poison |
+//! | [`testing`] | GPU-test helpers: skip without a GPU (or fail under `FUSED_GEMM_REQUIRE_GPU`), per-element comparisons, seeded random data, poison |
 //! | [`weights`] | host-side weight layouts for fused SwiGLU/GeGLU and RoPE |
 //!
 //! # How a GEMM launcher uses this crate
