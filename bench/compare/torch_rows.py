@@ -174,6 +174,13 @@ def reference(row, s):
     return out, rstd, c
 
 
+# Eager PyTorch (and its CUDA graph) rounds every intermediate to bf16: SwiGLU's silu(gate)
+# before the product, for one, adds a second rounding to the output's. Its elements get twice
+# the bound of a kernel that keeps intermediates in f32 (seen: 1.1-1.2x the single bound on
+# LLaMA SwiGLU rows); a wrong layout or formula is still off by far more.
+ROUNDS_INTERMEDIATES = ("torch-eager", "torch-graph")
+
+
 def agreement(got, want):
     """(relative Frobenius error, worst |got - want| / (atol + rtol|want|)), as
     bench/src/problem.rs::agreement: rtol = TOL, atol = TOL * rms(want); NaN never passes."""
@@ -408,6 +415,8 @@ def run_row(row, l2_bytes, gen):
             if want_rstd is not None and c["computes"] == "full" and e == "rms-producer":
                 f2, w2 = agreement(rstd, want_rstd)
                 frob, worst = max(frob, f2), max(worst, w2)
+            if c["key"] in ROUNDS_INTERMEDIATES:
+                worst /= 2.0
             r["err"], r["worst_element"] = frob, worst
             del got, rstd
             r["status"] = "ok" if frob <= TOL and worst <= 1.0 else "wrong"
