@@ -278,6 +278,20 @@ pub fn format_table(r: &Report) -> String {
     s
 }
 
+/// Where a benchmark binary writes its results: the folder `var` names if set; else
+/// `bench/results` under the current directory when run from a checkout's root (a GPU bundle
+/// run from elsewhere); else this crate's `results/` of the tree it was built in.
+pub fn results_dir(var: &str) -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os(var) {
+        return d.into();
+    }
+    let local = std::path::Path::new("bench");
+    if local.is_dir() {
+        return local.join("results");
+    }
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results")
+}
+
 /// A file-name-safe slug of a device name: `NVIDIA H100 80GB HBM3` → `nvidia-h100-80gb-hbm3`.
 pub fn device_slug(name: &str) -> String {
     let mut s = String::new();

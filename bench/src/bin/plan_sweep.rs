@@ -12,6 +12,7 @@
 //! overrides the folder) (every candidate's
 //! predicted and measured time) and `.md` (the table, with the command) and prints the table.
 
+use fused_gemm_bench::report::{device_slug, results_dir};
 use std::process::ExitCode;
 
 use fused_gemm::device::types::DType;
@@ -108,19 +109,6 @@ fn model_only(planner: &Planner, dtype: DType) {
     );
 }
 
-/// `PLAN_SWEEP_RESULTS_DIR` if set; else `bench/results` under the current directory when run
-/// from a checkout's root; else this crate's `results/`.
-fn results_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("PLAN_SWEEP_RESULTS_DIR") {
-        return d.into();
-    }
-    let local = std::path::Path::new("bench");
-    if local.is_dir() {
-        return local.join("results");
-    }
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results")
-}
-
 fn main() -> ExitCode {
     let dtype = match dtype() {
         Ok(d) => d,
@@ -206,9 +194,8 @@ fn main() -> ExitCode {
     };
     let table = report.table();
     println!("{table}");
-    let dir = results_dir().join(fused_gemm_bench::report::device_slug(
-        report.device.split(" (").next().unwrap_or(""),
-    ));
+    let card = report.device.split(" (").next().unwrap_or("");
+    let dir = results_dir("PLAN_SWEEP_RESULTS_DIR").join(device_slug(card));
     let stem = dir.join(format!("plan_sweep-{}", dtype.name()));
     let written = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(stem.with_extension("json"), report.to_json()))

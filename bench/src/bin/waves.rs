@@ -17,6 +17,7 @@
 //! events after 20 warm-up ones. Prints a table and writes `bench/results/<card>/waves.json`
 //! (`WAVES_RESULTS_DIR` overrides the folder). Takes well under two minutes on an H200.
 
+use fused_gemm_bench::report::{device_slug, results_dir};
 use std::process::ExitCode;
 
 use fused_gemm::host::graph::Graph;
@@ -395,19 +396,6 @@ fn date() -> String {
         .unwrap_or_else(|| "undated".into())
 }
 
-/// `WAVES_RESULTS_DIR` if set; else `bench/results` under the current directory when run from a
-/// checkout's root (a GPU bundle run from elsewhere); else this crate's `results/`.
-fn results_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("WAVES_RESULTS_DIR") {
-        return d.into();
-    }
-    let local = std::path::Path::new("bench");
-    if local.is_dir() {
-        return local.join("results");
-    }
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results")
-}
-
 fn main() -> ExitCode {
     let gpu = match Gpu::new(0) {
         Ok(g) => g,
@@ -450,7 +438,7 @@ fn main() -> ExitCode {
         device: gpu.name().to_owned(),
         rows,
     };
-    let dir = results_dir().join(fused_gemm_bench::report::device_slug(&report.device));
+    let dir = results_dir("WAVES_RESULTS_DIR").join(device_slug(&report.device));
     let path = dir.join("waves.json");
     match std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, report.to_json())) {
         Ok(()) => eprintln!("waves: wrote {}", path.display()),
