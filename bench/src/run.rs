@@ -8,6 +8,7 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::host::autotune::Autotuner;
 use fused_gemm::host::cudarc;
 use fused_gemm::host::gemm::{Overrides, last_entry, with_overrides};
+use fused_gemm::host::testing::compare;
 use fused_gemm::kernels::hopper;
 use indicatif::ProgressBar;
 
@@ -15,7 +16,7 @@ use crate::cublaslt::{Lt, LtPlan};
 use crate::epilogue::{Epilogue, LtEpilogue};
 use crate::error::{BenchError, Result};
 use crate::ours::{FusedArgs, FusedFn};
-use crate::problem::{BenchElement, Problem, Reference, Set, agreement, set_bytes, tolerance};
+use crate::problem::{BenchElement, Problem, Reference, Set, set_bytes, tolerance};
 use crate::report::{PathKind, PathResult, RowResult, Status};
 use crate::shapes::Row;
 use crate::timing::{Summary, TimingConfig, rotation_sets, time_gpu};
@@ -225,35 +226,40 @@ fn check<T: BenchElement>(
     let mut got = Vec::with_capacity(rows.len() * cols);
     let mut want = Vec::with_capacity(rows.len() * cols);
     for (&row, re) in rows.iter().zip(reference) {
-        got.extend_from_slice(&out[row * cols..(row + 1) * cols]);
+        got.extend(
+            out[row * cols..(row + 1) * cols]
+                .iter()
+                .map(|x| x.to_f32() as f64),
+        );
         want.extend_from_slice(expected(spec, re));
     }
-    let mut a = agreement(&got, &want, tol, |x: T| x.to_f32() as f64);
+    let a = compare(&got, &want, tol);
+    let (mut frobenius, mut worst, mut passed) = (a.frobenius, a.worst, a.passed());
     let mut wrong = Vec::new();
     let unwritten = out.iter().filter(|x| !x.to_f32().is_finite()).count();
     if let Some(rstd) = &rstd {
-        let got: Vec<f32> = rows.iter().map(|&i| rstd[i]).collect();
+        let got: Vec<f64> = rows.iter().map(|&i| rstd[i] as f64).collect();
         let want: Vec<f64> = reference
             .iter()
             .map(|re| re.contract.rstd.unwrap_or(f64::NAN))
             .collect();
-        let s = agreement(&got, &want, tol, |x| x as f64);
-        a.frobenius = a.frobenius.max(s.frobenius);
-        a.worst_element = a.worst_element.max(s.worst_element);
+        let s = compare(&got, &want, tol);
+        frobenius = frobenius.max(s.frobenius);
+        worst = worst.max(s.worst);
+        passed &= s.passed();
         let bad = rstd.iter().filter(|x| !x.is_finite()).count();
         if bad > 0 {
             wrong.push(format!("{bad} rstd values not written or not finite"));
         }
     }
-    r.err_vs_reference = Some(a.frobenius);
-    r.worst_element = Some(a.worst_element);
+    r.err_vs_reference = Some(frobenius);
+    r.worst_element = Some(worst);
     if unwritten > 0 {
         wrong.push(format!("{unwritten} outputs not written or not finite"));
     }
-    if !a.passes(tol) {
+    if !passed {
         wrong.push(format!(
-            "error {:.2e} (bound {tol:.0e}), worst element {:.2}× its bound",
-            a.frobenius, a.worst_element
+            "error {frobenius:.2e} (bound {tol:.0e}), worst element {worst:.2}× its bound"
         ));
     }
     if wrong.is_empty() {
