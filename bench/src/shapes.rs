@@ -152,7 +152,7 @@ pub fn table() -> Vec<Row> {
     out
 }
 
-/// `--quick`: one row of each epilogue, small and large.
+/// `--quick`: a few rows, small and large, that cover every epilogue.
 pub const QUICK: &[&str] = &[
     "bert-base.qkv.bias",
     "bert-base.attn-out.bias-residual-layernorm",
@@ -192,6 +192,12 @@ pub fn select(
         let p = p.trim();
         if let Some((m, n, k)) = parse_mnk(p) {
             for &e in literal_epilogues {
+                if let Some(why) = e.check_width(n) {
+                    return Err(BenchError::Usage {
+                        what: "--rows",
+                        detail: format!("{p} with {}: {why}", e.name()),
+                    });
+                }
                 literals.push(Row {
                     name: format!("{m}x{n}x{k}.{}", e.name()),
                     m,
@@ -284,11 +290,19 @@ mod tests {
         // `minilm.b1` does not select `minilm.b128…` or `minilm.b256`.
         let s = select(&t, &["minilm.b1".into()], &[Gemm]).unwrap();
         assert!(s.iter().all(|r| r.m == 128) && s.len() == 8);
-        let s = select(&t, &["17x4095x1".into()], &[Gemm, Swiglu]).unwrap();
+        let s = select(&t, &["17x4096x1".into()], &[Gemm, Swiglu]).unwrap();
         assert_eq!(s.len(), 2);
         assert_eq!(
             (s[1].m, s[1].n, s[1].k, s[1].epilogue),
-            (17, 4095, 1, Swiglu)
+            (17, 4096, 1, Swiglu)
+        );
+        assert_eq!(
+            select(&t, &["17x4095x1".into()], &[Gemm]).unwrap()[0].n,
+            4095
+        );
+        assert!(
+            select(&t, &["7x7x7".into()], &[Swiglu]).is_err(),
+            "odd N for SwiGLU"
         );
         let e = select(&t, &["gpt5".into()], &[Gemm]).unwrap_err();
         assert!(e.to_string().contains("gpt5"));
