@@ -94,10 +94,12 @@ fn need<X>(v: Option<X>, what: &'static str) -> Result<X> {
     v.ok_or_else(|| Error::invalid(what, "an operand this epilogue reads", "none"))
 }
 
-macro_rules! plain {
-    ($($name:ident: $t:ty => $hopper:path, $launch:path;)*) => {$(
+/// Launchers without epilogue operands; `$cols` is the output width for a GEMM of width `n`.
+macro_rules! no_operands {
+    ($($name:ident: $t:ty, $cols:expr => $hopper:path, $launch:path;)*) => {$(
         fn $name(gpu: &Gpu, x: FusedArgs<'_, $t>) -> Result<()> {
-            let (a, b, mut c) = operands(&x, x.n)?;
+            let cols: fn(usize) -> usize = $cols;
+            let (a, b, mut c) = operands(&x, cols(x.n))?;
             if hopper::on_hopper(gpu) {
                 $hopper(gpu, &a, &b, &mut c).map(|_| ())
             } else {
@@ -107,9 +109,11 @@ macro_rules! plain {
     )*};
 }
 
-plain! {
-    gemm_bf16: bf16 => hopper::h_gemm_bf16, gemm::gemm_bf16;
-    gemm_f16: f16 => hopper::h_gemm_f16, gemm::gemm_f16;
+no_operands! {
+    gemm_bf16: bf16, |n| n => hopper::h_gemm_bf16, gemm::gemm_bf16;
+    gemm_f16: f16, |n| n => hopper::h_gemm_f16, gemm::gemm_f16;
+    swiglu_bf16: bf16, |n| n / 2 => hopper::h_swiglu, blocks::mlp_up_swiglu;
+    swiglu_f16: f16, |n| n / 2 => hopper::h_swiglu_f16, blocks::mlp_up_swiglu_f16;
 }
 
 macro_rules! bias_act {
@@ -155,24 +159,6 @@ layer_norm! {
         blocks::proj_bias_residual_layer_norm;
     bias_residual_layer_norm_f16: f16 => hopper::h_bias_residual_layer_norm_f16,
         blocks::proj_bias_residual_layer_norm_f16;
-}
-
-macro_rules! swiglu {
-    ($($name:ident: $t:ty => $hopper:path, $launch:path;)*) => {$(
-        fn $name(gpu: &Gpu, x: FusedArgs<'_, $t>) -> Result<()> {
-            let (a, b, mut c) = operands(&x, x.n / 2)?;
-            if hopper::on_hopper(gpu) {
-                $hopper(gpu, &a, &b, &mut c).map(|_| ())
-            } else {
-                $launch(gpu, &a, &b, &mut c).map(|_| ())
-            }
-        }
-    )*};
-}
-
-swiglu! {
-    swiglu_bf16: bf16 => hopper::h_swiglu, blocks::mlp_up_swiglu;
-    swiglu_f16: f16 => hopper::h_swiglu_f16, blocks::mlp_up_swiglu_f16;
 }
 
 /// The RMSNorm consumer: the GEMM with `scale(row)` by the given rstd.

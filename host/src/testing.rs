@@ -335,21 +335,8 @@ pub fn max_abs_diff<T: Copy + Into<f64>>(a: &[T], b: &[T]) -> f64 {
     assert_eq!(a.len(), b.len(), "compared buffers differ in length");
     a.iter()
         .zip(b)
-        .map(|(&x, &y)| {
-            let (x, y): (f64, f64) = (x.into(), y.into());
-            if x.is_nan() || y.is_nan() {
-                if x.is_nan() && y.is_nan() {
-                    0.0
-                } else {
-                    f64::INFINITY
-                }
-            } else if x == y {
-                0.0
-            } else {
-                (x - y).abs()
-            }
-        })
-        // No NaN is left above (inf − inf only where x == y), so f64::max drops nothing.
+        .map(|(&x, &y)| crate::reference::element_diff(x.into(), y.into()))
+        // element_diff leaves no NaN, so f64::max drops nothing.
         .fold(0.0, f64::max)
 }
 

@@ -91,6 +91,22 @@ pub fn rel_frobenius_error(got: &[f64], want: &[f64]) -> f64 {
     }
 }
 
+/// `|got − want|` where NaN never passes: 0 where both are NaN or they are equal (the same
+/// infinity too), infinity where only one is NaN or an infinity meets anything else.
+pub fn element_diff(got: f64, want: f64) -> f64 {
+    if got.is_nan() || want.is_nan() {
+        if got.is_nan() && want.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else if got == want {
+        0.0
+    } else {
+        (got - want).abs()
+    }
+}
+
 /// Largest |got − want| / max(|want|, floor) over all elements (a NaN or an infinity matched
 /// by anything else gives infinity; a NaN on both sides, or the same infinity, counts as equal).
 pub fn max_rel_error(got: &[f64], want: &[f64], floor: f64) -> f64 {
@@ -98,18 +114,11 @@ pub fn max_rel_error(got: &[f64], want: &[f64], floor: f64) -> f64 {
     got.iter()
         .zip(want)
         .map(|(&g, &w)| {
-            if g.is_nan() || w.is_nan() {
-                if g.is_nan() && w.is_nan() {
-                    0.0
-                } else {
-                    f64::INFINITY
-                }
-            } else if g == w {
-                0.0
-            } else if g.is_infinite() || w.is_infinite() {
-                f64::INFINITY
+            let d = element_diff(g, w);
+            if d == 0.0 || d.is_infinite() {
+                d
             } else {
-                (g - w).abs() / w.abs().max(floor)
+                d / w.abs().max(floor)
             }
         })
         // No NaN is left above, so f64::max drops nothing.
