@@ -1,42 +1,29 @@
-//! Compiles this crate's built-in kernels (`src/kernels/`) to PTX for sm_80, sm_90 and sm_90a and
-//! exposes the files to `src/ptx.rs` through `OUT_DIR`. See `builder/` for how and why.
+//! Compiles this crate's built-in kernels (`src/kernels/`) for sm_80 and sm_90a and leaves the
+//! packed modules in `OUT_DIR` for `src/ptx.rs`. See `builder/` for how and why.
 
-use fused_gemm_build::{Arch, PtxBuilder};
+use fused_gemm_build::PtxBuilder;
 
 fn main() {
     // The nested nvptx64 build of this same crate runs this script again; it has nothing to do.
     if std::env::var("TARGET").is_ok_and(|t| t.starts_with("nvptx")) {
         return;
     }
-    println!("cargo::rustc-check-cfg=cfg(fused_gemm_ptx_skipped)");
-    // `cargo doc`, rust-analyzer and clippy-only runs can skip the device build; launchers then
-    // return `Error::PtxNotBuilt`.
-    if std::env::var_os("FUSED_GEMM_SKIP_PTX").is_some() {
-        println!("cargo::rerun-if-env-changed=FUSED_GEMM_SKIP_PTX");
-        println!("cargo::rustc-cfg=fused_gemm_ptx_skipped");
+    // Without the `kernels` feature (a crate that only declares its own kernels) there is
+    // nothing built in to compile.
+    if std::env::var_os("CARGO_FEATURE_KERNELS").is_none() {
         return;
     }
     let root = std::path::PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
     );
     let mut builder = PtxBuilder::new(&root)
-        .arch(Arch::Sm80)
-        .arch(Arch::Sm90)
         .feature("builtin-kernels")
-        .watch(root.join("device/src"))
-        .watch(root.join("device/Cargo.toml"))
-        .watch(root.join("macros/src"));
-    // sm_90a (H100/H200 only: wgmma, setmaxnreg) gets its own build: the Hopper mainloop's
-    // tensor-map fence needs PTX ISA 8.3, above the 8.0 LLVM picks for sm_90a by default.
-    let mut hopper = PtxBuilder::new(&root)
-        .arch(Arch::Sm90a)
-        .feature("builtin-kernels")
-        .rustflag("-Ctarget-feature=+ptx85")
         .watch(root.join("device/src"))
         .watch(root.join("device/Cargo.toml"))
         .watch(root.join("macros/src"));
     // With ptxas (scripts/setup.sh installs it) the binaries also carry cubins and skip the
-    // driver's JIT compilation at start-up.
+    // driver's JIT compilation at start-up. `FUSED_GEMM_SKIP_PTX` (documentation and lint-only
+    // builds) compiles nothing: launchers then return `Error::PtxNotBuilt`.
     println!("cargo::rerun-if-env-changed=FUSED_GEMM_PTXAS");
     let ptxas = std::env::var_os("FUSED_GEMM_PTXAS")
         .map(std::path::PathBuf::from)
@@ -44,9 +31,7 @@ fn main() {
             Some(root.join(".tools/cuda-nvcc/nvidia/cu13/bin/ptxas")).filter(|p| p.exists())
         });
     if let Some(p) = ptxas {
-        builder = builder.ptxas(&p);
-        hopper = hopper.ptxas(p);
+        builder = builder.ptxas(p);
     }
     builder.build_or_exit();
-    hopper.build_or_exit();
 }

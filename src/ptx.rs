@@ -1,49 +1,35 @@
-//! The PTX of the built-in kernels, compiled by `build.rs` and embedded at build time.
+//! The PTX and cubins of the built-in kernels, compiled by `build.rs` and embedded packed.
 
-#[cfg(not(fused_gemm_ptx_skipped))]
-use fused_gemm_host::module::PtxModule;
-use fused_gemm_host::module::PtxSet;
+use fused_gemm_host::module::{Arch, Image, PtxModule, PtxSet};
 
-#[cfg(not(fused_gemm_ptx_skipped))]
-const SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_80.ptx"));
-#[cfg(not(fused_gemm_ptx_skipped))]
-const SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90.ptx"));
-#[cfg(not(fused_gemm_ptx_skipped))]
-const SM90A: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90a.ptx"));
-#[cfg(not(fused_gemm_ptx_skipped))]
-const SM90A_CUBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90a.cubin"));
-#[cfg(not(fused_gemm_ptx_skipped))]
-const SM80_CUBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_80.cubin"));
-#[cfg(not(fused_gemm_ptx_skipped))]
-const SM90_CUBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_gemm.sm_90.cubin"));
+macro_rules! packed {
+    ($arch:literal, $ext:literal) => {
+        Image::Zstd(include_bytes!(concat!(
+            env!("OUT_DIR"),
+            "/fused_gemm.",
+            $arch,
+            ".",
+            $ext,
+            ".zst"
+        )))
+    };
+}
 
-/// Built-in kernels, one module per arch (newest first; the launcher picks the newest the device
-/// can run: `sm_90a`, with the Hopper mainloop, on H100/H200).
-#[cfg(not(fused_gemm_ptx_skipped))]
+/// Built-in kernels, one module per arch, newest first: the launcher loads `sm_90a` (with the
+/// TMA + `wgmma` mainloop) on H100/H200 and `sm_80` elsewhere. In a build with
+/// `FUSED_GEMM_SKIP_PTX` the images are empty and launches fail with `Error::PtxNotBuilt`.
 pub static BUILTIN: PtxSet = PtxSet::new(
     "fused_gemm",
     &[
         PtxModule {
-            compute_capability: 90,
-            arch: "sm_90a",
-            ptx: SM90A,
-            cubin: SM90A_CUBIN,
+            arch: Arch::Sm90a,
+            ptx: packed!("sm_90a", "ptx"),
+            cubin: packed!("sm_90a", "cubin"),
         },
         PtxModule {
-            compute_capability: 90,
-            arch: "sm_90",
-            ptx: SM90,
-            cubin: SM90_CUBIN,
-        },
-        PtxModule {
-            compute_capability: 80,
-            arch: "sm_80",
-            ptx: SM80,
-            cubin: SM80_CUBIN,
+            arch: Arch::Sm80,
+            ptx: packed!("sm_80", "ptx"),
+            cubin: packed!("sm_80", "cubin"),
         },
     ],
 );
-
-/// Built with `FUSED_GEMM_SKIP_PTX`: no modules, launches fail with `Error::PtxNotBuilt`.
-#[cfg(fused_gemm_ptx_skipped)]
-pub static BUILTIN: PtxSet = PtxSet::new("fused_gemm", &[]);

@@ -17,59 +17,52 @@
 //! # Usage from a downstream `build.rs`
 //!
 //! ```no_run
-//! use fused_gemm_build::{Arch, PtxBuilder};
-//! let artifacts = PtxBuilder::new(std::env::var("CARGO_MANIFEST_DIR").unwrap())
-//!     .arch(Arch::Sm90)
-//!     .arch(Arch::Sm80)
+//! // build.rs: sm_80 and sm_90a, each as zstd-packed PTX and cubin in OUT_DIR
+//! fused_gemm_build::PtxBuilder::new(std::env::var("CARGO_MANIFEST_DIR").unwrap())
 //!     .build_or_exit();
-//! // then in lib.rs: include_str!(concat!(env!("OUT_DIR"), "/<crate>.sm_90.ptx"))
-//! # let _ = artifacts;
+//! // lib.rs: fused_gemm::include_ptx!("<crate>");
 //! ```
+//!
+//! Without [`PtxBuilder::arch`] the builder compiles [`DEFAULT_ARCHS`]: `sm_80`, which runs on
+//! every later GPU (its PTX is JIT-compiled on GPUs newer than Hopper), and `sm_90a`, the only
+//! module with the TMA + `wgmma` mainloop of H100 and H200. The archs compile in parallel; each
+//! module's ptxas starts as soon as its PTX is written.
+//!
+//! # What a build leaves in `OUT_DIR`
+//!
+//! Per arch: `<crate>.<arch>.ptx` (the text), `.cubin` and `.ptxas.log` (with [`PtxBuilder::ptxas`]),
+//! and the two files programs embed, `.ptx.zst` and `.cubin.zst` ([zstd] frames, empty when
+//! there is nothing to pack). Packing cuts an embedded kernel crate about tenfold (the built-in
+//! kernels: 175 MB of PTX and 78 MB of cubins to about 15 MB).
+//!
+//! With `FUSED_GEMM_SKIP_PTX` set (documentation and lint-only builds) nothing is compiled and
+//! every packed file is written empty; loading such a module fails with `PtxNotBuilt`.
+//!
+//! [zstd]: https://facebook.github.io/zstd/
 //!
 //! The nested cargo gets its own target directory under `OUT_DIR` (the outer build holds the
 //! lock on the usual one) and does not inherit the host's `RUSTFLAGS` or compiler wrappers.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A PTX target: the `-C target-cpu` given to rustc's NVPTX backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Arch {
-    /// Ampere (A100): `mma.sync`, `ldmatrix`, `cp.async`. Runs on every later GPU.
-    Sm80,
-    /// Hopper (H100, H200), portable subset: adds TMA (`cp.async.bulk.tensor`) and `mbarrier`
-    /// transaction counts.
-    Sm90,
-    /// Hopper with arch-specific instructions (`wgmma`, `setmaxnreg`). Runs only on sm_90.
-    Sm90a,
-}
+pub use fused_gemm_device::target::Arch;
 
-impl Arch {
-    /// The name used by PTX's `.target` directive and by ptxas' `-arch`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Sm80 => "sm_80",
-            Arch::Sm90 => "sm_90",
-            Arch::Sm90a => "sm_90a",
-        }
-    }
+/// The archs built when [`PtxBuilder::arch`] names none.
+pub const DEFAULT_ARCHS: &[Arch] = &[Arch::Sm80, Arch::Sm90a];
 
-    /// Compute capability as `major * 10 + minor`.
-    pub fn compute_capability(self) -> u32 {
-        match self {
-            Arch::Sm80 => 80,
-            Arch::Sm90 | Arch::Sm90a => 90,
-        }
+/// rustc flags `arch` needs beyond `-Ctarget-cpu`: the Hopper mainloop's tensor-map fence needs
+/// PTX ISA 8.3, above the 8.0 LLVM picks for sm_90a by default.
+fn arch_rustflags(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::Sm90a => &["-Ctarget-feature=+ptx85"],
+        Arch::Sm80 | Arch::Sm90 => &[],
     }
 }
 
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// zstd level of the packed files: within 1 % of level 19's size at a twentieth of its time.
+const PACK_LEVEL: i32 = 9;
 
 /// Why a PTX build failed.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +120,10 @@ pub struct PtxArtifact {
     /// The machine code ptxas made of it (`OUT_DIR/<crate>.<arch>.cubin`); the file is empty
     /// when no ptxas was given (see [`PtxBuilder::ptxas`]).
     pub cubin: PathBuf,
+    /// The PTX as one zstd frame (`OUT_DIR/<crate>.<arch>.ptx.zst`), what programs embed.
+    pub packed_ptx: PathBuf,
+    /// The cubin as one zstd frame (`OUT_DIR/<crate>.<arch>.cubin.zst`); empty without a cubin.
+    pub packed_cubin: PathBuf,
     /// What `ptxas -v` reported while making `cubin` (`OUT_DIR/<crate>.<arch>.ptxas.log`):
     /// per entry point its registers, stack frame, spill bytes and shared memory, and any
     /// warnings. Tests read it instead of running ptxas a second time; empty without ptxas.
@@ -159,7 +156,7 @@ impl PtxBuilder {
         }
     }
 
-    /// Adds a target arch (one PTX file each). Without any, `sm_80` and `sm_90` are built.
+    /// Adds a target arch (one PTX module each). Without any, [`DEFAULT_ARCHS`] are built.
     pub fn arch(mut self, arch: Arch) -> Self {
         if !self.archs.contains(&arch) {
             self.archs.push(arch);
@@ -195,6 +192,16 @@ impl PtxBuilder {
         self
     }
 
+    /// [`ptxas`](Self::ptxas) from the environment variable `FUSED_GEMM_PTXAS`, when it is set
+    /// (fused-gemm's `scripts/setup.sh` exports it); otherwise no cubins are made.
+    pub fn ptxas_from_env(self) -> Self {
+        println!("cargo::rerun-if-env-changed=FUSED_GEMM_PTXAS");
+        match std::env::var_os("FUSED_GEMM_PTXAS") {
+            Some(p) if !p.is_empty() => self.ptxas(PathBuf::from(p)),
+            _ => self,
+        }
+    }
+
     /// Writes PTX here instead of cargo's `OUT_DIR`.
     pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.out_dir = Some(dir.into());
@@ -214,7 +221,8 @@ impl PtxBuilder {
         }
     }
 
-    /// Compiles the crate once per arch and returns the PTX files.
+    /// Compiles the crate for every arch (in parallel), assembles each module with ptxas when
+    /// one was given and packs the files programs embed; returns one artifact per arch.
     ///
     /// Returns no artifacts when called from the nvptx64 build itself (the nested build runs the
     /// crate's build script again).
@@ -222,7 +230,8 @@ impl PtxBuilder {
     /// # Errors
     /// [`BuildError::Compile`] when the device code does not compile (rustc's diagnostics, with
     /// the device source's file and line, go to stderr, which cargo prints for a failed build
-    /// script); the other variants for a missing cargo environment or i/o failures.
+    /// script); [`BuildError::Ptxas`] when ptxas rejects a module; the other variants for a
+    /// missing cargo environment or i/o failures.
     pub fn build(self) -> Result<Vec<PtxArtifact>, BuildError> {
         // The nested nvptx64 build of the kernel crate runs its build script again; building
         // PTX from there would recurse without end, and that build needs none.
@@ -248,101 +257,188 @@ impl PtxBuilder {
         println!("cargo::rerun-if-env-changed=FUSED_GEMM_SKIP_PTX");
 
         let archs = if self.archs.is_empty() {
-            vec![Arch::Sm80, Arch::Sm90]
+            DEFAULT_ARCHS.to_vec()
         } else {
             self.archs.clone()
         };
-        let mut artifacts = Vec::new();
-        for arch in archs {
-            let target_dir = out_dir.join("ptx-target").join(arch.name());
-            let mut cmd = Command::new(&cargo);
-            cmd.arg("rustc")
-                .arg("--lib")
-                .arg("--release")
-                .arg("--target")
-                .arg("nvptx64-nvidia-cuda")
-                .arg("-Zbuild-std=core")
-                .arg("--crate-type")
-                .arg("cdylib")
-                .arg("--manifest-path")
-                .arg(&manifest)
-                .arg("--target-dir")
-                .arg(&target_dir)
-                .args(["--config", "profile.release.lto=\"fat\""])
-                .args(["--config", "profile.release.panic=\"abort\""])
-                .args(["--config", "profile.release.codegen-units=1"])
-                .args(["--config", "profile.release.opt-level=3"])
-                .args(["--config", "profile.release.debug=false"]);
-            if !self.features.is_empty() {
-                cmd.arg("--features").arg(self.features.join(","));
+        let artifacts: Vec<PtxArtifact> = archs
+            .iter()
+            .map(|&arch| {
+                let file = |ext: &str| out_dir.join(format!("{crate_name}.{}.{ext}", arch.name()));
+                PtxArtifact {
+                    arch,
+                    path: file("ptx"),
+                    cubin: file("cubin"),
+                    ptxas_log: file("ptxas.log"),
+                    packed_ptx: file("ptx.zst"),
+                    packed_cubin: file("cubin.zst"),
+                }
+            })
+            .collect();
+        if std::env::var_os("FUSED_GEMM_SKIP_PTX").is_some() {
+            for a in &artifacts {
+                for f in [
+                    &a.path,
+                    &a.cubin,
+                    &a.ptxas_log,
+                    &a.packed_ptx,
+                    &a.packed_cubin,
+                ] {
+                    write(f, &[])?;
+                }
             }
-            cmd.arg("--")
-                .arg("--emit=asm")
-                .arg(format!("-Ctarget-cpu={}", arch.name()))
-                .arg("-Clinker=/bin/true")
-                // Register arrays indexed by loop counters (accumulator fragments) stay in
-                // registers only when their loops are fully unrolled; the default threshold gives
-                // up on large tiles and the arrays go to local memory.
-                .arg("-Cllvm-args=-unroll-threshold=4000")
-                .args(&self.rustflags);
-            // The host build's flags and wrappers (clippy-driver, coverage, sanitizers) must not
-            // leak into the device build.
-            for var in [
-                "RUSTFLAGS",
-                "CARGO_ENCODED_RUSTFLAGS",
-                "CARGO_BUILD_RUSTFLAGS",
-                "RUSTC_WRAPPER",
-                "RUSTC_WORKSPACE_WRAPPER",
-                "CARGO_BUILD_RUSTC_WRAPPER",
-                "CARGO_TARGET_DIR",
-                "CARGO_BUILD_TARGET",
-                "CARGO_BUILD_TARGET_DIR",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_ENCODED_RUSTDOCFLAGS",
-                "RUSTDOCFLAGS",
-                "CARGO_LLVM_COV",
-                "LLVM_PROFILE_FILE",
-            ] {
-                cmd.env_remove(var);
-            }
-            let status = cmd.status().map_err(|source| BuildError::Spawn {
-                cargo: cargo.to_string_lossy().into_owned(),
+            return Ok(artifacts);
+        }
+
+        // One nested cargo per arch, all at once: each is a single LLVM thread (fat LTO, one
+        // codegen unit), so they share the cores instead of taking turns.
+        let mut builds = Vec::new();
+        for a in &artifacts {
+            let child = self
+                .nested_build(&cargo, &manifest, &out_dir, a.arch)
+                .spawn()
+                .map_err(|source| BuildError::Spawn {
+                    cargo: cargo.to_string_lossy().into_owned(),
+                    source,
+                })?;
+            builds.push((a, child));
+        }
+        let mut assembling = Vec::new();
+        let mut failed = None;
+        for (a, mut child) in builds {
+            let status = child.wait().map_err(|source| BuildError::Io {
+                path: a.path.clone(),
                 source,
             })?;
             if !status.success() {
-                return Err(BuildError::Compile { arch });
+                failed.get_or_insert(BuildError::Compile { arch: a.arch });
+                continue;
             }
-            let deps = target_dir
+            if failed.is_some() {
+                continue;
+            }
+            let deps = out_dir
+                .join("ptx-target")
+                .join(a.arch.name())
                 .join("nvptx64-nvidia-cuda")
                 .join("release")
                 .join("deps");
             let src = newest_asm(&deps, &crate_name).ok_or_else(|| BuildError::NoPtx {
-                arch,
+                arch: a.arch,
                 dir: deps.clone(),
             })?;
             let text = std::fs::read_to_string(&src).map_err(|source| BuildError::Io {
                 path: src.clone(),
                 source,
             })?;
-            let text = apply_launch_bounds(&text);
-            let path = out_dir.join(format!("{crate_name}.{}.ptx", arch.name()));
-
-            std::fs::write(&path, text).map_err(|source| BuildError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let cubin = out_dir.join(format!("{crate_name}.{}.cubin", arch.name()));
-            let ptxas_log = out_dir.join(format!("{crate_name}.{}.ptxas.log", arch.name()));
-            artifacts.push(PtxArtifact {
-                arch,
-                path,
-                cubin,
-                ptxas_log,
-            });
+            write(&a.path, apply_launch_bounds(&text).as_bytes())?;
+            // This arch's ptxas runs while the other archs still compile.
+            assembling.push((a, self.start_ptxas(a)?));
         }
-        self.assemble(&artifacts)?;
+        for (a, child) in assembling {
+            if let Some(child) = child {
+                finish_ptxas(a, child)?;
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        std::thread::scope(|s| {
+            let packs: Vec<_> = artifacts
+                .iter()
+                .flat_map(|a| [(&a.path, &a.packed_ptx), (&a.cubin, &a.packed_cubin)])
+                .map(|(from, to)| s.spawn(move || pack(from, to)))
+                .collect();
+            packs
+                .into_iter()
+                .try_for_each(|p| p.join().expect("packing does not panic"))
+        })?;
         Ok(artifacts)
     }
+
+    /// The nested `cargo rustc` that compiles the crate for `arch` into its own target dir.
+    fn nested_build(
+        &self,
+        cargo: &OsString,
+        manifest: &Path,
+        out_dir: &Path,
+        arch: Arch,
+    ) -> Command {
+        let target_dir = out_dir.join("ptx-target").join(arch.name());
+        let mut cmd = Command::new(cargo);
+        cmd.arg("rustc")
+            .arg("--lib")
+            .arg("--release")
+            .arg("--target")
+            .arg("nvptx64-nvidia-cuda")
+            .arg("-Zbuild-std=core")
+            .arg("--crate-type")
+            .arg("cdylib")
+            .arg("--manifest-path")
+            .arg(manifest)
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .args(["--config", "profile.release.lto=\"fat\""])
+            .args(["--config", "profile.release.panic=\"abort\""])
+            .args(["--config", "profile.release.codegen-units=1"])
+            .args(["--config", "profile.release.opt-level=3"])
+            .args(["--config", "profile.release.debug=false"]);
+        if !self.features.is_empty() {
+            cmd.arg("--features").arg(self.features.join(","));
+        }
+        cmd.arg("--")
+            .arg("--emit=asm")
+            .arg(format!("-Ctarget-cpu={}", arch.name()))
+            .arg("-Clinker=/bin/true")
+            // Register arrays indexed by loop counters (accumulator fragments) stay in
+            // registers only when their loops are fully unrolled; the default threshold gives
+            // up on large tiles and the arrays go to local memory.
+            .arg("-Cllvm-args=-unroll-threshold=4000")
+            .args(arch_rustflags(arch))
+            .args(&self.rustflags);
+        // The host build's flags and wrappers (clippy-driver, coverage, sanitizers) must not
+        // leak into the device build.
+        for var in [
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_BUILD_RUSTFLAGS",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "CARGO_BUILD_RUSTC_WRAPPER",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "CARGO_BUILD_TARGET_DIR",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_ENCODED_RUSTDOCFLAGS",
+            "RUSTDOCFLAGS",
+            "CARGO_LLVM_COV",
+            "LLVM_PROFILE_FILE",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    std::fs::write(path, bytes).map_err(|source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// `from` as one zstd frame in `to`; an empty `from` gives an empty `to`.
+fn pack(from: &Path, to: &Path) -> Result<(), BuildError> {
+    let io = |source| BuildError::Io {
+        path: from.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(from).map_err(io)?;
+    if bytes.is_empty() {
+        return write(to, &[]);
+    }
+    let packed = zstd::bulk::compress(&bytes, PACK_LEVEL).map_err(io)?;
+    write(to, &packed)
 }
 
 /// Prefix of the statics that carry launch bounds (see [`apply_launch_bounds`]).
@@ -411,68 +507,60 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
 }
 
 impl PtxBuilder {
-    fn assemble(&self, artifacts: &[PtxArtifact]) -> Result<(), BuildError> {
-        let write = |path: &Path, bytes: &[u8]| {
-            std::fs::write(path, bytes).map_err(|source| BuildError::Io {
-                path: path.to_path_buf(),
-                source,
-            })
-        };
+    /// Starts ptxas on `a`'s PTX; without a ptxas, writes the cubin and log empty.
+    fn start_ptxas(&self, a: &PtxArtifact) -> Result<Option<std::process::Child>, BuildError> {
         let Some(ptxas) = &self.ptxas else {
-            for a in artifacts {
-                write(&a.cubin, &[])?;
-                write(&a.ptxas_log, &[])?;
-            }
-            return Ok(());
+            write(&a.cubin, &[])?;
+            write(&a.ptxas_log, &[])?;
+            return Ok(None);
         };
         println!("cargo::rerun-if-changed={}", ptxas.display());
-        let mut children = Vec::new();
-        for a in artifacts {
-            // Into a file, not a pipe: a child whose pipe filled would wait for the parent,
-            // which waits for the archs in turn, and the archs would no longer run in parallel.
-            let io = |source| BuildError::Io {
-                path: a.ptxas_log.clone(),
+        // Into a file, not a pipe: a child whose pipe filled would wait for the parent, which
+        // waits for the archs in turn, and the archs would no longer run in parallel.
+        let io = |source| BuildError::Io {
+            path: a.ptxas_log.clone(),
+            source,
+        };
+        let log = std::fs::File::create(&a.ptxas_log).map_err(io)?;
+        let log_err = log.try_clone().map_err(io)?;
+        Command::new(ptxas)
+            .arg(format!("-arch={}", a.arch.name()))
+            .arg("-O3")
+            .arg("-v")
+            .arg(&a.path)
+            .arg("-o")
+            .arg(&a.cubin)
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map(Some)
+            .map_err(|source| BuildError::Spawn {
+                cargo: ptxas.display().to_string(),
                 source,
-            };
-            let log = std::fs::File::create(&a.ptxas_log).map_err(io)?;
-            let log_err = log.try_clone().map_err(io)?;
-            let child = Command::new(ptxas)
-                .arg(format!("-arch={}", a.arch.name()))
-                .arg("-O3")
-                .arg("-v")
-                .arg(&a.path)
-                .arg("-o")
-                .arg(&a.cubin)
-                .stdout(log)
-                .stderr(log_err)
-                .spawn()
-                .map_err(|source| BuildError::Spawn {
-                    cargo: ptxas.display().to_string(),
-                    source,
-                })?;
-            children.push((a, child));
-        }
-        for (a, mut child) in children {
-            let status = child.wait().map_err(|source| BuildError::Io {
-                path: a.path.clone(),
-                source,
-            })?;
-            if !status.success() {
-                let log = std::fs::read_to_string(&a.ptxas_log).unwrap_or_default();
-                // The errors and warnings, without -v's per-kernel report.
-                for line in log.lines() {
-                    if !line.starts_with("ptxas info") && !line.starts_with(' ') {
-                        eprintln!("{line}");
-                    }
-                }
-                return Err(BuildError::Ptxas {
-                    arch: a.arch,
-                    path: a.path.clone(),
-                });
-            }
-        }
-        Ok(())
+            })
     }
+}
+
+/// Waits for `a`'s ptxas; on failure prints its errors and warnings (without `-v`'s
+/// per-kernel report).
+fn finish_ptxas(a: &PtxArtifact, mut child: std::process::Child) -> Result<(), BuildError> {
+    let status = child.wait().map_err(|source| BuildError::Io {
+        path: a.path.clone(),
+        source,
+    })?;
+    if status.success() {
+        return Ok(());
+    }
+    let log = std::fs::read_to_string(&a.ptxas_log).unwrap_or_default();
+    for line in log.lines() {
+        if !line.starts_with("ptxas info") && !line.starts_with(' ') {
+            eprintln!("{line}");
+        }
+    }
+    Err(BuildError::Ptxas {
+        arch: a.arch,
+        path: a.path.clone(),
+    })
 }
 
 fn env(name: &'static str) -> Result<String, BuildError> {
@@ -556,13 +644,26 @@ mod tests {
             path: dir.join(format!("{name}.ptx")),
             cubin: dir.join(format!("{name}.cubin")),
             ptxas_log: dir.join(format!("{name}.ptxas.log")),
+            packed_ptx: dir.join(format!("{name}.ptx.zst")),
+            packed_cubin: dir.join(format!("{name}.cubin.zst")),
+        };
+        // Every module's ptxas at once, then each waited for, as `build` does.
+        let assemble = |builder: &PtxBuilder, artifacts: &[PtxArtifact]| {
+            let started = artifacts
+                .iter()
+                .map(|a| builder.start_ptxas(a).map(|c| (a, c)))
+                .collect::<Result<Vec<_>, _>>()?;
+            started
+                .into_iter()
+                .filter_map(|(a, c)| c.map(|c| (a, c)))
+                .try_for_each(|(a, c)| finish_ptxas(a, c))
         };
         let builder = PtxBuilder::new(&dir).ptxas(&fake);
         let good = [
             artifact("good80", Arch::Sm80),
             artifact("good90a", Arch::Sm90a),
         ];
-        builder.assemble(&good).unwrap();
+        assemble(&builder, &good).unwrap();
         for a in &good {
             let log = std::fs::read_to_string(&a.ptxas_log).unwrap();
             let arch = format!("-arch={}", a.arch.name());
@@ -574,7 +675,7 @@ mod tests {
             assert!(a.cubin.exists());
         }
         let bad = [artifact("bad", Arch::Sm90)];
-        match builder.assemble(&bad) {
+        match assemble(&builder, &bad) {
             Err(BuildError::Ptxas { arch, path }) => {
                 assert_eq!((arch, path), (Arch::Sm90, dir.join("bad.ptx")));
             }
@@ -586,8 +687,25 @@ mod tests {
                 .contains("bad input")
         );
         let none = [artifact("none", Arch::Sm80)];
-        PtxBuilder::new(&dir).assemble(&none).unwrap();
+        assemble(&PtxBuilder::new(&dir), &none).unwrap();
         assert_eq!(std::fs::read(&none[0].ptxas_log).unwrap(), b"");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn packed_files_round_trip_and_empty_stays_empty() {
+        let dir = std::env::temp_dir().join(format!("fgb-pack-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (text, packed) = (dir.join("m.ptx"), dir.join("m.ptx.zst"));
+        let ptx = ".version 8.5\n.target sm_90a\n".repeat(1000);
+        std::fs::write(&text, &ptx).unwrap();
+        pack(&text, &packed).unwrap();
+        let bytes = std::fs::read(&packed).unwrap();
+        assert!(bytes.len() < ptx.len() / 10, "{} bytes", bytes.len());
+        assert_eq!(zstd::decode_all(&bytes[..]).unwrap(), ptx.as_bytes());
+        std::fs::write(&text, b"").unwrap();
+        pack(&text, &packed).unwrap();
+        assert!(std::fs::read(&packed).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).ok();
     }
 

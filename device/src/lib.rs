@@ -35,6 +35,7 @@ pub mod kernel;
 pub mod math;
 pub mod mma;
 pub mod params;
+pub mod target;
 pub mod types;
 
 #[cfg(all(target_arch = "nvptx64", not(test)))]

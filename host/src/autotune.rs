@@ -480,10 +480,7 @@ where
     // LayerNorm shapes of the Hopper benchmark on both an H100 and an H200, while timing here
     // put 128×256 at 1.58 ms and the benchmark at 1.85 ms at 8192³ on the H100 (the model's
     // 128×128 ping-pong: 1.78 and 1.73), a difference not understood yet.
-    if candidates.len() <= 1
-        || crate::gemm::current_overrides() != Default::default()
-        || spec.norm_finish.is_some()
-    {
+    if candidates.len() <= 1 || !gpu.options().is_default() || spec.norm_finish.is_some() {
         return Ok(candidates.swap_remove(0));
     }
     let mut slot = gpu.autotuner();
@@ -552,14 +549,24 @@ where
         let warm = calls
             .iter()
             .try_for_each(|c| {
-                crate::sm90::launch(gpu, spec, c, checked, variant, *plan, build).map(|_| ())
+                crate::sm90::launch(gpu, spec, c, checked, variant, *plan, build, String::new())
+                    .map(|_| ())
             })
             .and_then(|()| gpu.synchronize());
         let reps = ((SM90_REPLAY_US / plan.predicted_us.max(1.0)).ceil() as usize).clamp(sets, 200);
         let graph = warm.and_then(|()| {
             gpu.capture(|g| {
                 for r in 0..reps {
-                    crate::sm90::launch(g, spec, &calls[r % sets], checked, variant, *plan, build)?;
+                    crate::sm90::launch(
+                        g,
+                        spec,
+                        &calls[r % sets],
+                        checked,
+                        variant,
+                        *plan,
+                        build,
+                        String::new(),
+                    )?;
                 }
                 Ok(())
             })

@@ -42,6 +42,16 @@ pub enum Error {
         /// The archs that were built.
         available: String,
     },
+    /// An embedded module does not unpack (a damaged binary).
+    #[error("kernel crate `{crate_name}`: its {arch} module does not unpack: {message}")]
+    ModuleImage {
+        /// The crate.
+        crate_name: &'static str,
+        /// The module's arch.
+        arch: &'static str,
+        /// The decoder's message.
+        message: String,
+    },
     /// A kernel name is not in the loaded module.
     #[error("kernel `{name}` not found in module `{crate_name}` ({arch})")]
     KernelNotFound {

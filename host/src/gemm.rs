@@ -10,13 +10,14 @@
 use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
-use fused_gemm_device::gemm::sm90::{EpilogueTraits, is_sm90_tile};
+use fused_gemm_device::gemm::sm90::EpilogueTraits;
 use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::kernel::norm_finish::{self, NormFinishArgs};
 use fused_gemm_device::params::KernelParam;
+use fused_gemm_device::target::Mainloop;
 use fused_gemm_device::types::DType;
 
-use crate::launch::LaunchShape;
+use crate::launch::{LaunchOptions, LaunchReport, LaunchShape};
 use crate::module::PtxSet;
 use crate::plan::{NormPath, Plan, Planner, Problem};
 use crate::tensor::{HostElement, MatrixDesc, Tensor, TensorView, TensorViewMut, VectorDesc};
@@ -226,8 +227,11 @@ pub struct KernelVariant {
     pub entry: &'static str,
     /// Its tile.
     pub tile: TileShape,
-    /// Whether it uses 16-byte `cp.async` loads (needs 16-byte aligned rows of A and B).
+    /// Whether it uses 16-byte loads (`cp.async`, or TMA for the Hopper mainloop: needs
+    /// 16-byte aligned rows of A and B).
     pub vec: bool,
+    /// Its mainloop; [`Mainloop::Sm90Tma`] variants exist only in sm_90a modules.
+    pub mainloop: Mainloop,
 }
 
 /// Everything the launcher needs to know about one `#[fused_gemm]` kernel.
@@ -272,7 +276,7 @@ impl GemmKernelSpec {
         for v in self
             .variants
             .iter()
-            .filter(|v| v.vec == vec && !is_sm90_tile(&v.tile))
+            .filter(|v| v.vec == vec && !v.mainloop.is_sm90())
         {
             let local = gpu.local_bytes(self.ptx, v.entry);
             // Row tiles are only special for a row norm; otherwise they are ordinary candidates.
@@ -286,10 +290,43 @@ impl GemmKernelSpec {
         Planner::new(*gpu.props()).with_tiles(&tiles, &row_tiles)
     }
 
+    /// The function of `variant` (one of [`Self::variants`]) on `gpu`, looked up by name on
+    /// first use only.
+    pub(crate) fn function(
+        &self,
+        gpu: &Gpu,
+        variant: &KernelVariant,
+    ) -> Result<cudarc::driver::CudaFunction> {
+        let slot = self
+            .variants
+            .iter()
+            .position(|v| std::ptr::eq(v, variant))
+            .ok_or_else(|| {
+                Error::LaunchLimit(format!("`{}`: not one of its variants", self.name))
+            })?;
+        gpu.kernel_function(
+            self.ptx,
+            self as *const Self as *const (),
+            (slot, self.variants.len() + 1),
+            variant.entry,
+        )
+    }
+
+    /// The function of the norm finishing kernel on `gpu` (the slot after the variants).
+    fn finish_function(&self, gpu: &Gpu, entry: &str) -> Result<cudarc::driver::CudaFunction> {
+        let slots = self.variants.len() + 1;
+        gpu.kernel_function(
+            self.ptx,
+            self as *const Self as *const (),
+            (slots - 1, slots),
+            entry,
+        )
+    }
+
     fn variant(&self, tile: &TileShape, vec: bool) -> Option<&KernelVariant> {
         self.variants
             .iter()
-            .find(|v| v.tile == *tile && v.vec == vec)
+            .find(|v| v.tile == *tile && v.vec == vec && !v.mainloop.is_sm90())
     }
 }
 
@@ -427,7 +464,9 @@ pub(crate) fn grow(gpu: &Gpu, slot: &mut Growing, bytes: u64) -> Result<u64> {
 /// per launch, and, when an autotuner measures the Hopper candidates, once per launch it makes
 /// or records in a graph while doing so.
 ///
-/// Returns the plan that ran, or `None` when M or N is 0 (nothing to do).
+/// The launch follows `gpu`'s [`LaunchOptions`] ([`Gpu::with_options`]) and returns what ran: the
+/// variant, its mainloop and plan, and why that mainloop ([`LaunchReport`]); a report without a
+/// variant when M or N is 0 (nothing to do).
 ///
 /// # Errors
 /// Validation errors naming the operand ([`check_gemm`]); [`Error::Misaligned`] when operands
@@ -438,7 +477,7 @@ pub fn launch<P, N, Q>(
     spec: &GemmKernelSpec,
     call: &GemmCall<'_>,
     build: impl Fn(u64) -> (P, Option<(N, Q)>),
-) -> Result<Option<Plan>>
+) -> Result<LaunchReport>
 where
     P: KernelParam,
     N: KernelParam,
@@ -446,13 +485,16 @@ where
 {
     let checked = check_gemm(call)?;
     if checked.work == Work::Empty {
-        return Ok(None);
+        return Ok(LaunchReport::nothing(spec.name));
     }
-    if let Some(candidates) = crate::sm90::choose(gpu, spec, call, &checked)? {
-        let (variant, plan) =
-            crate::autotune::pick_sm90(gpu, spec, call, &checked, candidates, &build)?;
-        return crate::sm90::launch(gpu, spec, call, &checked, variant, plan, build);
-    }
+    let why = match crate::sm90::choose(gpu, spec, call, &checked)? {
+        crate::sm90::Choice::Sm90(candidates, why) => {
+            let (variant, plan) =
+                crate::autotune::pick_sm90(gpu, spec, call, &checked, candidates, &build)?;
+            return crate::sm90::launch(gpu, spec, call, &checked, variant, plan, build, why);
+        }
+        crate::sm90::Choice::Sm80(why) => why,
+    };
     let mut vec = checked.vector.mainloop();
     if !vec && !spec.variants.iter().any(|v| !v.vec) {
         checked.require_vector()?;
@@ -463,6 +505,7 @@ where
     let plan = choose(
         &spec.planner(gpu, vec),
         &Problem::from_call(call, &checked, spec.accumulate),
+        gpu.options(),
     )?;
 
     let variant = spec.variant(&plan.tile, vec).ok_or_else(|| {
@@ -498,7 +541,7 @@ where
 
     let args = Param(plan.gemm_args(&checked, call, workspace, counters));
     let params = Param(params);
-    let func = gpu.function(spec.ptx, variant.entry)?;
+    let func = spec.function(gpu, variant)?;
     let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
     let mut l = gpu.stream().launch_builder(&func);
     l.arg(&args).arg(&params);
@@ -506,12 +549,13 @@ where
     // operand against the shapes the kernel reads and writes, and the workspaces were sized by
     // the plan.
     unsafe { l.launch(cfg) }?;
-    set_last_entry(variant.entry);
 
+    let mut report = LaunchReport::ran(spec.name, variant, plan, why);
     if let Some(shape) = finish_grid {
-        launch_norm_finish(gpu, spec, call, &checked, tiles_n, shape, finish)?;
+        report.finish_dependent =
+            launch_norm_finish(gpu, spec, call, &checked, tiles_n, shape, finish)?;
     }
-    Ok(Some(plan))
+    Ok(report)
 }
 
 /// Shared memory bytes per CTA (unused by the kernel) that cap a dependent finishing kernel
@@ -595,6 +639,7 @@ pub(crate) fn norm_finish_grid<Q: KernelParam>(
 /// Launches the row-norm finishing kernel of `spec` over C, whose rows have `tiles_n` partial
 /// statistics (their address is in the norm parameters of `finish`), with the `(norm,
 /// post-stage)` parameters `finish`, on the `(cols_per_cta, grid)` of [`norm_finish_grid`].
+/// Returns whether it was launched as the GEMM's programmatic dependent.
 pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     gpu: &Gpu,
     spec: &GemmKernelSpec,
@@ -603,7 +648,7 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     tiles_n: u32,
     (cols_per_cta, grid): (u32, (u32, u32, u32)),
     finish: Option<(N, Q)>,
-) -> Result<()> {
+) -> Result<bool> {
     let entry = spec.norm_finish.ok_or_else(|| {
         Error::LaunchLimit(format!(
             "`{}`: a deferred norm without a finishing kernel",
@@ -616,7 +661,7 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
             spec.name
         ))
     })?;
-    let f = gpu.function(spec.ptx, entry)?;
+    let f = spec.finish_function(gpu, entry)?;
     let fargs = Param(NormFinishArgs {
         c: call.c.ptr,
         m: checked.m,
@@ -629,12 +674,13 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     // In stream order by default: launched as the GEMM's programmatic dependent (sm_90+) the
     // finishing kernel was never clearly faster on the H200 (within 1 µs at 4096 rows, 6-14 µs
     // slower at 8192²), so that launch is kept for
-    // comparison only (`Overrides::dependent_finish`).
-    let dependent = current_overrides().dependent_finish
+    // comparison only (`LaunchOptions::dependent_finish`).
+    let dependent = gpu.options().dependent_finish
         && spec
             .ptx
             .select(gpu.props().compute_capability)?
-            .compute_capability
+            .arch
+            .compute_capability()
             >= 90;
     let shape = LaunchShape {
         grid,
@@ -677,8 +723,7 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
         // validated and sized by the caller.
         unsafe { l.launch(cfg) }?;
     }
-    LAST_DEPENDENT_FINISH.with(|c| c.set(dependent));
-    Ok(())
+    Ok(dependent)
 }
 
 /// Local memory per thread (bytes) above which a variant is avoided: a few spilled epilogue
@@ -697,62 +742,6 @@ fn without_local(tiles: Vec<(TileShape, i32)>) -> Vec<TileShape> {
     } else {
         lean
     }
-}
-
-thread_local! {
-    static LAST_ENTRY: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
-    static LAST_TMA_STORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static LAST_TMA_RESIDUAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static LAST_TAIL_SPLITS: std::cell::Cell<u32> = const { std::cell::Cell::new(1) };
-    static LAST_DEPENDENT_FINISH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-pub(crate) fn set_last_entry(entry: &'static str) {
-    set_last_launch(entry, false, false, 1);
-}
-
-pub(crate) fn set_last_launch(
-    entry: &'static str,
-    tma_store: bool,
-    tma_residual: bool,
-    tail_splits: u32,
-) {
-    LAST_ENTRY.with(|c| c.set(Some(entry)));
-    LAST_TMA_STORE.with(|c| c.set(tma_store));
-    LAST_TMA_RESIDUAL.with(|c| c.set(tma_residual));
-    LAST_TAIL_SPLITS.with(|c| c.set(tail_splits));
-    LAST_DEPENDENT_FINISH.with(|c| c.set(false));
-}
-
-/// K pieces per tile of the last, partial round of the last GEMM this thread launched (the
-/// Hopper mainloop's `Sm90Args::tail_splits`), 1 when that round ran whole.
-pub fn last_tail_splits() -> u32 {
-    LAST_TAIL_SPLITS.with(|c| c.get())
-}
-
-/// Whether the last GEMM this thread launched had a norm finishing kernel launched as its
-/// programmatic dependent (sm_90+, see [`Overrides::dependent_finish`]); false otherwise.
-pub fn last_finish_dependent() -> bool {
-    LAST_DEPENDENT_FINISH.with(|c| c.get())
-}
-
-/// Whether the last GEMM this thread launched stored C with TMA through shared memory (the
-/// Hopper mainloop with a C tensor map, `Sm90Args::tmap_c`) rather than with per-thread stores
-/// (from the accumulators, or from the staging buffers).
-pub fn last_stored_with_tma() -> bool {
-    LAST_TMA_STORE.with(|c| c.get())
-}
-
-/// Whether the last GEMM this thread launched copied its `residual` into shared memory with
-/// TMA (the Hopper mainloop with `Sm90Args::tmap_r`) rather than loading it per thread.
-pub fn last_residual_with_tma() -> bool {
-    LAST_TMA_RESIDUAL.with(|c| c.get())
-}
-
-/// The entry point of the last GEMM this thread launched (tests and benchmarks use it to see
-/// which mainloop ran: Hopper entries contain `__sm90tma_`).
-pub fn last_entry() -> Option<&'static str> {
-    LAST_ENTRY.with(|c| c.get())
 }
 
 /// Launch-time arguments of a `rope(theta)` stage (θ is fixed in the attribute).
@@ -781,71 +770,10 @@ impl RopeArgs {
     }
 }
 
-/// Plan overrides for the current thread (benchmarks, plan sweeps, tests that need a given tile
-/// or split-K factor). See [`with_overrides`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Overrides {
-    /// Launch this tile (must be compiled for the kernel).
-    pub tile: Option<TileShape>,
-    /// Launch with this many K splits.
-    pub splits: Option<u32>,
-    /// Store C with per-thread stores even where the Hopper mainloop could store it with TMA
-    /// (to compare the store paths): kernels without a row norm still stage C in shared
-    /// memory, and their threads copy it out; others store from the accumulators.
-    pub direct_store: bool,
-    /// Read `residual` from global memory even where the Hopper mainloop could copy it into
-    /// its staging buffers with TMA (`Sm90Args::tmap_r`; to compare the two paths).
-    pub global_residual: bool,
-    /// K pieces per tile of the Hopper mainloop's last, partial round instead of the model's
-    /// choice ([`crate::sm90::tail_splits`]): `Some(1)` runs the last round whole (to compare),
-    /// larger values are capped at what the problem allows.
-    pub tail_splits: Option<u32>,
-    /// Launch a norm's finishing kernel as the GEMM's programmatic dependent (sm_90+ modules;
-    /// elsewhere ignored) instead of in plain stream order after the GEMM has completed: it may
-    /// then start while the GEMM's last tiles run and waits for them on the device
-    /// (`griddepcontrol.wait`). Slower on the H200 so far, kept to compare the two.
-    pub dependent_finish: bool,
-    /// How the CTAs of a Hopper row norm that spans several tiles swap row statistics, instead
-    /// of the choice of [`crate::sm90::choose`] (to compare the two; a path that cannot run
-    /// leaves the partial-statistics path).
-    pub norm_exchange: NormExchange,
-}
-
-/// The row-statistics exchange of a Hopper row norm over several tiles
-/// ([`Overrides::norm_exchange`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum NormExchange {
-    /// Whichever runs more row blocks at once; a cluster on a tie.
-    #[default]
-    Auto,
-    /// A thread-block cluster, distributed shared memory ([`NormPath::Cluster`]).
-    Cluster,
-    /// A cooperative launch, global memory ([`NormPath::GlobalExchange`]).
-    Global,
-}
-
-thread_local! {
-    static OVERRIDES: std::cell::Cell<Overrides> = const { std::cell::Cell::new(Overrides { tile: None, splits: None, direct_store: false, global_residual: false, tail_splits: None, dependent_finish: false, norm_exchange: NormExchange::Auto }) };
-}
-
-/// Runs `f` with every GEMM launch on this thread restricted to the planner's candidates that
-/// match `o` (the fastest predicted among them). A launch with no matching candidate fails with
-/// [`Error::LaunchLimit`].
-pub fn with_overrides<R>(o: Overrides, f: impl FnOnce() -> R) -> R {
-    let prev = OVERRIDES.with(|c| c.replace(o));
-    let r = f();
-    OVERRIDES.with(|c| c.set(prev));
-    r
-}
-
-/// The overrides in effect on this thread.
-pub(crate) fn current_overrides() -> Overrides {
-    OVERRIDES.with(|c| c.get())
-}
-
-fn choose(planner: &Planner, problem: &Problem) -> Result<Plan> {
-    let o = current_overrides();
-    let no_match = || Error::LaunchLimit(format!("no launchable plan matches the overrides {o:?}"));
+/// The sm_80 path's plan for `problem`: the planner's, or the fastest predicted that matches
+/// the tile and split-K factor `o` forces.
+fn choose(planner: &Planner, problem: &Problem, o: &LaunchOptions) -> Result<Plan> {
+    let no_match = || Error::LaunchLimit(format!("no launchable plan matches the options {o:?}"));
     match (o.tile, o.splits) {
         (None, None) => planner.plan(problem),
         // A forced tile bypasses the planner's preference for row-spanning tiles, so tests and

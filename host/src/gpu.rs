@@ -59,6 +59,11 @@ pub(crate) struct Shared {
     name: String,
     modules: Mutex<HashMap<usize, (Arc<CudaModule>, &'static str)>>,
     functions: Mutex<HashMap<(usize, String), CudaFunction>>,
+    /// Calls of [`Gpu::function`] (lookups by entry name), for tests of the launch path.
+    name_lookups: std::sync::atomic::AtomicU64,
+    /// Per kernel (keyed by the address of its static description): its entry points'
+    /// functions by slot, resolved by name once ([`Gpu::kernel_function`]).
+    kernels: Mutex<HashMap<usize, Arc<[std::sync::OnceLock<CudaFunction>]>>>,
     /// Local memory per thread of compiled entry points ([`Gpu::local_bytes`]).
     local_bytes: Mutex<HashMap<(usize, &'static str), i32>>,
     workspace: crate::gemm::WorkspaceCell,
@@ -89,6 +94,7 @@ impl Drop for Shared {
 pub struct Gpu {
     pub(crate) shared: Arc<Shared>,
     pub(crate) stream: Arc<CudaStream>,
+    options: crate::launch::LaunchOptions,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -174,6 +180,8 @@ impl Gpu {
                 name,
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
+                name_lookups: Default::default(),
+                kernels: Mutex::new(HashMap::new()),
                 local_bytes: Mutex::new(HashMap::new()),
                 workspace: Default::default(),
                 captures: Mutex::new((0, false)),
@@ -182,6 +190,7 @@ impl Gpu {
                 ),
             }),
             stream,
+            options: Default::default(),
         })
     }
 
@@ -251,7 +260,30 @@ impl Gpu {
         Gpu {
             shared: self.shared.clone(),
             stream: stream.inner.clone(),
+            options: self.options,
         }
+    }
+
+    /// This handle (device and options) on a cudarc stream of its context.
+    pub(crate) fn on_stream(&self, stream: Arc<CudaStream>) -> Gpu {
+        Gpu {
+            stream,
+            ..self.clone()
+        }
+    }
+
+    /// A handle to the same device and stream whose GEMM launches follow `options` (a forced
+    /// tile, split-K factor or path); the default options leave every choice to the planner.
+    pub fn with_options(&self, options: crate::launch::LaunchOptions) -> Gpu {
+        Gpu {
+            options,
+            ..self.clone()
+        }
+    }
+
+    /// The launch options of this handle.
+    pub fn options(&self) -> &crate::launch::LaunchOptions {
+        &self.options
     }
 
     /// Waits for all work on the stream.
@@ -259,12 +291,12 @@ impl Gpu {
         Ok(self.stream.synchronize()?)
     }
 
-    /// The arch of the module that `set` loads on this device (`sm_90`, ...).
+    /// The arch of the module that `set` loads on this device.
     ///
     /// # Errors
     /// [`Error::UnsupportedArch`] when every module in `set` targets a newer arch than the
     /// device (or an `a` arch of another device), [`Error::PtxNotBuilt`] for an empty set.
-    pub fn module_arch(&self, set: &'static PtxSet) -> Result<&'static str> {
+    pub fn module_arch(&self, set: &'static PtxSet) -> Result<crate::module::Arch> {
         Ok(set.select(self.shared.props.compute_capability)?.arch)
     }
 
@@ -274,6 +306,9 @@ impl Gpu {
     /// [`Error::PtxNotBuilt`], [`Error::UnsupportedArch`], [`Error::KernelNotFound`], or the
     /// driver's error when the PTX does not load (JIT failure).
     pub fn function(&self, set: &'static PtxSet, name: &str) -> Result<CudaFunction> {
+        self.shared
+            .name_lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = (set as *const PtxSet as usize, name.to_owned());
         if let Some(f) = self
             .shared
@@ -302,6 +337,41 @@ impl Gpu {
             .expect("function cache poisoned")
             .insert(key, f.clone());
         Ok(f)
+    }
+
+    /// How many times an entry point was looked up by name on this device ([`Gpu::function`]);
+    /// launches through a kernel's launcher look up each entry point once, then index.
+    pub fn name_lookups(&self) -> u64 {
+        self.shared
+            .name_lookups
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Entry point `slot` (of `slots`) of the kernel whose static description is at `kernel`:
+    /// looked up by `name` in `set` on first use, then read from a table indexed by slot.
+    pub(crate) fn kernel_function(
+        &self,
+        set: &'static PtxSet,
+        kernel: *const (),
+        (slot, slots): (usize, usize),
+        name: &str,
+    ) -> Result<CudaFunction> {
+        let table = self
+            .shared
+            .kernels
+            .lock()
+            .expect("kernel table poisoned")
+            .entry(kernel as usize)
+            .or_insert_with(|| (0..slots).map(|_| std::sync::OnceLock::new()).collect())
+            .clone();
+        let cell = table.get(slot).ok_or_else(|| {
+            Error::LaunchLimit(format!("entry point slot {slot} of {slots} for `{name}`"))
+        })?;
+        if let Some(f) = cell.get() {
+            return Ok(f.clone());
+        }
+        let f = self.function(set, name)?;
+        Ok(cell.get_or_init(|| f).clone())
     }
 
     /// Bytes of local memory per thread (spills, stack arrays) of `entry` in `set`'s module for
@@ -335,17 +405,21 @@ impl Gpu {
             return Ok(m.clone());
         }
         let chosen = set.select(self.shared.props.compute_capability)?;
-        // Machine code for exactly this arch loads without the driver's JIT; otherwise the PTX.
-        let image = if !chosen.cubin.is_empty()
-            && chosen.compute_capability == self.shared.props.compute_capability
-        {
-            cudarc::nvrtc::Ptx::from_binary(chosen.cubin.to_vec())
+        // Machine code for this arch loads without the driver's JIT; otherwise the PTX.
+        let cc = self.shared.props.compute_capability;
+        let image = if chosen.cubin_runs_on(cc) {
+            cudarc::nvrtc::Ptx::from_binary(
+                chosen
+                    .cubin
+                    .bytes(set.crate_name, chosen.arch.name())?
+                    .into_owned(),
+            )
         } else {
-            cudarc::nvrtc::Ptx::from_src(chosen.ptx)
+            cudarc::nvrtc::Ptx::from_src(chosen.ptx_text(set.crate_name)?)
         };
         let module = self.shared.ctx.load_module(image)?;
-        modules.insert(key, (module.clone(), chosen.arch));
-        Ok((module, chosen.arch))
+        modules.insert(key, (module.clone(), chosen.arch.name()));
+        Ok((module, chosen.arch.name()))
     }
 
     /// Scratch buffers reused by GEMM launches on this device (split-K partials, counters, row

@@ -87,10 +87,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let tracking = Tracking::begin(&self.shared);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-        let handle = Gpu {
-            shared: self.shared.clone(),
-            stream: stream.clone(),
-        };
+        let handle = self.on_stream(stream.clone());
         let recorded = record(&handle);
         let ended = stream.end_capture(CUgraphInstantiate_flags(0));
         drop(tracking);

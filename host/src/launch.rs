@@ -1,10 +1,137 @@
-//! Launch shapes, checked against the device before every launch.
+//! What goes into a GEMM launch besides its operands ([`LaunchOptions`]), what comes out
+//! ([`LaunchReport`]), and launch shapes, checked against the device before every launch.
 
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
 use cudarc::driver::{CudaFunction, LaunchConfig};
+use fused_gemm_device::gemm::TileShape;
+use fused_gemm_device::target::Mainloop;
 
 use crate::gpu::DeviceProps;
+use crate::plan::Plan;
 use crate::{Error, Result};
+
+/// Choices a caller may force on the GEMM launches made through one [`crate::Gpu`] handle
+/// ([`crate::Gpu::with_options`]); the default leaves every choice to the planner. Benchmarks,
+/// plan sweeps and tests use them to reach a given tile or path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// Launch this tile (it must be compiled for the kernel; a Hopper tile also forces the TMA
+    /// + `wgmma` mainloop, an sm_80 tile rules it out). A launch that cannot use it fails with
+    /// [`Error::LaunchLimit`].
+    pub tile: Option<TileShape>,
+    /// Launch with this many K splits (above 1 rules the Hopper mainloop out).
+    pub splits: Option<u32>,
+    /// Store C with per-thread stores even where the Hopper mainloop could store it with TMA
+    /// (to compare the store paths): kernels without a row norm still stage C in shared
+    /// memory, and their threads copy it out; others store from the accumulators.
+    pub direct_store: bool,
+    /// Read `residual` from global memory even where the Hopper mainloop could copy it into
+    /// its staging buffers with TMA (to compare the two paths).
+    pub global_residual: bool,
+    /// K pieces per tile of the Hopper mainloop's last, partial round instead of the model's
+    /// choice ([`crate::sm90::tail_splits`]): `Some(1)` runs the last round whole, larger values
+    /// are capped at what the problem allows.
+    pub tail_splits: Option<u32>,
+    /// Launch a norm's finishing kernel as the GEMM's programmatic dependent (sm_90+ modules;
+    /// elsewhere ignored) instead of in plain stream order after the GEMM: it may then start
+    /// while the GEMM's last tiles run and waits for them on the device. Slower on the H200 so
+    /// far, kept to compare the two.
+    pub dependent_finish: bool,
+    /// How the CTAs of a Hopper row norm that spans several tiles swap row statistics.
+    pub norm_exchange: NormExchange,
+}
+
+impl LaunchOptions {
+    /// Whether every choice is left to the planner (the autotuner measures only then).
+    pub fn is_default(&self) -> bool {
+        *self == LaunchOptions::default()
+    }
+}
+
+/// The row-statistics exchange of a Hopper row norm over several tiles
+/// ([`LaunchOptions::norm_exchange`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NormExchange {
+    /// Whichever runs more row blocks at once; a cluster on a tie.
+    #[default]
+    Auto,
+    /// A thread-block cluster, distributed shared memory ([`crate::plan::NormPath::Cluster`]).
+    Cluster,
+    /// A cooperative launch, global memory ([`crate::plan::NormPath::GlobalExchange`]).
+    Global,
+}
+
+/// What one GEMM launch ran, returned by every `#[fused_gemm]` launcher.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchReport {
+    /// The kernel's name (the annotated function).
+    pub kernel: &'static str,
+    /// The entry point launched; `None` when M or N was 0 and nothing ran.
+    pub entry: Option<&'static str>,
+    /// Its mainloop.
+    pub mainloop: Option<Mainloop>,
+    /// The plan: tile, split-K factor, grid, norm path, split tail, the model's prediction.
+    pub plan: Option<Plan>,
+    /// Why this mainloop: the Hopper path's prediction, or why that path was not taken.
+    pub why: String,
+    /// Whether C was stored with TMA through shared memory (Hopper mainloop with a C tensor map)
+    /// rather than with per-thread stores.
+    pub tma_store: bool,
+    /// Whether `residual` was copied into shared memory with TMA rather than loaded per thread.
+    pub tma_residual: bool,
+    /// Whether a norm finishing kernel was launched as the GEMM's programmatic dependent.
+    pub finish_dependent: bool,
+}
+
+impl LaunchReport {
+    /// The report of a launch with nothing to do (M or N is 0).
+    pub fn nothing(kernel: &'static str) -> Self {
+        LaunchReport {
+            kernel,
+            entry: None,
+            mainloop: None,
+            plan: None,
+            why: "M or N is 0: nothing to launch".into(),
+            tma_store: false,
+            tma_residual: false,
+            finish_dependent: false,
+        }
+    }
+
+    /// The report of `variant` launched with `plan`, for `why`.
+    pub fn ran(
+        kernel: &'static str,
+        variant: &crate::gemm::KernelVariant,
+        plan: Plan,
+        why: String,
+    ) -> Self {
+        LaunchReport {
+            kernel,
+            entry: Some(variant.entry),
+            mainloop: Some(variant.mainloop),
+            plan: Some(plan),
+            why,
+            tma_store: false,
+            tma_residual: false,
+            finish_dependent: false,
+        }
+    }
+
+    /// The tile that ran.
+    pub fn tile(&self) -> Option<TileShape> {
+        self.plan.as_ref().map(|p| p.tile)
+    }
+
+    /// Whether the Hopper TMA + `wgmma` mainloop ran.
+    pub fn on_sm90(&self) -> bool {
+        self.mainloop.is_some_and(Mainloop::is_sm90)
+    }
+
+    /// K pieces per tile of the Hopper mainloop's last round (1: whole, or another mainloop).
+    pub fn tail_splits(&self) -> u32 {
+        self.plan.as_ref().map_or(1, |p| p.tail_splits)
+    }
+}
 
 /// Shared memory a CTA gets without opting in (bytes).
 pub const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;

@@ -52,6 +52,7 @@ pub mod weights;
 
 pub use error::{Error, Result};
 pub use gpu::{Gpu, Stream};
+pub use launch::{LaunchOptions, LaunchReport};
 pub use tensor::{MatrixDesc, Tensor, VectorDesc};
 
 /// Re-export of the cudarc version this crate is built against.

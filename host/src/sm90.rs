@@ -52,7 +52,10 @@ use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
 
 use crate::driver_ext::tensor_map::{self, DataType, Interleave, L2Promotion, OobFill, Swizzle};
-use crate::gemm::{GemmKernelSpec, KernelVariant, NormExchange, Param};
+use fused_gemm_device::target::Mainloop;
+
+use crate::gemm::{GemmKernelSpec, KernelVariant, Param};
+use crate::launch::{LaunchReport, NormExchange};
 use crate::plan::model::{Bound, ModelTerms};
 use crate::plan::{NORM_STATS_BYTES, NormPath, Plan, Problem};
 use crate::tensor::MatrixDesc;
@@ -81,13 +84,9 @@ pub const FIXUP_GBS: f64 = 100.0;
 /// mainloop. Example: 8192³ on 128×128 ping-pong tiles, 4096 tiles on 132 SMs: 4 tiles left
 /// after 31 rounds, each in 8 pieces.
 pub fn tail_splits(sms: u32, tile: &TileShape, p: &Problem) -> u32 {
-    let o = crate::gemm::current_overrides();
     let Some((_, cap)) = tail_shape(sms, tile, p) else {
         return 1;
     };
-    if let Some(s) = o.tail_splits {
-        return s.clamp(1, cap);
-    }
     let tile_us = tile_mainloop_us(sms, tile, p);
     let cost = |s: u32| tile_us / s as f64 + s as f64 * fixup_read_us(tile);
     let best = (2..=cap).min_by(|&a, &b| cost(a).total_cmp(&cost(b)));
@@ -95,6 +94,12 @@ pub fn tail_splits(sms: u32, tile: &TileShape, p: &Problem) -> u32 {
         Some(s) if cost(s) + 1.0 <= tile_us => s,
         _ => 1,
     }
+}
+
+/// `forced` K pieces for the last round instead of [`tail_splits`]'s, capped at what the problem
+/// allows (at least 1; 1 where the tail cannot be split).
+pub fn forced_tail_splits(sms: u32, tile: &TileShape, p: &Problem, forced: u32) -> u32 {
+    tail_shape(sms, tile, p).map_or(1, |(_, cap)| forced.clamp(1, cap))
 }
 
 /// The last round of ping-pong `tile` on `p`: (tiles left after the whole rounds, most pieces
@@ -174,9 +179,14 @@ pub fn ineligible(
     call: &GemmCall<'_>,
     checked: &Checked,
 ) -> Result<Option<&'static str>> {
-    let reason = if !spec.variants.iter().any(|v| is_sm90_tile(&v.tile)) {
-        Some("the kernel has no sm_90 TMA variants (compile it with `arch = sm_90`)")
-    } else if gpu.props().compute_capability != 90 || gpu.module_arch(spec.ptx)? != "sm_90a" {
+    let reason = if !spec.variants.iter().any(|v| v.mainloop.is_sm90()) {
+        Some(
+            "the kernel has no TMA variants (16-bit inputs, B stored N×K, no `tile` and no `arch = sm_80`)",
+        )
+    } else if !gpu
+        .module_arch(spec.ptx)?
+        .has(Mainloop::Sm90Tma { cluster_m: 1 })
+    {
         Some("the device does not run the kernel crate's sm_90a module")
     } else if !spec.b_col || call.b_layout != BLayout::NxK {
         Some("B must be stored N×K (K-major) for the TMA mainloop")
@@ -211,6 +221,17 @@ pub fn predict_fit(
     tile: &TileShape,
     p: &Problem,
     fit: Option<u32>,
+) -> (f64, ModelTerms) {
+    predict_with(gpu_sms, tile, p, fit, None)
+}
+
+/// [`predict_fit`] with `forced_tail` K pieces for the last round ([`forced_tail_splits`]).
+fn predict_with(
+    gpu_sms: u32,
+    tile: &TileShape,
+    p: &Problem,
+    fit: Option<u32>,
+    forced_tail: Option<u32>,
 ) -> (f64, ModelTerms) {
     let sms = gpu_sms.max(1) as u64;
     let cluster_norm = usable_norm_cluster(tile, p, fit);
@@ -262,7 +283,10 @@ pub fn predict_fit(
             0.0
         };
     // A split tail's last round takes one piece's mainloop and the fixup's reads.
-    let pieces = tail_splits(gpu_sms, tile, p);
+    let pieces = match forced_tail {
+        Some(s) => forced_tail_splits(gpu_sms, tile, p, s),
+        None => tail_splits(gpu_sms, tile, p),
+    };
     let sm_us = if pingpong && pieces > 1 {
         let last = tile_us / pieces as f64 + pieces as f64 * fixup_read_us(tile);
         (rounds - 1) as f64 * tile_us.max(epi_us) + last.max(epi_us) + epi_us
@@ -354,7 +378,19 @@ pub fn plan(sms: u32, tile: &TileShape, p: &Problem) -> Plan {
 /// [`plan`] with `fit` row-norm clusters running at once (see [`predict_fit`]): the grid has at
 /// most `fit` clusters; `Some(0)` (none can run) plans the partial-statistics path instead.
 pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Plan {
-    let (predicted_us, model) = predict_fit(sms, tile, p, fit);
+    plan_with(sms, tile, p, fit, None)
+}
+
+/// [`plan_fit`] with `forced_tail` K pieces for the last round ([`forced_tail_splits`]) instead
+/// of the model's.
+pub fn plan_with(
+    sms: u32,
+    tile: &TileShape,
+    p: &Problem,
+    fit: Option<u32>,
+    forced_tail: Option<u32>,
+) -> Plan {
+    let (predicted_us, model) = predict_with(sms, tile, p, fit, forced_tail);
     let tiles_n_stats = p.n.div_ceil(tile.bn);
     let norm = match (
         p.row_norm,
@@ -378,7 +414,10 @@ pub fn plan_fit(sms: u32, tile: &TileShape, p: &Problem, fit: Option<u32>) -> Pl
     } else {
         sm90::smem_bytes(tile)
     };
-    let tail_splits = tail_splits(sms, tile, p);
+    let tail_splits = match forced_tail {
+        Some(s) => forced_tail_splits(sms, tile, p, s),
+        None => tail_splits(sms, tile, p),
+    };
     let (workspace_bytes, counter_bytes) = tail_workspace_bytes(sms, tile, p, tail_splits);
     Plan {
         tile: *tile,
@@ -418,11 +457,21 @@ fn epilogue_traits(p: &Problem) -> EpilogueTraits {
     }
 }
 
-/// The variants and plans the Hopper path could launch for `call`, the model's fastest first
-/// (never empty), or `None` to use the sm_80 path. Honours the thread's
-/// [`crate::gemm::Overrides`]: an sm_90 tile forces this path with that tile alone (an error
-/// when it cannot run), an sm_80 tile or split-K > 1 rules it out. The launcher takes the first,
-/// or with an autotuner the fastest measured ([`crate::autotune`]).
+/// Which mainloop a launch takes ([`choose`]).
+#[derive(Debug)]
+pub enum Choice {
+    /// The Hopper path: its variants and plans, the model's fastest first (never empty), and
+    /// why.
+    Sm90(Vec<(&'static KernelVariant, Plan)>, String),
+    /// The sm_80 path, and why not the Hopper one.
+    Sm80(String),
+}
+
+/// The variants and plans the Hopper path could launch for `call`, or why the sm_80 path runs
+/// it. Honours `gpu`'s [`LaunchOptions`](crate::launch::LaunchOptions): a Hopper tile forces
+/// this path with that tile alone (an error when it cannot run), an sm_80 tile or split-K > 1
+/// rules it out. The launcher takes the first, or with an autotuner the fastest measured
+/// ([`crate::autotune`]).
 ///
 /// # Errors
 /// [`Error::LaunchLimit`] when an override names an sm_90 tile the call cannot use; driver
@@ -432,11 +481,14 @@ pub fn choose(
     spec: &GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
-) -> Result<Option<Vec<(&'static KernelVariant, Plan)>>> {
-    let o = crate::gemm::current_overrides();
+) -> Result<Choice> {
+    let o = *gpu.options();
     let forced = o.tile.filter(is_sm90_tile);
-    if (o.tile.is_some() && forced.is_none()) || o.splits.is_some_and(|s| s > 1) {
-        return Ok(None);
+    if o.tile.is_some() && forced.is_none() {
+        return Ok(Choice::Sm80("the options force an sm_80 tile".into()));
+    }
+    if o.splits.is_some_and(|s| s > 1) {
+        return Ok(Choice::Sm80("the options force split-K".into()));
     }
     if let Some(why) = ineligible(gpu, spec, call, checked)? {
         return match forced {
@@ -444,7 +496,7 @@ pub fn choose(
                 "`{}`: the sm_90 tile {}x{}x{} was requested but {why}",
                 spec.name, t.bm, t.bn, t.bk
             ))),
-            None => Ok(None),
+            None => Ok(Choice::Sm80(why.into())),
         };
     }
     let problem = Problem::from_call(call, checked, spec.accumulate);
@@ -453,7 +505,7 @@ pub fn choose(
     for v in spec
         .variants
         .iter()
-        .filter(|v| is_sm90_tile(&v.tile) && v.vec)
+        .filter(|v| v.mainloop.is_sm90() && v.vec)
     {
         if forced.is_some_and(|t| t != v.tile) || sm90::check(&v.tile).is_some() {
             continue;
@@ -468,7 +520,7 @@ pub fn choose(
             Some(ctas) => norm_fit(gpu, spec, v, row_smem, ctas, o.norm_exchange),
             None => (None, false),
         };
-        let mut p = plan_fit(sms, &v.tile, &problem, fit);
+        let mut p = plan_with(sms, &v.tile, &problem, fit, o.tail_splits);
         if let (NormPath::Cluster { ctas }, true) = (p.norm, global) {
             p.norm = NormPath::GlobalExchange { ctas };
         }
@@ -494,7 +546,9 @@ pub fn choose(
                 "`{}` has no compiled sm_90 variant for tile {t:?}",
                 spec.name
             ))),
-            None => Ok(None),
+            None => Ok(Choice::Sm80(
+                "no TMA variant fits the device's shared memory".into(),
+            )),
         };
     };
     if forced.is_none() {
@@ -513,14 +567,32 @@ pub fn choose(
             };
             let tiles = problem.m.div_ceil(best.0.tile.bm) * problem.n.div_ceil(best.0.tile.bn);
             let underfilled = tiles < sms;
-            if p80.predicted_us < best.1.predicted_us
-                || (underfilled && in_cta(&p80) && !in_cta(&best.1))
-            {
-                return Ok(None);
+            if p80.predicted_us < best.1.predicted_us {
+                return Ok(Choice::Sm80(format!(
+                    "the model predicts {:.1} µs for sm_80 tile {}x{}x{} with {} K splits, {:.1} µs for the best TMA tile",
+                    p80.predicted_us,
+                    p80.tile.bm,
+                    p80.tile.bn,
+                    p80.tile.bk,
+                    p80.splits,
+                    best.1.predicted_us
+                )));
+            }
+            if underfilled && in_cta(&p80) && !in_cta(&best.1) {
+                return Ok(Choice::Sm80(
+                    "fewer tiles than SMs: the sm_80 row tile finishes the norm in the CTA".into(),
+                ));
             }
         }
     }
-    Ok(Some(candidates))
+    let why = match forced {
+        Some(_) => "the options force this TMA tile".to_string(),
+        None => format!(
+            "sm_90a module; the model predicts {:.1} µs for TMA tile {}x{}x{}",
+            best.1.predicted_us, best.0.tile.bm, best.0.tile.bn, best.0.tile.bk
+        ),
+    };
+    Ok(Choice::Sm90(candidates, why))
 }
 
 /// How many row blocks a row norm over `ctas` tiles of `variant` (with `smem_bytes` of shared
@@ -618,7 +690,8 @@ pub(crate) fn launch<P, N, Q>(
     variant: &'static KernelVariant,
     plan: Plan,
     build: impl FnOnce(u64) -> (P, Option<(N, Q)>),
-) -> Result<Option<Plan>>
+    why: String,
+) -> Result<LaunchReport>
 where
     P: KernelParam,
     N: KernelParam,
@@ -641,7 +714,7 @@ where
         gpu,
         MapKey::new(call.b.ptr, dtype, k, n, call.b.ld as u64, t.bn / cluster),
     )?;
-    let overrides = crate::gemm::current_overrides();
+    let overrides = *gpu.options();
     let tmap_c = match c_map_key(call, checked, &plan).filter(|_| !overrides.direct_store) {
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
@@ -711,7 +784,7 @@ where
         norm_exchange,
     });
     let mut params = Param(params);
-    let func = gpu.function(spec.ptx, variant.entry)?;
+    let func = spec.function(gpu, variant)?;
     // A row-norm plan's grid holds at most as many clusters as run at once (`choose`).
     let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
     // CTAs per cluster: pairs along M, a row-norm cluster along N (launched as a cluster even
@@ -759,11 +832,14 @@ where
             unsafe { l.launch(cfg) }?;
         }
     }
-    crate::gemm::set_last_launch(variant.entry, tmap_c != 0, tmap_r != 0, plan.tail_splits);
+    let mut report = LaunchReport::ran(spec.name, variant, plan, why);
+    report.tma_store = tmap_c != 0;
+    report.tma_residual = tmap_r != 0;
     if let Some(shape) = finish_grid {
-        crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, shape, finish)?;
+        report.finish_dependent =
+            crate::gemm::launch_norm_finish(gpu, spec, call, checked, tiles_n, shape, finish)?;
     }
-    Ok(Some(plan))
+    Ok(report)
 }
 
 /// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
@@ -1182,13 +1258,7 @@ mod tests {
         assert_eq!((p.tail_splits, p.grid.0), (8, 132));
         assert_eq!(p.workspace_bytes, 4 * 8 * 128 * 128 * 4);
         assert_eq!(p.counter_bytes, 4 * 4);
-        let whole = crate::gemm::with_overrides(
-            crate::gemm::Overrides {
-                tail_splits: Some(1),
-                ..Default::default()
-            },
-            || plan(132, &pp, &big),
-        );
+        let whole = plan_with(132, &pp, &big, None, Some(1));
         assert_eq!((whole.tail_splits, whole.workspace_bytes), (1, 0));
         assert!(
             whole.predicted_us - p.predicted_us > 30.0,
@@ -1203,15 +1273,7 @@ mod tests {
         assert_eq!(tail_splits(132, &pp, &problem(1024, 1024, 8192)), 1);
         assert_eq!(tail_splits(132, &pp, &problem(8192, 8192, 64)), 1);
         // Pieces are capped by the k-tiles and by the SMs per tail tile; an override is too.
-        let forced = |s: u32, p: &Problem| {
-            crate::gemm::with_overrides(
-                crate::gemm::Overrides {
-                    tail_splits: Some(s),
-                    ..Default::default()
-                },
-                || tail_splits(132, &pp, p),
-            )
-        };
+        let forced = |s: u32, p: &Problem| forced_tail_splits(132, &pp, p, s);
         assert_eq!(forced(64, &problem(8192, 8192, 128)), 2);
         assert_eq!(forced(64, &big), 33);
         assert_eq!(forced(0, &big), 1);

@@ -10,7 +10,7 @@ use fused_gemm_device::types::DType;
 use fused_gemm_host::autotune::{Autotuner, TuneKey};
 use fused_gemm_host::gpu::DeviceProps;
 use fused_gemm_host::launch::LaunchShape;
-use fused_gemm_host::module::{PtxModule, PtxSet};
+use fused_gemm_host::module::{Arch, Image, PtxModule, PtxSet};
 use fused_gemm_host::plan::{Planner, Problem};
 use fused_gemm_host::validate::{BLayout, EpilogueArg, GemmCall, Operand, check_gemm};
 use fused_gemm_host::{Error, Gpu, MatrixDesc, VectorDesc};
@@ -21,6 +21,7 @@ fn kind(e: &Error) -> &'static str {
         Error::NoDevice { .. } => "NoDevice",
         Error::PtxNotBuilt { .. } => "PtxNotBuilt",
         Error::UnsupportedArch { .. } => "UnsupportedArch",
+        Error::ModuleImage { .. } => "ModuleImage",
         Error::KernelNotFound { .. } => "KernelNotFound",
         Error::InvalidArgument { .. } => "InvalidArgument",
         Error::ShapeMismatch { .. } => "ShapeMismatch",
@@ -109,13 +110,17 @@ fn every_error_kind_is_produced_and_named() {
     static NEWER: PtxSet = PtxSet::new(
         "newer",
         &[PtxModule {
-            compute_capability: 90,
-            arch: "sm_90",
-            ptx: "",
-            cubin: &[],
+            arch: Arch::Sm90,
+            ptx: Image::Plain(b".target sm_90"),
+            cubin: Image::Plain(&[]),
         }],
     );
     errors.push(NEWER.select(80).unwrap_err());
+    errors.push(
+        Image::Zstd(b"not a zstd frame")
+            .bytes("damaged", "sm_80")
+            .unwrap_err(),
+    );
     errors.push(LaunchShape::linear(1, 0, 1).unwrap_err());
     errors.push(gemm(a, m(0x2000, 8, 15), c, &[]));
     errors.push(gemm(
@@ -190,6 +195,7 @@ fn every_error_kind_is_produced_and_named() {
         "NoDevice",
         "PtxNotBuilt",
         "UnsupportedArch",
+        "ModuleImage",
         "KernelNotFound",
         "InvalidArgument",
         "ShapeMismatch",

@@ -8,7 +8,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use fused_gemm_device::types::DType;
 use fused_gemm_host::launch::LaunchShape;
-use fused_gemm_host::module::{PtxModule, PtxSet};
+use fused_gemm_host::module::{Arch, Image, PtxModule, PtxSet};
 use fused_gemm_host::reference::max_rel_error;
 use fused_gemm_host::testing::{assert_close, gpu_or_skip, rng, uniform};
 use fused_gemm_host::{Error, Gpu, Result, Tensor};
@@ -59,10 +59,9 @@ DONE:
 static TEST_PTX: PtxSet = PtxSet::new(
     "host-tests",
     &[PtxModule {
-        compute_capability: 80,
-        arch: "sm_80",
-        ptx: AXPY_PTX,
-        cubin: &[],
+        arch: Arch::Sm80,
+        ptx: Image::Plain(AXPY_PTX.as_bytes()),
+        cubin: Image::Plain(&[]),
     }],
 );
 

@@ -34,27 +34,34 @@ impl Dtype {
     }
 }
 
-/// Target architecture of the mainloop.
+/// Which GPUs a kernel is compiled for (the `arch` option) and so which mainloops it gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
+pub enum Targets {
+    /// No `arch`: every module. `mma.sync` (f32: CUDA-core) variants everywhere, and in the
+    /// sm_90a module also TMA + `wgmma` variants where the kernel allows them.
+    All,
+    /// `arch = sm_80`: only the `mma.sync` (f32: CUDA-core) variants, in every module.
     Sm80,
+    /// `arch = sm_90`: Hopper only; both mainloops, in the sm_90a module.
     Sm90,
 }
 
-impl Arch {
+impl Targets {
+    /// The smallest arch the variants run on, for messages.
     pub fn name(self) -> &'static str {
         match self {
-            Arch::Sm80 => "sm_80",
-            Arch::Sm90 => "sm_90",
+            Targets::All | Targets::Sm80 => "sm_80",
+            Targets::Sm90 => "sm_90",
         }
     }
 
-    /// Largest dynamic shared memory one CTA may opt in to, bytes (CUDA C Programming Guide,
-    /// "Technical Specifications per Compute Capability": 163 KB on sm_80, 227 KB on sm_90).
+    /// Largest dynamic shared memory one CTA may opt in to on the smallest arch the
+    /// `mma.sync` variants run on, bytes (CUDA C Programming Guide, "Technical Specifications
+    /// per Compute Capability": 163 KB on sm_80, 227 KB on sm_90).
     pub fn smem_limit(self) -> u32 {
         match self {
-            Arch::Sm80 => 163 * 1024,
-            Arch::Sm90 => 227 * 1024,
+            Targets::All | Targets::Sm80 => 163 * 1024,
+            Targets::Sm90 => 227 * 1024,
         }
     }
 }
@@ -156,7 +163,7 @@ pub struct KernelAttr {
     pub dtype: Dtype,
     pub out: Option<(Dtype, Span)>,
     pub b_layout: BLayout,
-    pub arch: Arch,
+    pub arch: Targets,
     /// `tile = (BM, BN, BK)` as written.
     pub tile: Option<((u32, u32, u32), Span)>,
 }

@@ -4,8 +4,9 @@
 //! launcher's internal locals have mixed-site hygiene, so a `scale(name)` parameter can be any
 //! name that `validate` accepts.
 
-use fused_gemm_device::gemm::sm90::TILES_SM90;
+use fused_gemm_device::gemm::sm90::{TILES_SM90, cluster_m};
 use fused_gemm_device::gemm::{DEFAULT_TILES_SM80, SCALAR_TILE_SM80, TILES_F32, TileShape};
+use fused_gemm_device::target::Mainloop;
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
@@ -27,8 +28,7 @@ struct Variant {
     entry: String,
     tile: TileShape,
     vec: bool,
-    /// The Hopper TMA + wgmma mainloop (sm_90a module only).
-    tma: bool,
+    mainloop: Mainloop,
 }
 
 /// The tiles compiled when no `tile = (...)` is given, and the one of the bounds-checked variant.
@@ -64,10 +64,15 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         }
     }
     let arch = match (attr.dtype, attr.arch) {
-        (Dtype::F32, Arch::Sm80) => "simt",
-        (Dtype::F32, Arch::Sm90) => "simt_sm90",
-        (_, Arch::Sm80) => "sm80",
-        (_, Arch::Sm90) => "sm90",
+        (Dtype::F32, Targets::All | Targets::Sm80) => "simt",
+        (Dtype::F32, Targets::Sm90) => "simt_sm90",
+        (_, Targets::All | Targets::Sm80) => "sm80",
+        (_, Targets::Sm90) => "sm90",
+    };
+    let simple = if attr.dtype == Dtype::F32 {
+        Mainloop::Simt
+    } else {
+        Mainloop::Sm80
     };
     let bl = match attr.b_layout {
         BLayout::Col => "bcol",
@@ -90,12 +95,12 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
             ),
             tile: t,
             vec,
-            tma: false,
+            mainloop: simple,
         })
         .collect();
-    // arch = sm_90: the Hopper mainloop for 16-bit inputs with B stored N×K; the sm_80 variants
-    // above stay as the path for operands TMA cannot read.
-    if attr.arch == Arch::Sm90
+    // The Hopper mainloop (sm_90a module) for 16-bit inputs with B stored N×K; the variants
+    // above stay as the path for operands TMA cannot read and for other GPUs.
+    if attr.arch != Targets::Sm80
         && attr.dtype != Dtype::F32
         && attr.b_layout == BLayout::Col
         && attr.tile.is_none()
@@ -114,7 +119,9 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
             ),
             tile: *t,
             vec: true,
-            tma: true,
+            mainloop: Mainloop::Sm90Tma {
+                cluster_m: cluster_m(t),
+            },
         }));
     }
     out
@@ -541,8 +548,8 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
     let out_t = attr.out_dtype().device_type();
     let b_col = attr.b_layout == BLayout::Col;
     let arch_cfg = match attr.arch {
-        Arch::Sm80 => quote!(target_arch = "nvptx64"),
-        Arch::Sm90 => quote!(all(target_arch = "nvptx64", target_feature = "sm_90")),
+        Targets::All | Targets::Sm80 => quote!(target_arch = "nvptx64"),
+        Targets::Sm90 => quote!(all(target_arch = "nvptx64", target_feature = "sm_90")),
     };
 
     let vars = variants(&name_s, attr);
@@ -553,7 +560,8 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         let t = v.tile;
         let (mi, ni) = (t.mi() as usize, t.ni() as usize);
         let (wm, wn, bk, stages, vec) = (t.warps_m, t.warps_n, t.bk, t.stages, v.vec);
-        let mainloop = if v.tma {
+        let tma = v.mainloop.is_sm90();
+        let mainloop = if tma {
             quote!(#d::gemm::sm90::run::<#in_t, #out_t, #mi, #ni, #wm, #stages, #chain_ty>(&args, &epi, &tma))
         } else if attr.dtype == Dtype::F32 {
             quote!(#d::gemm::simt::run::<#out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
@@ -561,14 +569,14 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             quote!(#d::gemm::sm80::run::<#in_t, #out_t, #b_col, #mi, #ni, #wm, #wn, #bk, #stages, #vec, #chain_ty>(&args, &epi))
         };
         let bounds = format_ident!("__fg_launch_bounds__{}", v.entry);
-        let (threads, min_ctas) = if v.tma {
+        let (threads, min_ctas) = if tma {
             (fused_gemm_device::gemm::sm90::THREADS, 1)
         } else {
             (t.threads(), t.min_ctas_per_sm())
         };
         // Hopper entries take the tensor maps as a third parameter and exist only in the
         // sm_90a module.
-        let (cfg, tma_param) = if v.tma {
+        let (cfg, tma_param) = if tma {
             (
                 quote!(all(target_arch = "nvptx64", target_feature = "sm_90a")),
                 quote!(, tma: #d::gemm::sm90::Sm90Args),
@@ -594,11 +602,19 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         });
         let e = &v.entry;
         let (bm, bn) = (t.bm, t.bn);
+        let mainloop_value = match v.mainloop {
+            Mainloop::Simt => quote!(#d::target::Mainloop::Simt),
+            Mainloop::Sm80 => quote!(#d::target::Mainloop::Sm80),
+            Mainloop::Sm90Tma { cluster_m } => {
+                quote!(#d::target::Mainloop::Sm90Tma { cluster_m: #cluster_m })
+            }
+        };
         variant_values.push(quote! {
             ::fused_gemm::__private::host::gemm::KernelVariant {
                 entry: #e,
                 tile: #d::gemm::TileShape::new(#bm, #bn, #bk, #wm, #wn, #stages),
                 vec: #vec,
+                mainloop: #mainloop_value,
             }
         });
     }
@@ -721,7 +737,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             b: &impl ::fused_gemm::__private::host::gemm::AsMatrix,
             c: &mut impl ::fused_gemm::__private::host::gemm::AsMatrix,
             #sig_params
-        ) -> ::fused_gemm::__private::host::Result<Option<::fused_gemm::__private::host::plan::Plan>> {
+        ) -> ::fused_gemm::__private::host::Result<::fused_gemm::__private::host::launch::LaunchReport> {
             use ::fused_gemm::__private::host::gemm::{AsMatrix as _, AsVector as _};
             let a = a.matrix(gpu)?;
             let b = b.matrix(gpu)?;
@@ -798,17 +814,20 @@ fn launcher_doc(
     doc.push_str(param_docs);
     let tiles: Vec<String> = vars
         .iter()
-        .filter(|v| v.vec)
+        .filter(|v| v.vec && !v.mainloop.is_sm90())
         .map(|v| format!("{}×{}×{}", v.tile.bm, v.tile.bn, v.tile.bk))
         .collect();
+    let has_tma = vars.iter().any(|v| v.mainloop.is_sm90());
+    let tma_note = if has_tma {
+        " On H100/H200 (the sm_90a module) the launcher takes the TMA + `wgmma` mainloop when A and B are 16-byte aligned with K > 0, and the `mma.sync` tiles otherwise; `LaunchReport::mainloop` says which ran."
+    } else {
+        ""
+    };
     let arch_note = match attr.arch {
-        Arch::Sm90 if vars.iter().any(|v| v.tma) => {
-            " Compiled for Hopper only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`. The TMA + `wgmma` tiles are in the kernel crate's sm_90a PTX module only; where it has none (`include_ptx!` embeds none), the `mma.sync` tiles run."
-        }
-        Arch::Sm90 => {
-            " Compiled for Hopper only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`."
-        }
-        Arch::Sm80 => "",
+        Targets::Sm90 => format!(
+            " Compiled for Hopper only (`arch = sm_90`): other GPUs fail with `Error::KernelNotFound`.{tma_note}"
+        ),
+        Targets::All | Targets::Sm80 => tma_note.to_string(),
     };
     let per_16_bytes = if attr.dtype == Dtype::F32 { 4 } else { 8 };
     doc.push_str(&format!(
@@ -825,7 +844,7 @@ fn launcher_doc(
          - `Error::PtxNotBuilt`, `Error::UnsupportedArch`, `Error::KernelNotFound` when the kernel crate's PTX lacks \
          this kernel for the device; `Error::OutOfMemory` for the split-K or statistics workspace; `Error::Driver` for CUDA errors.\n\
          \n# Returns\n\
-         The plan that ran (tile, split-K factor, grid), or `None` when M or N is 0 (nothing to do).",
+         What ran (`LaunchReport`): the entry point, its mainloop, the plan (tile, split-K factor, grid) and why; no entry point when M or N is 0 (nothing to do). The launch follows `gpu`'s `LaunchOptions` (`Gpu::with_options`).",
     );
     doc
 }

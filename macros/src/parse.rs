@@ -625,21 +625,21 @@ fn bare_word_hint(word: &str) -> String {
     }
 }
 
-fn parse_arch(v: &Expr, errors: &mut Errors) -> Option<Arch> {
+fn parse_arch(v: &Expr, errors: &mut Errors) -> Option<Targets> {
     match ident_of(v).as_deref() {
-        Some("sm_80") => Some(Arch::Sm80),
-        Some("sm_90") => Some(Arch::Sm90),
+        Some("sm_80") => Some(Targets::Sm80),
+        Some("sm_90") => Some(Targets::Sm90),
         Some(a @ ("sm_86" | "sm_87" | "sm_89")) => {
             errors.push(
                 v.span(),
-                format!("`arch = {a}` is not a separate target: write `arch = sm_80`, whose kernels run on {a} too"),
+                format!("`arch = {a}` is not a separate target: sm_80 code runs on {a} too; leave `arch` out (every GPU) or write `arch = sm_80`"),
             );
             None
         }
         Some("sm_90a") => {
             errors.push(
                 v.span(),
-                "`arch = sm_90a` is not a separate target: write `arch = sm_90`, which compiles TMA + wgmma kernels into the sm_90a PTX module (bf16/f16 inputs, B stored N×K, no `tile`) besides the mma.sync (f32: CUDA-core) kernels it always compiles",
+                "`arch = sm_90a` is not an option: without `arch` a kernel already gets TMA + wgmma variants in the sm_90a module (bf16/f16 inputs, B stored N×K, no `tile`); `arch = sm_90` restricts it to Hopper",
             );
             None
         }
@@ -654,7 +654,7 @@ fn parse_arch(v: &Expr, errors: &mut Errors) -> Option<Arch> {
             errors.push(
                 v.span(),
                 format!(
-                    "unsupported arch `{}`: expected `sm_80` (Ampere and later: mma.sync, cp.async) or `sm_90` (Hopper only)",
+                    "unsupported arch `{}`: leave `arch` out for every GPU, or write `sm_80` (the mma.sync mainloop only) or `sm_90` (Hopper only)",
                     text(v)
                 ),
             );
@@ -731,7 +731,7 @@ pub fn parse_attr(tokens: proc_macro2::TokenStream, errors: &mut Errors) -> Opti
     let mut dtype = None;
     let mut out = None;
     let mut b_layout = BLayout::Col;
-    let mut arch = Arch::Sm80;
+    let mut arch = Targets::All;
     let mut tile = None;
     for meta in &args {
         let nv = match meta {

@@ -326,7 +326,7 @@ pub fn resolve_tile(
     (bm, bn, bk): (u32, u32, u32),
     dtype: Dtype,
     b_col: bool,
-    arch: Arch,
+    arch: Targets,
 ) -> Result<TileShape, String> {
     let shown = format!("tile ({bm}, {bn}, {bk})");
     let mut bad = Vec::new();
@@ -375,7 +375,7 @@ pub fn resolve_tile(
             arch.name(),
             dtype.name(),
             smem_bytes(&t, dtype, b_col),
-            if arch == Arch::Sm80 {
+            if arch != Targets::Sm90 {
                 " or BN (or `arch = sm_90`, 227 KB)"
             } else {
                 " or BN"
@@ -441,10 +441,10 @@ mod tests {
             for t in main.iter().chain(rows) {
                 for b_col in [true, false] {
                     let shape = (t.bm, t.bn, t.bk);
-                    assert_eq!(resolve_tile(shape, dtype, b_col, Arch::Sm90), Ok(*t));
+                    assert_eq!(resolve_tile(shape, dtype, b_col, Targets::Sm90), Ok(*t));
                     // 32×768×32 with B stored N×K needs 192000 B with 3 stages, over sm_80's
                     // limit: the same warp grid with fewer stages.
-                    let r = resolve_tile(shape, dtype, b_col, Arch::Sm80).unwrap();
+                    let r = resolve_tile(shape, dtype, b_col, Targets::Sm80).unwrap();
                     assert_eq!(
                         (r.bm, r.bn, r.bk, r.warps_m, r.warps_n),
                         (t.bm, t.bn, t.bk, t.warps_m, t.warps_n)
@@ -461,7 +461,7 @@ mod tests {
     #[test]
     fn derived_tiles_pass_the_device_checks_and_fit() {
         for (bm, bn, bk) in [(64, 128, 32), (256, 128, 32), (16, 64, 64), (96, 96, 48)] {
-            for arch in [Arch::Sm80, Arch::Sm90] {
+            for arch in [Targets::Sm80, Targets::Sm90] {
                 for dtype in [Dtype::Bf16, Dtype::F32] {
                     let t = resolve_tile((bm, bn, bk), dtype, true, arch).unwrap();
                     assert_eq!((t.bm, t.bn, t.bk), (bm, bn, bk));
@@ -475,23 +475,23 @@ mod tests {
 
     #[test]
     fn bad_tiles_say_why() {
-        let e = resolve_tile((100, 128, 24), Dtype::Bf16, true, Arch::Sm80).unwrap_err();
+        let e = resolve_tile((100, 128, 24), Dtype::Bf16, true, Targets::Sm80).unwrap_err();
         assert!(e.contains("BM = 100") && e.contains("96 or 112"), "{e}");
         assert!(e.contains("BK = 24") && e.contains("16 or 32"), "{e}");
-        let e = resolve_tile((256, 256, 32), Dtype::Bf16, true, Arch::Sm80).unwrap_err();
+        let e = resolve_tile((256, 256, 32), Dtype::Bf16, true, Targets::Sm80).unwrap_err();
         assert!(e.contains("256 f32 accumulator registers"), "{e}");
-        let e = resolve_tile((128, 128, 512), Dtype::Bf16, true, Arch::Sm80).unwrap_err();
+        let e = resolve_tile((128, 128, 512), Dtype::Bf16, true, Targets::Sm80).unwrap_err();
         assert!(e.contains("shared memory") && e.contains("166912"), "{e}");
     }
 
     #[test]
     fn smem_limit_depends_on_arch() {
         // 2 stages × (128 + 64) rows × (256 + 8) × 2 bytes = 202752 B: fits sm_90 only.
-        assert!(resolve_tile((128, 64, 256), Dtype::Bf16, true, Arch::Sm80).is_err());
-        assert!(resolve_tile((128, 64, 256), Dtype::Bf16, true, Arch::Sm90).is_ok());
+        assert!(resolve_tile((128, 64, 256), Dtype::Bf16, true, Targets::Sm80).is_err());
+        assert!(resolve_tile((128, 64, 256), Dtype::Bf16, true, Targets::Sm90).is_ok());
         // f32 tiles take twice the bytes: 2 stages × 192 rows × 136 × 4 = 208896 B.
-        assert!(resolve_tile((128, 64, 128), Dtype::Bf16, true, Arch::Sm80).is_ok());
-        assert!(resolve_tile((128, 64, 128), Dtype::F32, true, Arch::Sm80).is_err());
-        assert!(resolve_tile((128, 64, 128), Dtype::F32, true, Arch::Sm90).is_ok());
+        assert!(resolve_tile((128, 64, 128), Dtype::Bf16, true, Targets::Sm80).is_ok());
+        assert!(resolve_tile((128, 64, 128), Dtype::F32, true, Targets::Sm80).is_err());
+        assert!(resolve_tile((128, 64, 128), Dtype::F32, true, Targets::Sm90).is_ok());
     }
 }

@@ -30,16 +30,16 @@ pub fn rms_scaled_gemm() {}
 #[fused_gemm(epilogue = [rope(theta = 500000.0)])]
 pub fn qk_proj_rope() {}
 /// `scale` before `bias` scales only the product: `alpha·(A·W) + b`.
-#[fused_gemm(epilogue = [scale(alpha), bias])]
+#[fused_gemm(epilogue = [scale(alpha), bias], arch = sm_80)]
 pub fn scale_then_bias() {}
 /// `scale` after `bias` scales both: `alpha·(A·W + b)`.
-#[fused_gemm(epilogue = [bias, scale(alpha)])]
+#[fused_gemm(epilogue = [bias, scale(alpha)], arch = sm_80)]
 pub fn bias_then_scale() {}
 /// f16 GEMM + bias at any operand alignment (unaligned operands take the bounds-checked path).
 #[fused_gemm(epilogue = [bias], dtype = f16)]
 pub fn bias_f16() {}
 /// Bias then erf GELU, applied once to the sum of a split-K reduction, never per split.
-#[fused_gemm(epilogue = [bias, gelu], dtype = f16, out = f32)]
+#[fused_gemm(epilogue = [bias, gelu], dtype = f16, out = f32, arch = sm_80)]
 pub fn bias_gelu_f16_f32() {}
 /// f16 RMSNorm of a row (here the residual): squares summed in f32, so no f16 overflow.
 #[fused_gemm(epilogue = [residual, rms_norm(eps = 1e-6)], dtype = f16)]

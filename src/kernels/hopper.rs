@@ -1,22 +1,14 @@
-//! Kernels on the Hopper mainloop (`arch = sm_90`: TMA + `wgmma`, warp-specialized,
-//! persistent; `fused_gemm_device::gemm::sm90`), and two probes that check its parts on their
-//! own (a TMA copy, one `wgmma` tile) so a failing GPU run says which part is wrong.
+//! Hopper-only kernels (`arch = sm_90`) for epilogues no other built-in kernel has, which the
+//! Hopper tests run on the TMA + `wgmma` mainloop (`fused_gemm_device::gemm::sm90`), and two
+//! probes that check its parts on their own (a TMA copy, one `wgmma` tile) so a failing GPU run
+//! says which part is wrong. Every other built-in 16-bit kernel with B stored N×K has TMA +
+//! `wgmma` variants too (in the sm_90a module), beside its `mma.sync` ones.
 //!
-//! Every kernel here also has the sm_80 variants: the launcher falls back to them when TMA
-//! cannot read the operands (rows not 16-byte aligned) or the device is not an H100/H200.
-//! `fused_gemm::host::gemm::last_entry()` tells which ran (`__sm90tma_` in the name).
+//! Each kernel here also has the `mma.sync` variants: the launcher falls back to them when TMA
+//! cannot read the operands (rows not 16-byte aligned). `LaunchReport::mainloop` tells which
+//! ran.
 
 use crate::fused_gemm;
-
-/// C = A·B, bf16, B stored N×K.
-#[fused_gemm(epilogue = [], dtype = bf16, arch = sm_90)]
-pub fn h_gemm_bf16() {}
-/// C = A·B, f16, B stored N×K.
-#[fused_gemm(epilogue = [], dtype = f16, arch = sm_90)]
-pub fn h_gemm_f16() {}
-/// C = A·B, bf16 in, f32 out.
-#[fused_gemm(epilogue = [], dtype = bf16, out = f32, arch = sm_90)]
-pub fn h_gemm_bf16_f32() {}
 
 /// Scaling and loads: relu(alpha·(A·B) + bias[c]).
 #[fused_gemm(epilogue = [scale(alpha), bias, relu], arch = sm_90)]
@@ -24,10 +16,6 @@ pub fn h_scale_bias_relu() {}
 /// gelu(s[r]·(A·B) + b[r]), erf GELU.
 #[fused_gemm(epilogue = [scale(row), bias(row), gelu], arch = sm_90)]
 pub fn h_rowscale_rowbias_gelu() {}
-/// s[r]·(A·B): the consumer of an RMSNorm pair, `RMSNorm(X)·W = diag(rstd)·(X·W)` with γ folded
-/// into W and rstd from the producer (CODA's reparameterisation).
-#[fused_gemm(epilogue = [scale(row)], arch = sm_90)]
-pub fn h_row_scale() {}
 /// gelu_tanh(s[c]·(A·B)).
 #[fused_gemm(epilogue = [scale(col), gelu_tanh], arch = sm_90)]
 pub fn h_colscale_gelu_tanh() {}
@@ -40,52 +28,12 @@ pub fn h_sigmoid_accumulate() {}
 /// RMSNorm(A·B).
 #[fused_gemm(epilogue = [rms_norm(eps = 1e-6)], arch = sm_90)]
 pub fn h_rms_norm() {}
-/// silu(g)·u on interleaved gate/up columns (width N/2): LLaMA's MLP up.
-#[fused_gemm(epilogue = [swiglu], arch = sm_90)]
-pub fn h_swiglu() {}
 /// gelu(g)·u on interleaved columns, f16.
 #[fused_gemm(epilogue = [geglu], dtype = f16, arch = sm_90)]
 pub fn h_geglu_f16() {}
-/// RoPE(A·B), interleaved pairs, θ = 500000 (LLaMA-3).
-#[fused_gemm(epilogue = [rope(theta = 500000.0)], arch = sm_90)]
-pub fn h_rope() {}
 /// (A·B)² + 1 through a user function, rounded to f16 precision, stored as f32.
 #[fused_gemm(epilogue = [crate::kernels::stages::square_plus_one, cast(f16)], out = f32, arch = sm_90)]
 pub fn h_user_cast() {}
-
-/// Whether `gpu` runs the sm_90a module, so the `h_*` kernels here can take the Hopper path
-/// (an H100/H200, compute capability 9.0). Elsewhere the `arch = sm_90` kernels do not exist
-/// at all (sm_80 devices) and callers use their `blocks` twins.
-#[cfg(not(target_arch = "nvptx64"))]
-pub fn on_hopper(gpu: &crate::Gpu) -> bool {
-    gpu.props().compute_capability == 90
-}
-
-/// A·B + bias, bf16 (the Hopper twin of `stages::stage_bias`).
-#[fused_gemm(epilogue = [bias], arch = sm_90)]
-pub fn h_bias_bf16() {}
-/// A·B + bias, f16 (MiniLM's QKV projection).
-#[fused_gemm(epilogue = [bias], dtype = f16, arch = sm_90)]
-pub fn h_bias_f16() {}
-/// gelu(A·B + bias), erf GELU, bf16 (BERT's FFN up).
-#[fused_gemm(epilogue = [bias, gelu], arch = sm_90)]
-pub fn h_bias_gelu() {}
-/// gelu(A·B + bias), erf GELU, f16 (MiniLM's FFN up).
-#[fused_gemm(epilogue = [bias, gelu], dtype = f16, arch = sm_90)]
-pub fn h_bias_gelu_f16() {}
-/// LayerNorm(A·W + b + residual), f16 (MiniLM's projections).
-#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = f16, arch = sm_90)]
-pub fn h_bias_residual_layer_norm_f16() {}
-/// SwiGLU on interleaved gate/up columns, f16.
-#[fused_gemm(epilogue = [swiglu], dtype = f16, arch = sm_90)]
-pub fn h_swiglu_f16() {}
-
-/// GEMM + bias + GELU(tanh), as cuBLASLt's fused epilogue (the benchmark's comparison).
-#[fused_gemm(epilogue = [bias, gelu_tanh], arch = sm_90)]
-pub fn h_bias_gelu_tanh() {}
-/// BERT's post-norm projection: LayerNorm(A·W + b + residual).
-#[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], arch = sm_90)]
-pub fn h_bias_residual_layer_norm() {}
 
 /// Probes: hand-written entry points (sm_90a module only) and their host launchers.
 pub mod probe {
@@ -234,7 +182,7 @@ pub mod probe {
 
         fn require_sm90a(gpu: &Gpu) -> Result<()> {
             let arch = gpu.module_arch(&BUILTIN)?;
-            if arch != "sm_90a" {
+            if arch != fused_gemm_host::module::Arch::Sm90a {
                 return Err(Error::LaunchLimit(format!(
                     "the Hopper probes need the sm_90a module; this device loads {arch}"
                 )));

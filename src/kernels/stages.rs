@@ -9,61 +9,61 @@ pub fn square_plus_one(x: f32) -> f32 {
 }
 
 /// C = alpha·(A·B).
-#[fused_gemm(epilogue = [scale(alpha)])]
+#[fused_gemm(epilogue = [scale(alpha)], arch = sm_80)]
 pub fn stage_scale() {}
 /// C = (A·B)·s[r].
-#[fused_gemm(epilogue = [scale(row)])]
+#[fused_gemm(epilogue = [scale(row)], arch = sm_80)]
 pub fn stage_scale_row() {}
 /// C = (A·B)·s[c].
-#[fused_gemm(epilogue = [scale(col)])]
+#[fused_gemm(epilogue = [scale(col)], arch = sm_80)]
 pub fn stage_scale_col() {}
 /// C = A·B + bias[c].
 #[fused_gemm(epilogue = [bias])]
 pub fn stage_bias() {}
 /// C = A·B + bias[r].
-#[fused_gemm(epilogue = [bias(row)])]
+#[fused_gemm(epilogue = [bias(row)], arch = sm_80)]
 pub fn stage_bias_row() {}
 /// C = relu(A·B).
-#[fused_gemm(epilogue = [relu])]
+#[fused_gemm(epilogue = [relu], arch = sm_80)]
 pub fn stage_relu() {}
 /// C = gelu(A·B), erf form.
-#[fused_gemm(epilogue = [gelu])]
+#[fused_gemm(epilogue = [gelu], arch = sm_80)]
 pub fn stage_gelu() {}
 /// C = gelu_tanh(A·B).
-#[fused_gemm(epilogue = [gelu_tanh])]
+#[fused_gemm(epilogue = [gelu_tanh], arch = sm_80)]
 pub fn stage_gelu_tanh() {}
 /// C = silu(A·B).
-#[fused_gemm(epilogue = [silu])]
+#[fused_gemm(epilogue = [silu], arch = sm_80)]
 pub fn stage_silu() {}
 /// C = sigmoid(A·B).
-#[fused_gemm(epilogue = [sigmoid])]
+#[fused_gemm(epilogue = [sigmoid], arch = sm_80)]
 pub fn stage_sigmoid() {}
 /// C = A·B + R.
-#[fused_gemm(epilogue = [residual])]
+#[fused_gemm(epilogue = [residual], arch = sm_80)]
 pub fn stage_residual() {}
 /// C += A·B.
-#[fused_gemm(epilogue = [accumulate])]
+#[fused_gemm(epilogue = [accumulate], arch = sm_80)]
 pub fn stage_accumulate() {}
 /// C = LayerNorm(A·B).
-#[fused_gemm(epilogue = [layer_norm(eps = 1e-5)])]
+#[fused_gemm(epilogue = [layer_norm(eps = 1e-5)], arch = sm_80)]
 pub fn stage_layer_norm() {}
 /// C = RMSNorm(A·B).
-#[fused_gemm(epilogue = [rms_norm(eps = 1e-6)])]
+#[fused_gemm(epilogue = [rms_norm(eps = 1e-6)], arch = sm_80)]
 pub fn stage_rms_norm() {}
 /// C = silu(g)·u on interleaved columns (width N/2).
-#[fused_gemm(epilogue = [swiglu])]
+#[fused_gemm(epilogue = [swiglu], arch = sm_80)]
 pub fn stage_swiglu() {}
 /// C = gelu(g)·u on interleaved columns (width N/2).
-#[fused_gemm(epilogue = [geglu])]
+#[fused_gemm(epilogue = [geglu], arch = sm_80)]
 pub fn stage_geglu() {}
 /// C = RoPE(A·B), interleaved pairs, θ = 10000.
-#[fused_gemm(epilogue = [rope(theta = 10000.0)])]
+#[fused_gemm(epilogue = [rope(theta = 10000.0)], arch = sm_80)]
 pub fn stage_rope() {}
 /// C = A·B rounded to f16 precision, stored as f32.
-#[fused_gemm(epilogue = [cast(f16)], out = f32)]
+#[fused_gemm(epilogue = [cast(f16)], out = f32, arch = sm_80)]
 pub fn stage_cast_f16() {}
 /// C = (A·B)² + 1 through a user function.
-#[fused_gemm(epilogue = [crate::kernels::stages::square_plus_one])]
+#[fused_gemm(epilogue = [crate::kernels::stages::square_plus_one], arch = sm_80)]
 pub fn stage_user() {}
 
 // Forms and options the kernels above do not use, so that their expansions also go through the
