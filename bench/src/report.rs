@@ -127,7 +127,8 @@ pub struct PathResult {
     pub computes: String,
     /// Why it is n/a, wrong or failed; empty when ok.
     pub note: String,
-    /// The kernel that ran (our entry point) or the cuBLASLt algorithm (`algo 3 of 8`).
+    /// What ran: ours' mainloop and tile (`sm90-tma 128x256x64`, see
+    /// [`crate::ours::describe`]) or the cuBLASLt algorithm (`algorithm 3 of 8 ...`).
     pub kernel: Option<String>,
     /// Relative Frobenius error against the f64 reference on the sampled rows.
     pub err_vs_reference: Option<f64>,

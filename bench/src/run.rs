@@ -4,18 +4,16 @@
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use fused_gemm::Gpu;
 use fused_gemm::device::gemm::TileShape;
-use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::host::autotune::Autotuner;
 use fused_gemm::host::cudarc;
-use fused_gemm::host::gemm::{Overrides, last_entry, with_overrides};
 use fused_gemm::host::testing::compare;
-use fused_gemm::kernels::hopper;
+use fused_gemm::host::{LaunchOptions, LaunchReport};
 use indicatif::ProgressBar;
 
 use crate::cublaslt::{Lt, LtPlan};
 use crate::epilogue::{Epilogue, LtEpilogue};
 use crate::error::{BenchError, Result};
-use crate::ours::{FusedArgs, FusedFn};
+use crate::ours::{Fused, FusedArgs, describe};
 use crate::problem::{BenchElement, Problem, Reference, Set, set_bytes, tolerance};
 use crate::report::{PathKind, PathResult, RowResult, Status};
 use crate::shapes::Row;
@@ -79,42 +77,44 @@ struct Ctx<'a, T> {
     gpu: &'a Gpu,
     lt: Option<&'a mut Lt>,
     plans: Option<&'a Plans>,
-    ours: Option<FusedFn<T>>,
+    ours: Option<Fused<T>>,
     tuner: &'a mut Option<Autotuner>,
     mnk: (usize, usize, usize),
 }
 
 impl<T: BenchElement> Ctx<'_, T> {
-    /// Runs `f` in the path's setting: the tile forced, or the autotuner installed on the GPU.
-    fn within<R>(&mut self, spec: Spec, f: impl FnOnce(&mut Self) -> R) -> R {
+    /// Runs `f` in the path's setting with the handle to launch on: one with the tile forced,
+    /// or the device's with the autotuner installed.
+    fn within<R>(&mut self, spec: Spec, f: impl FnOnce(&mut Self, &Gpu) -> R) -> R {
+        let gpu = self.gpu;
         match spec.kind {
             PathKind::OursAutotuned => {
-                self.gpu.set_autotuner(self.tuner.take());
-                let r = f(self);
-                *self.tuner = self.gpu.set_autotuner(None);
+                gpu.set_autotuner(self.tuner.take());
+                let r = f(self, gpu);
+                *self.tuner = gpu.set_autotuner(None);
                 r
             }
             PathKind::OursTile => {
-                let o = Overrides {
+                let forced = gpu.with_options(LaunchOptions {
                     tile: spec.tile,
-                    ..Overrides::default()
-                };
-                with_overrides(o, || f(self))
+                    ..LaunchOptions::default()
+                });
+                f(self, &forced)
             }
-            _ => f(self),
+            _ => f(self, gpu),
         }
     }
 
-    /// Queues one run of `spec` on `set` (call inside [`Ctx::within`]).
-    fn launch(&mut self, spec: Spec, set: &mut Set<T>) -> Result<()> {
-        let gpu = self.gpu;
+    /// Queues one run of `spec` on `set` through `gpu` (the handle [`Ctx::within`] gives);
+    /// what ran for ours, `None` for cuBLAS.
+    fn launch(&mut self, gpu: &Gpu, spec: Spec, set: &mut Set<T>) -> Result<Option<LaunchReport>> {
         let (m, n, k) = self.mnk;
         if spec.kind.is_ours() {
             let f = self.ours.ok_or(BenchError::Usage {
                 what: "ours",
                 detail: "no fused kernel".into(),
             })?;
-            return Ok(f(
+            return Ok(Some((f.launch)(
                 gpu,
                 FusedArgs {
                     m,
@@ -129,7 +129,7 @@ impl<T: BenchElement> Ctx<'_, T> {
                     rstd: set.rstd.as_mut(),
                     out: &mut set.out,
                 },
-            )?);
+            )?));
         }
         let (lt, plans) = self
             .lt
@@ -154,7 +154,8 @@ impl<T: BenchElement> Ctx<'_, T> {
         };
         // SAFETY: the plan was built for (m, n, k) and T; the set's buffers hold M×K, N×K,
         // M×N (and N) elements and live until the stream is synchronized.
-        unsafe { lt.run(plan, a, b, d, bias) }
+        unsafe { lt.run(plan, a, b, d, bias) }?;
+        Ok(None)
     }
 }
 
@@ -181,13 +182,8 @@ fn check<T: BenchElement>(
     let tol = tolerance(T::DTYPE);
     let ran = (|| -> Result<(Vec<T>, Option<Vec<f32>>, Option<String>)> {
         p.poison_outputs(gpu)?;
-        let entry = ctx.within(spec, |c| -> Result<Option<String>> {
-            c.launch(spec, &mut p.sets[0])?;
-            Ok(spec
-                .kind
-                .is_ours()
-                .then(|| last_entry().unwrap_or("?").to_owned()))
-        })?;
+        let report = ctx.within(spec, |c, g| c.launch(g, spec, &mut p.sets[0]))?;
+        let kernel = report.as_ref().map(describe);
         gpu.synchronize()?;
         let set = &p.sets[0];
         let out = match &set.gemm_out {
@@ -198,9 +194,9 @@ fn check<T: BenchElement>(
             Some(r) if p.epilogue.writes_rstd() && spec.kind.is_ours() => Some(gpu.download(r)?),
             _ => None,
         };
-        Ok((out, rstd, entry))
+        Ok((out, rstd, kernel))
     })();
-    let (out, rstd, entry) = match ran {
+    let (out, rstd, kernel) = match ran {
         Ok(x) => x,
         Err(e) => {
             let status = match &e {
@@ -215,8 +211,8 @@ fn check<T: BenchElement>(
             return r.with_status(status, format!("first run failed: {e}"));
         }
     };
-    if entry.is_some() {
-        r.kernel = entry;
+    if kernel.is_some() {
+        r.kernel = kernel;
     }
     let cols = if spec.kind == PathKind::Cublas {
         p.n
@@ -294,7 +290,8 @@ fn pick_algorithm<T: BenchElement>(
     for i in 0..n {
         plan.select(i);
         let t = time_gpu(gpu, &quick, |j| {
-            ctx.launch(Spec { kind, tile: None }, &mut sets[j % nsets])
+            let spec = Spec { kind, tile: None };
+            ctx.launch(gpu, spec, &mut sets[j % nsets]).map(drop)
         });
         // An algorithm the heuristic offered may still fail to run: skip it.
         if let Ok(t) = t
@@ -412,7 +409,7 @@ pub fn run_row<T: BenchElement>(
                 format!("no kernel for {} ({})", epi.name(), dtype.name()),
             ),
         )),
-        Some(_) => {
+        Some(f) => {
             specs.push((
                 spec(PathKind::Ours, None),
                 PathResult::new(PathKind::Ours, "ours", "full"),
@@ -423,13 +420,16 @@ pub fn run_row<T: BenchElement>(
                     PathResult::new(PathKind::OursAutotuned, "ours autotuned", "full"),
                 ));
             }
-            if cfg.tiles && hopper::on_hopper(gpu) {
-                for t in TILES_SM90 {
-                    specs.push((
-                        spec(PathKind::OursTile, Some(*t)),
-                        PathResult::new(PathKind::OursTile, tile_label(t), "full"),
-                    ));
-                }
+            let tiles = if cfg.tiles {
+                f.hopper_tiles(gpu)
+            } else {
+                Vec::new()
+            };
+            for t in &tiles {
+                specs.push((
+                    spec(PathKind::OursTile, Some(*t)),
+                    PathResult::new(PathKind::OursTile, tile_label(t), "full"),
+                ));
             }
         }
     }
@@ -518,8 +518,10 @@ pub fn run_row<T: BenchElement>(
                 ..TimingConfig::default()
             };
             let sets = &mut problem.sets;
-            let t = ctx.within(s, |c| {
-                time_gpu(gpu, &tc, |run| c.launch(s, &mut sets[run % nsets]))
+            let t = ctx.within(s, |c, g| {
+                time_gpu(g, &tc, |run| {
+                    c.launch(g, s, &mut sets[run % nsets]).map(drop)
+                })
             });
             match t {
                 Ok(t) => samples[i].extend(t.samples),
@@ -589,6 +591,7 @@ pub fn run_all<T: BenchElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fused_gemm::device::gemm::sm90::TILES_SM90;
 
     #[test]
     fn tile_labels_name_shape_and_schedule() {

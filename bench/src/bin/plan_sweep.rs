@@ -16,11 +16,11 @@ use fused_gemm_bench::report::{device_slug, results_dir};
 use std::process::ExitCode;
 
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::{GemmKernelSpec, Overrides, with_overrides};
+use fused_gemm::host::gemm::GemmKernelSpec;
 use fused_gemm::host::plan::sweep::{DeviceTimer, median_us, run_sweep, sweep_shapes};
 use fused_gemm::host::plan::{Plan, Planner, Problem};
 use fused_gemm::host::validate::GemmCall;
-use fused_gemm::host::{Error, Gpu, Result};
+use fused_gemm::host::{Error, Gpu, LaunchOptions, Result};
 use fused_gemm::kernels::gemm;
 
 /// The plain GEMM kernel of `dtype` (B stored N×K, no epilogue).
@@ -32,18 +32,26 @@ fn kernel(dtype: DType) -> &'static GemmKernelSpec {
 }
 
 /// The GEMM launcher with an explicit plan: C = A·Bᵀ (B stored N×K), no epilogue, forced to the
-/// plan's tile and split-K factor.
-fn launch(gpu: &Gpu, plan: &Plan, call: &GemmCall<'_>) -> Result<()> {
-    let overrides = Overrides {
-        tile: Some(plan.tile),
-        splits: Some(plan.splits),
-        ..Default::default()
-    };
-    with_overrides(overrides, || match call.in_dtype {
-        DType::F16 => gemm::gemm_f16(gpu, &call.a, &call.b, &mut call.c.clone()),
-        _ => gemm::gemm_bf16(gpu, &call.a, &call.b, &mut call.c.clone()),
-    })
-    .map(|_| ())
+/// plan's tile and split-K factor, through a handle with those options made when the plan
+/// changes rather than per timed launch (the timer always passes the same `gpu`).
+fn launcher() -> impl FnMut(&Gpu, &Plan, &GemmCall<'_>) -> Result<()> {
+    let mut forced: Option<(LaunchOptions, Gpu)> = None;
+    move |gpu, plan, call| {
+        let options = LaunchOptions {
+            tile: Some(plan.tile),
+            splits: Some(plan.splits),
+            ..Default::default()
+        };
+        let gpu = match &mut forced {
+            Some((o, g)) if *o == options => &*g,
+            slot => &slot.insert((options, gpu.with_options(options))).1,
+        };
+        match call.in_dtype {
+            DType::F16 => gemm::gemm_f16(gpu, &call.a, &call.b, &mut call.c.clone()),
+            _ => gemm::gemm_bf16(gpu, &call.a, &call.b, &mut call.c.clone()),
+        }
+        .map(drop)
+    }
 }
 
 fn dtype() -> std::result::Result<DType, String> {
@@ -143,7 +151,7 @@ fn main() -> ExitCode {
         gpu.props().compute_capability,
         gpu.props().sm_count
     );
-    let mut timer = DeviceTimer::new(&gpu, launch);
+    let mut timer = DeviceTimer::new(&gpu, launcher());
     // Fail fast when the launcher cannot run at all, before spending minutes on the sweep.
     let probe = Problem::gemm(256, 256, 256, dtype);
     let first = match planner.plan(&probe) {

@@ -13,13 +13,11 @@
 use rand::{RngExt, SeedableRng};
 
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::{
-    Overrides, last_entry, last_finish_dependent, last_residual_with_tma, last_stored_with_tma,
-    last_tail_splits, with_overrides,
-};
 use fused_gemm::host::graph::Graph;
-use fused_gemm::host::{Error, Gpu, Result, Tensor};
-use fused_gemm::kernels::hopper;
+use fused_gemm::host::module::Arch;
+use fused_gemm::host::{Error, Gpu, LaunchOptions, LaunchReport, Result, Tensor};
+use fused_gemm::kernels::{blocks, gemm, hopper, stages};
+use fused_gemm_bench::ours::describe;
 
 /// One rotating set of operands.
 struct Set {
@@ -73,25 +71,26 @@ struct Timed {
 }
 
 /// Captures enough launches of `launch` for about 4 ms of work (`est_ms` each, 4 to 200) into
-/// a graph, after three untimed warm-up launches.
+/// a graph, after three untimed warm-up launches. Returns it with what the last launch ran.
 fn capture(
     gpu: &Gpu,
     est_ms: f64,
-    mut launch: impl FnMut(&Gpu, usize) -> Result<()>,
-) -> Result<Timed> {
-    for i in 0..3 {
-        launch(gpu, i)?;
+    mut launch: impl FnMut(&Gpu, usize) -> Result<LaunchReport>,
+) -> Result<(Timed, LaunchReport)> {
+    let mut report = launch(gpu, 0)?;
+    for i in 1..3 {
+        report = launch(gpu, i)?;
     }
     gpu.synchronize()?;
     let reps = ((4.0 / est_ms.max(1e-3)).ceil() as usize).clamp(4, 200);
     let graph = gpu.capture(|g| {
         for i in 0..reps {
-            launch(g, i)?;
+            report = launch(g, i)?;
         }
         Ok(())
     })?;
     graph.upload()?;
-    Ok(Timed { graph, reps })
+    Ok((Timed { graph, reps }, report))
 }
 
 /// Rounds of [`time_interleaved`] that count.
@@ -123,39 +122,40 @@ const STAGE_KERNELS: &[&str] = &[
     "[bias, residual, layer_norm]",
 ];
 
+/// Launches the kernel of `which` (one of [`STAGE_KERNELS`]) on `s`.
 fn launch_stage(
     g: &Gpu,
     which: &str,
     s: &mut Set,
     col_scale: &Tensor,
     half: &mut Tensor,
-) -> Result<()> {
+) -> Result<LaunchReport> {
     match which {
-        "[]" => hopper::h_gemm_bf16(g, &s.a, &s.b, &mut s.c),
-        "[bias]" => hopper::h_bias_bf16(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[]" => gemm::gemm_bf16(g, &s.a, &s.b, &mut s.c),
+        "[bias]" => stages::stage_bias(g, &s.a, &s.b, &mut s.c, &s.bias),
         "[scale(col), gelu_tanh]" => {
             hopper::h_colscale_gelu_tanh(g, &s.a, &s.b, &mut s.c, col_scale)
         }
-        "[bias, gelu_tanh]" => hopper::h_bias_gelu_tanh(g, &s.a, &s.b, &mut s.c, &s.bias),
-        "[bias, gelu]" => hopper::h_bias_gelu(g, &s.a, &s.b, &mut s.c, &s.bias),
-        "[residual, silu]" => {
-            let r = &s.residual;
-            hopper::h_residual_silu(g, &s.a, &s.b, &mut s.c, r)
-        }
-        "[swiglu]" => hopper::h_swiglu(g, &s.a, &s.b, half),
-        "[bias, residual, layer_norm]" => {
-            let r = &s.residual;
-            hopper::h_bias_residual_layer_norm(
-                g, &s.a, &s.b, &mut s.c, &s.bias, r, &s.gamma, &s.beta,
-            )
-        }
+        "[bias, gelu_tanh]" => blocks::ffn_up_bias_gelu_tanh(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[bias, gelu]" => blocks::ffn_up_bias_gelu(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[residual, silu]" => hopper::h_residual_silu(g, &s.a, &s.b, &mut s.c, &s.residual),
+        "[swiglu]" => blocks::mlp_up_swiglu(g, &s.a, &s.b, half),
+        "[bias, residual, layer_norm]" => blocks::proj_bias_residual_layer_norm(
+            g,
+            &s.a,
+            &s.b,
+            &mut s.c,
+            &s.bias,
+            &s.residual,
+            &s.gamma,
+            &s.beta,
+        ),
         other => Err(Error::invalid(
             "stage kernel",
             "one of STAGE_KERNELS",
             other,
         )),
     }
-    .map(|_| ())
 }
 
 /// Times every epilogue of [`STAGE_KERNELS`] on the same shapes (launcher's tile choice),
@@ -176,44 +176,41 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
         let est_ms = 2.0 * (m * n * k) as f64 / 600e12 * 1e3;
         if once {
             for &which in STAGE_KERNELS {
-                launch_stage(gpu, which, &mut sets[0], &col_scale, &mut half)?;
+                let report = launch_stage(gpu, which, &mut sets[0], &col_scale, &mut half)?;
                 gpu.synchronize()?;
-                println!(
-                    "{m}x{n}x{k} {which}: launched once ({})",
-                    last_entry().unwrap_or("?")
-                );
+                println!("{m}x{n}x{k} {which}: launched once ({})", describe(&report));
             }
             continue;
         }
         // Each epilogue as the launcher plans it (C stored with TMA where it can, the last
         // partial round of ping-pong tiles split along K where the model says so, a norm's
         // finishing kernel after the GEMM), then with one of those choices changed: per-thread
-        // stores (`Overrides::direct_store`), the last round whole (`Overrides::tail_splits =
-        // Some(1)`), the residual loaded per thread with C still stored with TMA
-        // (`Overrides::global_residual`), the finishing kernel launched as the GEMM's
-        // programmatic dependent (`Overrides::dependent_finish`).
+        // stores (`LaunchOptions::direct_store`), the last round whole
+        // (`LaunchOptions::tail_splits = Some(1)`), the residual loaded per thread with C still
+        // stored with TMA (`LaunchOptions::global_residual`), the finishing kernel launched as
+        // the GEMM's programmatic dependent (`LaunchOptions::dependent_finish`).
         let mut graphs = Vec::new();
         let mut kernels = Vec::new();
         for &which in STAGE_KERNELS {
             let mut variants = vec![
-                Overrides::default(),
-                Overrides {
+                LaunchOptions::default(),
+                LaunchOptions {
                     direct_store: true,
                     ..Default::default()
                 },
-                Overrides {
+                LaunchOptions {
                     tail_splits: Some(1),
                     ..Default::default()
                 },
             ];
             if which.contains("residual") {
-                variants.push(Overrides {
+                variants.push(LaunchOptions {
                     global_residual: true,
                     ..Default::default()
                 });
             }
             if which.contains("norm") {
-                variants.push(Overrides {
+                variants.push(LaunchOptions {
                     dependent_finish: true,
                     ..Default::default()
                 });
@@ -223,31 +220,30 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
             let mut planned = None;
             let mut dependent = false;
             for &o in &variants {
-                graphs.push(with_overrides(o, || {
-                    capture(gpu, est_ms, |g, i| {
-                        launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
-                    })
-                })?);
-                planned.get_or_insert((
-                    last_entry().unwrap_or("?"),
-                    last_stored_with_tma(),
-                    last_residual_with_tma(),
-                    last_tail_splits(),
-                ));
-                dependent |= o.dependent_finish && last_finish_dependent();
+                let (timed, report) = capture(&gpu.with_options(o), est_ms, |g, i| {
+                    launch_stage(g, which, &mut sets[i % nsets], &col_scale, &mut half)
+                })?;
+                graphs.push(timed);
+                dependent |= o.dependent_finish && report.finish_dependent;
+                planned.get_or_insert(report);
             }
-            let (entry, tma, tma_residual, pieces) = planned.expect("at least one variant");
-            kernels.push((which, variants, entry, tma, tma_residual, pieces, dependent));
+            let planned = planned.expect("at least one variant");
+            kernels.push((which, variants, planned, dependent));
         }
         let ms = time_interleaved(gpu, &graphs.iter().collect::<Vec<_>>())?;
         let mut at = 0;
-        for (which, variants, entry, tma, tma_residual, pieces, dependent) in kernels {
+        for (which, variants, planned, dependent) in kernels {
+            let pieces = planned.tail_splits();
             let ms = &ms[at..at + variants.len()];
             at += variants.len();
             let mut notes = vec![format!(
                 "direct stores {:.4} ms{}",
                 ms[1],
-                if tma { "" } else { "; no TMA store here" }
+                if planned.tma_store {
+                    ""
+                } else {
+                    "; no TMA store here"
+                }
             )];
             notes.push(if pieces > 1 {
                 format!("last round in {pieces} K pieces, whole {:.4} ms", ms[2])
@@ -258,7 +254,7 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                 if o.global_residual {
                     notes.push(format!(
                         "residual loaded per thread {t:.4} ms{}",
-                        if tma_residual {
+                        if planned.tma_residual {
                             ""
                         } else {
                             ", no TMA residual here"
@@ -277,10 +273,11 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
                 }
             }
             println!(
-                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  ({})  {entry}",
+                "{m:>5}x{n:>5}x{k:>5} {which:<26} {:.4} ms  {:.0} TF/s  ({})  {}",
                 ms[0],
                 2.0 * (m * n * k) as f64 / (ms[0] * 1e-3) / 1e12,
                 notes.join("; "),
+                describe(&planned),
             );
         }
     }
@@ -293,7 +290,7 @@ fn main() -> std::process::ExitCode {
         // The launcher's own plan, even under FUSED_GEMM_AUTOTUNE=1.
         gpu.set_autotuner(None);
         let arch = gpu.module_arch(&fused_gemm::ptx::BUILTIN)?;
-        if arch != "sm_90a" {
+        if arch != Arch::Sm90a {
             return Err(Error::LaunchLimit(format!(
                 "stage costs need an H100/H200 (sm_90a module); this device loads {arch}"
             )));

@@ -1,5 +1,6 @@
 //! Times the plain bf16 GEMM with every compiled tile shape on a few large shapes, to choose the
-//! default tile set and calibrate the planner: prints ms and TFLOP/s per (shape, tile).
+//! default tile set and calibrate the planner: prints ms and TFLOP/s per (shape, tile). On an
+//! H100/H200 that includes the TMA + `wgmma` tiles of the sm_90a module.
 //!
 //! ```text
 //! cargo run --release -p fused-gemm-bench --bin tile_probe
@@ -8,14 +9,14 @@
 use std::process::ExitCode;
 
 use fused_gemm::device::gemm::TileShape;
+use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::{GemmKernelSpec, Overrides, with_overrides};
-use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::host::gemm::GemmKernelSpec;
+use fused_gemm::host::{Gpu, LaunchOptions, LaunchReport, Result, Tensor};
 use fused_gemm::kernels::gemm;
 use rand::{RngExt, SeedableRng};
 
-type Launch =
-    fn(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<fused_gemm::host::plan::Plan>>;
+type Launch = fn(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<LaunchReport>;
 
 fn main() -> ExitCode {
     let gpu = match Gpu::new(0) {
@@ -47,8 +48,8 @@ fn main() -> ExitCode {
     ];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     println!(
-        "{:<22} {:<26} {:>9} {:>9}",
-        "M×N×K", "tile (BM×BN×BK warps stages)", "ms", "TFLOP/s"
+        "{:<22} {:<38} {:>9} {:>9}",
+        "M×N×K", "tile (BM×BN×BK warps stages mainloop)", "ms", "TFLOP/s"
     );
     for &(m, n, k) in shapes {
         let a_host: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
@@ -58,32 +59,32 @@ fn main() -> ExitCode {
             let b = Tensor::from_f32(&gpu, n, k, DType::Bf16, &b_host)?;
             let mut c = Tensor::zeros(&gpu, m, n, DType::Bf16)?;
             for (spec, launch) in &kernels {
-                let tiles: Vec<TileShape> = spec
+                // The 16-byte variants of the mainloops in the module this device loads.
+                let arch = gpu.module_arch(spec.ptx)?;
+                let tiles: Vec<(TileShape, Mainloop)> = spec
                     .variants
                     .iter()
-                    .filter(|v| v.vec)
-                    .map(|v| v.tile)
+                    .filter(|v| v.vec && arch.has(v.mainloop))
+                    .map(|v| (v.tile, v.mainloop))
                     .collect();
-                for t in tiles {
-                    let o = Overrides {
+                for (t, mainloop) in tiles {
+                    let forced = gpu.with_options(LaunchOptions {
                         tile: Some(t),
                         splits: Some(1),
                         ..Default::default()
-                    };
-                    let ms = with_overrides(o, || {
-                        gpu.time_ms(3, 15, |g| launch(g, &a, &b, &mut c).map(|_| ()))
                     });
+                    let ms = forced.time_ms(3, 15, |g| launch(g, &a, &b, &mut c).map(drop));
                     let shape = format!("{m}×{n}×{k}");
                     let tile = format!(
-                        "{}×{}×{} {}x{} s{}",
+                        "{}×{}×{} {}x{} s{} {mainloop}",
                         t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages
                     );
                     match ms {
                         Ok(ms) => println!(
-                            "{shape:<22} {tile:<26} {ms:>9.4} {:>9.1}",
+                            "{shape:<22} {tile:<38} {ms:>9.4} {:>9.1}",
                             2.0 * (m * n * k) as f64 / (ms as f64 * 1e-3) / 1e12
                         ),
-                        Err(e) => println!("{shape:<22} {tile:<26} error: {e}"),
+                        Err(e) => println!("{shape:<22} {tile:<38} error: {e}"),
                     }
                 }
             }

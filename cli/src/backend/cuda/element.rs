@@ -11,10 +11,9 @@
 use fused_gemm::bert::BertElement;
 use fused_gemm::host::cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use fused_gemm::host::gemm::MatRef;
-use fused_gemm::host::plan::Plan;
 use fused_gemm::host::tensor::HostElement;
-use fused_gemm::host::{Gpu, Result};
-use fused_gemm::kernels::{blocks, hopper, stages};
+use fused_gemm::host::{Gpu, LaunchReport, Result};
+use fused_gemm::kernels::{blocks, stages};
 
 use crate::backend::Dtype;
 
@@ -23,8 +22,8 @@ pub type Mat<'a, T> = MatRef<'a, T>;
 
 /// A storage dtype of the CUDA backend with its fused GEMMs.
 ///
-/// Each launcher validates its operands (shapes, dtypes, alignment) and returns the plan that
-/// ran (tile, split-K), or `None` when M or N is 0.
+/// Each launcher validates its operands (shapes, dtypes, alignment) and reports what ran
+/// (mainloop, plan: tile, split-K), with no plan when M or N is 0.
 pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
     /// The CLI's name for the dtype.
     const CLI_DTYPE: Dtype;
@@ -39,7 +38,7 @@ pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
         b: &Mat<'_, Self>,
         c: &mut Mat<'_, Self>,
         bias: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>>;
+    ) -> Result<LaunchReport>;
 
     /// `c = GELU(a·bᵀ + bias)`, erf GELU (BERT's `"gelu"`; FFN up).
     ///
@@ -51,7 +50,7 @@ pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
         b: &Mat<'_, Self>,
         c: &mut Mat<'_, Self>,
         bias: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>>;
+    ) -> Result<LaunchReport>;
 
     /// `c = LayerNorm(a·bᵀ + bias + residual)·γ + β` with ε = 1e-12 (BERT's; attention output
     /// projection and FFN down).
@@ -68,17 +67,16 @@ pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
         residual: &Mat<'_, Self>,
         gamma: &CudaSlice<Self>,
         beta: &CudaSlice<Self>,
-    ) -> Result<Option<Plan>>;
+    ) -> Result<LaunchReport>;
 }
 
 /// The LayerNorm ε compiled into [`GpuElement::gemm_bias_residual_layer_norm`]'s kernels.
 pub const LAYER_NORM_EPS: f32 = 1e-12;
 
-// On an H100/H200 the `arch = sm_90` twins (TMA + wgmma where the launcher prefers it); the
-// sm_80 kernels elsewhere, where the twins are not compiled.
+// One kernel per epilogue: on an H100/H200 its launcher takes the TMA + `wgmma` variants of
+// the sm_90a module where it can, the `mma.sync` ones elsewhere.
 macro_rules! gpu_element {
-    ($t:ty, $dtype:expr, bias: $hb:path | $b:path, bias_gelu: $hg:path | $g:path,
-     layer_norm: $hl:path | $l:path) => {
+    ($t:ty, $dtype:expr, bias: $b:path, bias_gelu: $g:path, layer_norm: $l:path) => {
         impl GpuElement for $t {
             const CLI_DTYPE: Dtype = $dtype;
 
@@ -88,12 +86,8 @@ macro_rules! gpu_element {
                 b: &Mat<'_, Self>,
                 c: &mut Mat<'_, Self>,
                 bias: &CudaSlice<Self>,
-            ) -> Result<Option<Plan>> {
-                if hopper::on_hopper(gpu) {
-                    $hb(gpu, a, b, c, bias)
-                } else {
-                    $b(gpu, a, b, c, bias)
-                }
+            ) -> Result<LaunchReport> {
+                $b(gpu, a, b, c, bias)
             }
 
             fn gemm_bias_gelu(
@@ -102,12 +96,8 @@ macro_rules! gpu_element {
                 b: &Mat<'_, Self>,
                 c: &mut Mat<'_, Self>,
                 bias: &CudaSlice<Self>,
-            ) -> Result<Option<Plan>> {
-                if hopper::on_hopper(gpu) {
-                    $hg(gpu, a, b, c, bias)
-                } else {
-                    $g(gpu, a, b, c, bias)
-                }
+            ) -> Result<LaunchReport> {
+                $g(gpu, a, b, c, bias)
             }
 
             fn gemm_bias_residual_layer_norm(
@@ -119,22 +109,18 @@ macro_rules! gpu_element {
                 residual: &Mat<'_, Self>,
                 gamma: &CudaSlice<Self>,
                 beta: &CudaSlice<Self>,
-            ) -> Result<Option<Plan>> {
-                if hopper::on_hopper(gpu) {
-                    $hl(gpu, a, b, c, bias, residual, gamma, beta)
-                } else {
-                    $l(gpu, a, b, c, bias, residual, gamma, beta)
-                }
+            ) -> Result<LaunchReport> {
+                $l(gpu, a, b, c, bias, residual, gamma, beta)
             }
         }
     };
 }
 
 gpu_element!(half::f16, Dtype::F16,
-    bias: hopper::h_bias_f16 | blocks::bias_f16,
-    bias_gelu: hopper::h_bias_gelu_f16 | blocks::ffn_up_bias_gelu_f16,
-    layer_norm: hopper::h_bias_residual_layer_norm_f16 | blocks::proj_bias_residual_layer_norm_f16);
+    bias: blocks::bias_f16,
+    bias_gelu: blocks::ffn_up_bias_gelu_f16,
+    layer_norm: blocks::proj_bias_residual_layer_norm_f16);
 gpu_element!(half::bf16, Dtype::Bf16,
-    bias: hopper::h_bias_bf16 | stages::stage_bias,
-    bias_gelu: hopper::h_bias_gelu | blocks::ffn_up_bias_gelu,
-    layer_norm: hopper::h_bias_residual_layer_norm | blocks::proj_bias_residual_layer_norm);
+    bias: stages::stage_bias,
+    bias_gelu: blocks::ffn_up_bias_gelu,
+    layer_norm: blocks::proj_bias_residual_layer_norm);

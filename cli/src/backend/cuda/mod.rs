@@ -40,12 +40,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fused_gemm::bert::{self, EmbeddingWeights as DeviceTables, SeqBatch};
-use fused_gemm::host::Gpu;
 use fused_gemm::host::cudarc::driver::sys::CUevent_flags;
 use fused_gemm::host::cudarc::driver::{CudaEvent, CudaSlice};
 use fused_gemm::host::gemm::MatRef;
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::plan::{NormPath, Plan};
+use fused_gemm::host::{Gpu, LaunchReport};
 
 use crate::backend::{Activations, Backend, Dtype, Stage, Timings, encode, forward};
 use crate::config::{Activation, MiniLmConfig};
@@ -471,8 +471,8 @@ impl<T: GpuElement> CudaBackend<T> {
         std::mem::take(&mut self.plans)
     }
 
-    fn note(&mut self, stage: Stage, plan: Option<Plan>) {
-        if let Some(p) = plan {
+    fn note(&mut self, stage: Stage, report: LaunchReport) {
+        if let Some(p) = report.plan {
             self.watch.note(&p);
             if self.plans.len() < 4096 {
                 self.plans.push((stage, p));
@@ -743,14 +743,14 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         let l = self.layer(layer)?;
         x.expect(x.rows, self.config.hidden_size, "QKV input")?;
         qkv.expect(x.rows, self.heads.qkv_width(), "QKV output")?;
-        let plan = T::gemm_bias(
+        let report = T::gemm_bias(
             &self.gpu,
             &x.mat()?,
             &l.qkv.weight.mat()?,
             &mut qkv.mat()?,
             &l.qkv.bias,
         )?;
-        self.note(Stage::QkvProjection, plan);
+        self.note(Stage::QkvProjection, report);
         Ok(())
     }
 
@@ -790,7 +790,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         )?;
         residual.expect(m, d, "attention residual")?;
         out.expect(m, d, "attention output projection output")?;
-        let plan = T::gemm_bias_residual_layer_norm(
+        let report = T::gemm_bias_residual_layer_norm(
             &self.gpu,
             &ctx.mat()?,
             &l.attn_out.weight.mat()?,
@@ -800,7 +800,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
             &l.attn_norm.gamma,
             &l.attn_norm.beta,
         )?;
-        self.note(Stage::AttnOutResidualLayerNorm, plan);
+        self.note(Stage::AttnOutResidualLayerNorm, report);
         Ok(())
     }
 
@@ -813,14 +813,14 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         let l = self.layer(layer)?;
         h.expect(h.rows, self.config.hidden_size, "FFN input")?;
         mid.expect(h.rows, self.config.intermediate_size, "FFN inner")?;
-        let plan = T::gemm_bias_gelu(
+        let report = T::gemm_bias_gelu(
             &self.gpu,
             &h.mat()?,
             &l.ffn_up.weight.mat()?,
             &mut mid.mat()?,
             &l.ffn_up.bias,
         )?;
-        self.note(Stage::FfnUpGelu, plan);
+        self.note(Stage::FfnUpGelu, report);
         Ok(())
     }
 
@@ -836,7 +836,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         mid.expect(m, self.config.intermediate_size, "FFN inner")?;
         residual.expect(m, d, "FFN residual")?;
         out.expect(m, d, "FFN output")?;
-        let plan = T::gemm_bias_residual_layer_norm(
+        let report = T::gemm_bias_residual_layer_norm(
             &self.gpu,
             &mid.mat()?,
             &l.ffn_down.weight.mat()?,
@@ -846,7 +846,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
             &l.ffn_norm.gamma,
             &l.ffn_norm.beta,
         )?;
-        self.note(Stage::FfnDownResidualLayerNorm, plan);
+        self.note(Stage::FfnDownResidualLayerNorm, report);
         Ok(())
     }
 
