@@ -8,10 +8,12 @@
 //! `tol·(rms(ref) + |ref|)`): bf16 inputs 1e-2, f16 inputs 2e-3.
 
 use fused_gemm::device::gemm::TileShape;
+use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
+use fused_gemm::host::LaunchReport;
 use fused_gemm::host::cudarc::driver::CudaSlice;
-use fused_gemm::host::gemm::{Overrides, RopeArgs, with_overrides};
-use fused_gemm::host::plan::Plan;
+use fused_gemm::host::gemm::RopeArgs;
+use fused_gemm::host::launch::LaunchOptions;
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, round_slice,
 };
@@ -129,7 +131,7 @@ fn case(
     b_col: bool,
     stages: Vec<RefStage>,
     c_in: Option<&Dev>,
-    launch: impl FnOnce(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>>,
+    launch: impl FnOnce(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<LaunchReport>,
 ) -> f64 {
     let a = fx.random(m, k, input, 1.0);
     let b = if b_col {
@@ -145,13 +147,14 @@ fn case(
         }
         None => fx.poisoned(m, width, output),
     };
-    let plan = launch(&fx.gpu, &a.t, &b.t, &mut c)
+    let report = launch(&fx.gpu, &a.t, &b.t, &mut c)
         .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}: launch failed: {e}"));
     let got = fx.get(&c);
     let acc = gemm64(m, n, k, &a.v, &b.v, b_col);
     let want = apply_stages(m, n, &acc, &stages, c_in.map(|c| c.v.as_slice())).unwrap();
     let close = compare(&got, &want, threshold(input));
-    let p = plan
+    let p = report
+        .plan
         .map(|p| {
             format!(
                 "tile {}x{}x{} splits {}",
@@ -719,6 +722,52 @@ fn residual_aliasing_the_output() {
     println!("residual overlapping C by one row: {e}");
 }
 
+/// The launch path looks up no function by name once warm: a launcher resolves each entry point
+/// on its first launch on a device and indexes it afterwards. 1000 more launches of the same
+/// shape leave `Gpu::name_lookups` where the first left it, and the last output is still
+/// right (bf16 bias + erf GELU, 256×512×256, aligned operands).
+#[test]
+fn launches_look_up_no_function_by_name() {
+    let Some(mut fx) = Fx::new("launches_look_up_no_function_by_name") else {
+        return;
+    };
+    let (m, n, k) = (256, 512, 256);
+    let a = fx.random(m, k, DType::Bf16, 1.0);
+    let b = fx.random(n, k, DType::Bf16, 1.0);
+    let bias = vecf(&mut fx, n, DType::Bf16);
+    let mut c = fx.poisoned(m, n, DType::Bf16);
+    let first = blocks::ffn_up_bias_gelu(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap();
+    let entry = first.entry.expect("a non-empty problem launches");
+    let warm = fx.gpu.name_lookups();
+    assert!(warm > 0, "the first launch looks {entry} up by name");
+    for i in 0..1000 {
+        let r = blocks::ffn_up_bias_gelu(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap();
+        assert_eq!(r.entry, Some(entry), "launch {i} ran another variant");
+    }
+    fx.gpu.synchronize().unwrap();
+    assert_eq!(
+        fx.gpu.name_lookups(),
+        warm,
+        "1000 warm launches of {entry} looked functions up by name"
+    );
+    let acc = gemm64(m, n, k, &a.v, &b.v, true);
+    let want = apply_stages(
+        m,
+        n,
+        &acc,
+        &[RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+        None,
+    )
+    .unwrap();
+    assert_close(
+        &fx.get(&c),
+        &want,
+        threshold(DType::Bf16),
+        "bias+gelu after 1001 launches",
+    );
+    println!("{entry}: {warm} lookups by name, none in 1000 more launches");
+}
+
 /// Split-K runs the epilogue once, after the whole reduction (bias and activation applied to
 /// each partial sum would count the bias per split and apply the nonlinearity to parts), and
 /// gives the same result as no split.
@@ -735,16 +784,15 @@ fn split_k_applies_the_epilogue_once() {
     let bias = fx.upload(1, n, DType::Bf16, vec![0.1; n]);
     for splits in [1, 2, 4] {
         let mut c = fx.poisoned(m, n, DType::Bf16);
-        let plan = with_overrides(
-            Overrides {
-                tile: Some(tile),
-                splits: Some(splits),
-                ..Default::default()
-            },
-            || stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
-        )
-        .unwrap()
-        .unwrap();
+        let g = fx.gpu.with_options(LaunchOptions {
+            tile: Some(tile),
+            splits: Some(splits),
+            ..Default::default()
+        });
+        let plan = stages::stage_bias(&g, &a.t, &b.t, &mut c, &bias.t)
+            .unwrap()
+            .plan
+            .unwrap();
         assert_eq!(plan.splits, splits);
         let got = fx.get(&c);
         assert!(
@@ -767,16 +815,15 @@ fn split_k_applies_the_epilogue_once() {
     let bias = fx.upload(1, 1, DType::F32, vec![0.5]);
     for splits in [2, 1] {
         let mut c = fx.poisoned(1, 1, DType::F32);
-        let o = Overrides {
+        let o = LaunchOptions {
             tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
             splits: Some(splits),
             ..Default::default()
         };
-        let plan = with_overrides(o, || {
-            blocks::bias_gelu_f16_f32(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
-        })
-        .unwrap()
-        .unwrap();
+        let plan = blocks::bias_gelu_f16_f32(&fx.gpu.with_options(o), &a.t, &b.t, &mut c, &bias.t)
+            .unwrap()
+            .plan
+            .unwrap();
         assert_eq!(plan.splits, splits);
         let got = fx.get(&c)[0];
         println!("split-K {splits}: (+3) + (−3) + 0.5 → GELU = {got}");
@@ -790,15 +837,12 @@ fn split_k_applies_the_epilogue_once() {
     let mut outs = Vec::new();
     for splits in [1, 3, 8] {
         let mut c = fx.poisoned(m, n, DType::Bf16);
-        with_overrides(
-            Overrides {
-                tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
-                splits: Some(splits),
-                ..Default::default()
-            },
-            || blocks::ffn_up_bias_gelu(&fx.gpu, &a.t, &b.t, &mut c, &bias.t),
-        )
-        .unwrap();
+        let g = fx.gpu.with_options(LaunchOptions {
+            tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+            splits: Some(splits),
+            ..Default::default()
+        });
+        blocks::ffn_up_bias_gelu(&g, &a.t, &b.t, &mut c, &bias.t).unwrap();
         outs.push(fx.get(&c));
     }
     let acc = gemm64(m, n, k, &a.v, &b.v, true);
@@ -842,14 +886,13 @@ impl SplitCase {
 
     /// Launches on `g` into `c`, split `splits` ways along K (so using the workspace).
     fn launch(&self, g: &Gpu, c: &mut Tensor, splits: u32) -> Result<()> {
-        let o = Overrides {
+        let o = LaunchOptions {
             tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
             splits: Some(splits),
             ..Default::default()
         };
-        with_overrides(o, || {
-            blocks::ffn_up_bias_gelu(g, &self.a.t, &self.b.t, c, &self.bias.t).map(|_| ())
-        })
+        blocks::ffn_up_bias_gelu(&g.with_options(o), &self.a.t, &self.b.t, c, &self.bias.t)
+            .map(|_| ())
     }
 
     /// The f64 reference.
@@ -907,15 +950,12 @@ fn graphs_survive_workspace_growth() {
     let b2 = fx.random(big.1, big.2, DType::Bf16, 1.0);
     let bias2 = vecf(&mut fx, big.1, DType::Bf16);
     let mut c2 = fx.poisoned(big.0, big.1, DType::Bf16);
-    let o = Overrides {
+    let o = LaunchOptions {
         tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
         splits: Some(8),
         ..Default::default()
     };
-    with_overrides(o, || {
-        blocks::ffn_up_bias_gelu(&fx.gpu, &a2.t, &b2.t, &mut c2, &bias2.t)
-    })
-    .unwrap();
+    blocks::ffn_up_bias_gelu(&fx.gpu.with_options(o), &a2.t, &b2.t, &mut c2, &bias2.t).unwrap();
     {
         let ws = fx.gpu.workspace().lock().unwrap();
         println!("after growth: {ws:?}");
@@ -1064,9 +1104,18 @@ fn misaligned_operands_take_the_scalar_path() {
     let a_view = a_buf.t.slice(0..1, 1..k + 1).unwrap();
     let bias_view = bias_buf.t.slice(0..1, 1..n + 1).unwrap();
     let mut c = fx.poisoned(m, n, DType::F16);
-    let plan = blocks::bias_f16(&fx.gpu, &a_view, &b.t, &mut c, &bias_view)
-        .unwrap()
-        .unwrap();
+    let report = blocks::bias_f16(&fx.gpu, &a_view, &b.t, &mut c, &bias_view).unwrap();
+    let plan = report.plan.unwrap();
+    let entry = report.entry.expect("a non-empty problem launches");
+    let variant = blocks::BIAS_F16
+        .variants
+        .iter()
+        .find(|v| v.entry == entry)
+        .unwrap_or_else(|| panic!("{entry} is not a variant of bias_f16"));
+    assert!(
+        !variant.vec && variant.mainloop == Mainloop::Sm80,
+        "misaligned operands ran {entry}"
+    );
     let got = fx.get(&c);
     let a: Vec<f64> = a_buf.v[1..].to_vec();
     let acc = gemm64(m, n, k, &a, &b.v, true);
@@ -1110,23 +1159,19 @@ fn row_norm_extremes() {
         let r = fx.upload(m, n, DType::Bf16, res);
         for tile in [None, Some(TileShape::new(64, 64, 64, 2, 2, 4))] {
             let mut c = fx.poisoned(m, n, DType::Bf16);
-            with_overrides(
-                Overrides {
-                    tile,
-                    ..Default::default()
-                },
-                || {
-                    blocks::proj_bias_residual_layer_norm(
-                        &fx.gpu,
-                        &a.t,
-                        &b.t,
-                        &mut c,
-                        &zero_bias.t,
-                        &r.t,
-                        &gamma.t,
-                        &beta.t,
-                    )
-                },
+            let g = fx.gpu.with_options(LaunchOptions {
+                tile,
+                ..Default::default()
+            });
+            blocks::proj_bias_residual_layer_norm(
+                &g,
+                &a.t,
+                &b.t,
+                &mut c,
+                &zero_bias.t,
+                &r.t,
+                &gamma.t,
+                &beta.t,
             )
             .unwrap();
             let got = fx.get(&c);
@@ -1171,19 +1216,13 @@ fn row_norm_extremes() {
     let g1 = fx.upload(1, n, DType::F16, vec![1.0; n]);
     let b0 = fx.upload(1, n, DType::F16, vec![0.0; n]);
     let mut c = fx.poisoned(1, n, DType::F16);
-    with_overrides(
-        Overrides {
-            tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
-            splits: None,
-            ..Default::default()
-        },
-        || {
-            blocks::proj_bias_residual_layer_norm_f16(
-                &fx.gpu, &a0.t, &bf.t, &mut c, &b0.t, &xi.t, &g1.t, &b0.t,
-            )
-        },
-    )
-    .unwrap();
+    let g = fx.gpu.with_options(LaunchOptions {
+        tile: Some(TileShape::new(64, 64, 64, 2, 2, 4)),
+        splits: None,
+        ..Default::default()
+    });
+    blocks::proj_bias_residual_layer_norm_f16(&g, &a0.t, &bf.t, &mut c, &b0.t, &xi.t, &g1.t, &b0.t)
+        .unwrap();
     let got = fx.get(&c);
     let want = apply_stages(
         1,
@@ -1459,13 +1498,13 @@ fn tiles_of_64_and_96_kb_of_shared_memory_launch() {
             vec![],
             None,
             |g, a, b, c| {
-                let o = Overrides {
+                let o = LaunchOptions {
                     tile: Some(tile),
                     ..Default::default()
                 };
-                let plan = with_overrides(o, || gemm::gemm_bf16(g, a, b, c))?;
-                used.set(plan.as_ref().map(|p| p.tile));
-                Ok(plan)
+                let report = gemm::gemm_bf16(&g.with_options(o), a, b, c)?;
+                used.set(report.tile());
+                Ok(report)
             },
         );
         assert_eq!(used.get(), Some(tile), "the forced tile over {kb} KB ran");
@@ -1536,6 +1575,7 @@ fn degenerate_and_bad_shapes() {
     assert!(
         stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
             .unwrap()
+            .entry
             .is_none(),
         "M = 0 is a no-op"
     );

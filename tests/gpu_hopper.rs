@@ -20,19 +20,20 @@
 use fused_gemm::device::copy::tma::swizzle_128b_offset;
 use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
+use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
-use fused_gemm::host::autotune::{Autotuner, Mainloop};
-use fused_gemm::host::gemm::{
-    NormExchange, Overrides, RopeArgs, last_entry, last_finish_dependent, last_residual_with_tma,
-    last_stored_with_tma, with_overrides,
-};
-use fused_gemm::host::plan::{NormPath, Plan};
+use fused_gemm::host::autotune::{self, Autotuner};
+use fused_gemm::host::gemm::RopeArgs;
+use fused_gemm::host::launch::{LaunchOptions, LaunchReport, NormExchange};
+use fused_gemm::host::module::Arch;
+use fused_gemm::host::plan::NormPath;
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,
 };
 use fused_gemm::host::testing::{Tolerance, assert_close, compare, gpu_or_skip, rng};
-use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::host::{Error, Gpu, Result, Tensor};
 use fused_gemm::kernels::hopper::{self, probe};
+use fused_gemm::kernels::{blocks, gemm};
 use rand::RngExt;
 use rand::rngs::StdRng;
 
@@ -51,8 +52,9 @@ struct Fx {
     hopper: bool,
     /// The row-statistics exchange [`case`] asks for.
     norm_exchange: NormExchange,
-    /// Whether [`case`] asks for a `residual` read from global memory (`Overrides::global_residual`)
-    /// and for C stored per thread (`Overrides::direct_store`).
+    /// Whether [`case`] asks for a `residual` read from global memory
+    /// (`LaunchOptions::global_residual`) and for C stored per thread
+    /// (`LaunchOptions::direct_store`).
     global_residual: bool,
     direct_store: bool,
 }
@@ -67,7 +69,7 @@ impl Fx {
     fn new(test: &str) -> Option<Fx> {
         let gpu = gpu_or_skip(test)?;
         let arch = gpu.module_arch(&fused_gemm::ptx::BUILTIN).unwrap();
-        let hopper = arch == "sm_90a";
+        let hopper = arch == Arch::Sm90a;
         if !hopper {
             eprintln!("{test}: device loads the {arch} module, not sm_90a: Hopper checks skipped");
         }
@@ -174,7 +176,8 @@ fn describe_mismatch(got: &[f64], want: &[f64], rows: usize, cols: usize, tol: f
 
 /// One case: random A (M×K) and B (N×K), C poisoned (or `c_in`), the launcher, the reference
 /// stages. `tile`: force that Hopper tile (and require the Hopper path), or `None` to let the
-/// launcher decide; `hopper` says whether the Hopper path must (or must not) have run.
+/// launcher decide; `hopper` says whether the Hopper path must (or must not) have run. Returns
+/// the launch's report.
 #[allow(clippy::too_many_arguments)]
 fn case(
     fx: &mut Fx,
@@ -186,8 +189,8 @@ fn case(
     c_in: Option<&Dev>,
     tile: Option<TileShape>,
     hopper: Option<bool>,
-    launch: impl FnOnce(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>>,
-) -> f64 {
+    launch: impl FnOnce(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<LaunchReport>,
+) -> LaunchReport {
     let a = fx.random(m, k, input, 1.0);
     let b = fx.random(n, k, input, 1.0);
     let width = output_width(n, &stages);
@@ -198,16 +201,16 @@ fn case(
         }
         None => fx.poisoned(m, width, output),
     };
-    let o = Overrides {
+    let o = LaunchOptions {
         tile,
         norm_exchange: fx.norm_exchange,
         global_residual: fx.global_residual,
         direct_store: fx.direct_store,
         ..Default::default()
     };
-    let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
+    let report = launch(&fx.gpu.with_options(o), &a.t, &b.t, &mut c)
         .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}: launch failed: {e}"));
-    let entry = last_entry().unwrap_or("?");
+    let entry = report.entry.unwrap_or("?");
     // A kernel fault (a trapped barrier wait, an illegal address) surfaces here.
     let got: Vec<f64> = c
         .download_f32(&fx.gpu)
@@ -230,7 +233,8 @@ fn case(
         Tolerance::rel(threshold(input)).with_floor(tiny),
     );
     let err = close.frobenius;
-    let p = plan
+    let p = report
+        .plan
         .map(|p| {
             format!(
                 "tile {}x{} w{} s{} grid {}",
@@ -238,11 +242,7 @@ fn case(
             )
         })
         .unwrap_or_default();
-    let path = if entry.contains("__sm90tma_") {
-        "sm90"
-    } else {
-        "sm80"
-    };
+    let path = report.mainloop.map_or("none", Mainloop::name);
     println!(
         "{label:<28} {m:>5}x{n:>5}x{k:>5} {:>4}->{:<4} {path} rel err {err:.2e} worst element {:.2} of its bound  [{p}]",
         input.name(),
@@ -256,13 +256,14 @@ fn case(
     );
     if let Some(h) = hopper {
         assert_eq!(
-            path == "sm90",
+            report.on_sm90(),
             h,
-            "{label} {m}x{n}x{k}: expected the {} path, ran {entry}",
-            if h { "Hopper" } else { "sm_80" }
+            "{label} {m}x{n}x{k}: expected the {} path, ran {entry} ({})",
+            if h { "Hopper" } else { "sm_80" },
+            report.why
         );
     }
-    err
+    report
 }
 
 /// Awkward shapes (one element, sizes one off the tile multiples, BERT-like projections,
@@ -467,7 +468,7 @@ fn t3_plain_gemm_on_every_tile_and_dtype() {
             None,
             tile,
             path,
-            hopper::h_gemm_bf16,
+            gemm::gemm_bf16,
         );
         let (tile, path) = route(&fx, i + 1, s.2);
         case(
@@ -480,7 +481,7 @@ fn t3_plain_gemm_on_every_tile_and_dtype() {
             None,
             tile,
             path,
-            hopper::h_gemm_f16,
+            gemm::gemm_f16,
         );
         let (tile, path) = route(&fx, i + 2, s.2);
         case(
@@ -493,7 +494,7 @@ fn t3_plain_gemm_on_every_tile_and_dtype() {
             None,
             tile,
             path,
-            hopper::h_gemm_bf16_f32,
+            gemm::gemm_bf16_f32,
         );
     }
 }
@@ -520,7 +521,7 @@ fn t4_persistent_ring_wraps_over_many_tiles_per_cta() {
                 None,
                 Some(t),
                 Some(true),
-                hopper::h_gemm_bf16,
+                gemm::gemm_bf16,
             );
         }
     }
@@ -532,98 +533,119 @@ fn t5_every_stage_family() {
         return;
     };
     let bf = DType::Bf16;
+    // The `hopper::h_*` kernels are compiled for Hopper only (`arch = sm_90`): elsewhere they
+    // do not exist, and only the built-in kernels (every GPU) run here.
+    if !fx.hopper {
+        let (a, b) = (fx.random(8, 64, bf, 1.0), fx.random(8, 64, bf, 1.0));
+        let mut c = fx.poisoned(8, 8, bf);
+        let e = hopper::h_sigmoid_accumulate(&fx.gpu, &a.t, &b.t, &mut c)
+            .expect_err("a Hopper-only kernel on another GPU");
+        assert!(matches!(e, Error::KernelNotFound { .. }), "{e}");
+    }
     for (i, &(m, n, k)) in SHAPES.iter().enumerate() {
         let s = (m, n, k);
         let (tile, path) = route(&fx, i, k);
         let bias = fx.random(1, n, bf, 1.0);
-        case(
-            &mut fx,
-            "scale(alpha)+bias+relu",
-            s,
-            bf,
-            bf,
-            vec![
-                RefStage::Scale(-0.75),
-                RefStage::BiasCol(bias.v.clone()),
-                RefStage::Relu,
-            ],
-            None,
-            tile,
-            path,
-            |g, a, b, c| hopper::h_scale_bias_relu(g, a, b, c, -0.75, &bias.t),
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "scale(alpha)+bias+relu",
+                s,
+                bf,
+                bf,
+                vec![
+                    RefStage::Scale(-0.75),
+                    RefStage::BiasCol(bias.v.clone()),
+                    RefStage::Relu,
+                ],
+                None,
+                tile,
+                path,
+                |g, a, b, c| hopper::h_scale_bias_relu(g, a, b, c, -0.75, &bias.t),
+            );
+        }
         let (rs, rb) = (fx.random(1, m, DType::F32, 1.0), fx.random(1, m, bf, 1.0));
-        case(
-            &mut fx,
-            "scale(row)+bias(row)+gelu",
-            s,
-            bf,
-            bf,
-            vec![
-                RefStage::ScaleRow(rs.v.clone()),
-                RefStage::BiasRow(rb.v.clone()),
-                RefStage::Gelu,
-            ],
-            None,
-            tile,
-            path,
-            |g, a, b, c| hopper::h_rowscale_rowbias_gelu(g, a, b, c, &rs.t, &rb.t),
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "scale(row)+bias(row)+gelu",
+                s,
+                bf,
+                bf,
+                vec![
+                    RefStage::ScaleRow(rs.v.clone()),
+                    RefStage::BiasRow(rb.v.clone()),
+                    RefStage::Gelu,
+                ],
+                None,
+                tile,
+                path,
+                |g, a, b, c| hopper::h_rowscale_rowbias_gelu(g, a, b, c, &rs.t, &rb.t),
+            );
+        }
         let cs = fx.random(1, n, DType::F32, 1.0);
-        case(
-            &mut fx,
-            "scale(col)+gelu_tanh",
-            s,
-            bf,
-            bf,
-            vec![RefStage::ScaleCol(cs.v.clone()), RefStage::GeluTanh],
-            None,
-            tile,
-            path,
-            |g, a, b, c| hopper::h_colscale_gelu_tanh(g, a, b, c, &cs.t),
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "scale(col)+gelu_tanh",
+                s,
+                bf,
+                bf,
+                vec![RefStage::ScaleCol(cs.v.clone()), RefStage::GeluTanh],
+                None,
+                tile,
+                path,
+                |g, a, b, c| hopper::h_colscale_gelu_tanh(g, a, b, c, &cs.t),
+            );
+        }
         let r = fx.random(m, n, bf, 1.0);
-        case(
-            &mut fx,
-            "residual+silu",
-            s,
-            bf,
-            bf,
-            vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
-            None,
-            tile,
-            path,
-            |g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t),
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "residual+silu",
+                s,
+                bf,
+                bf,
+                vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
+                None,
+                tile,
+                path,
+                |g, a, b, c| hopper::h_residual_silu(g, a, b, c, &r.t),
+            );
+        }
         let c0 = fx.random(m, n, bf, 1.0);
-        case(
-            &mut fx,
-            "sigmoid+accumulate",
-            s,
-            bf,
-            bf,
-            vec![RefStage::Sigmoid, RefStage::Accumulate],
-            Some(&c0),
-            tile,
-            path,
-            hopper::h_sigmoid_accumulate,
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "sigmoid+accumulate",
+                s,
+                bf,
+                bf,
+                vec![RefStage::Sigmoid, RefStage::Accumulate],
+                Some(&c0),
+                tile,
+                path,
+                hopper::h_sigmoid_accumulate,
+            );
+        }
         let gamma = fx.random(1, n, bf, 1.0);
-        case(
-            &mut fx,
-            "rms_norm",
-            s,
-            bf,
-            bf,
-            vec![RefStage::RmsNorm {
-                gamma: gamma.v.clone(),
-                eps: 1e-6,
-            }],
-            None,
-            tile,
-            path,
-            |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "rms_norm",
+                s,
+                bf,
+                bf,
+                vec![RefStage::RmsNorm {
+                    gamma: gamma.v.clone(),
+                    eps: 1e-6,
+                }],
+                None,
+                tile,
+                path,
+                |g, a, b, c| hopper::h_rms_norm(g, a, b, c, &gamma.t),
+            );
+        }
         let (r, beta) = (fx.random(m, n, bf, 1.0), fx.random(1, n, bf, 1.0));
         case(
             &mut fx,
@@ -644,7 +666,7 @@ fn t5_every_stage_family() {
             tile,
             path,
             |g, a, b, c| {
-                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
+                blocks::proj_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
             },
         );
         let ne = n + n % 2;
@@ -658,20 +680,22 @@ fn t5_every_stage_family() {
             None,
             tile,
             path,
-            hopper::h_swiglu,
+            blocks::mlp_up_swiglu,
         );
-        case(
-            &mut fx,
-            "geglu f16",
-            (m, ne, k),
-            DType::F16,
-            DType::F16,
-            vec![RefStage::GeGlu(PairLayout::Interleaved)],
-            None,
-            tile,
-            path,
-            hopper::h_geglu_f16,
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "geglu f16",
+                (m, ne, k),
+                DType::F16,
+                DType::F16,
+                vec![RefStage::GeGlu(PairLayout::Interleaved)],
+                None,
+                tile,
+                path,
+                hopper::h_geglu_f16,
+            );
+        }
         let head_dim = if n % 64 == 0 { 64 } else { ne };
         let seq_len = m.clamp(1, 128);
         let rope = RopeArgs {
@@ -698,20 +722,22 @@ fn t5_every_stage_family() {
             None,
             tile,
             path,
-            |g, a, b, c| hopper::h_rope(g, a, b, c, rope),
+            |g, a, b, c| blocks::qk_proj_rope(g, a, b, c, rope),
         );
-        case(
-            &mut fx,
-            "user fn+cast(f16)",
-            s,
-            bf,
-            DType::F32,
-            vec![RefStage::User(|x| x * x + 1.0), RefStage::Cast(DType::F16)],
-            None,
-            tile,
-            path,
-            hopper::h_user_cast,
-        );
+        if fx.hopper {
+            case(
+                &mut fx,
+                "user fn+cast(f16)",
+                s,
+                bf,
+                DType::F32,
+                vec![RefStage::User(|x| x * x + 1.0), RefStage::Cast(DType::F16)],
+                None,
+                tile,
+                path,
+                hopper::h_user_cast,
+            );
+        }
     }
 }
 
@@ -742,13 +768,13 @@ fn t6_row_norms_in_the_epilogue_and_through_partials() {
 }
 
 /// `layer_norm(A·B + bias + R)` (bf16, R ×4) with `tile` forced and the Hopper path required,
-/// against f64 ([`case`]); returns the plan that ran.
+/// against f64 ([`case`]); returns the launch's report.
 fn bias_residual_layer_norm_case(
     fx: &mut Fx,
     label: &str,
     (m, n, k): (usize, usize, usize),
     tile: TileShape,
-) -> Plan {
+) -> LaunchReport {
     let bf = DType::Bf16;
     let (bias, gamma, beta, r) = (
         fx.random(1, n, bf, 1.0),
@@ -756,7 +782,6 @@ fn bias_residual_layer_norm_case(
         fx.random(1, n, bf, 1.0),
         fx.random(m, n, bf, 4.0),
     );
-    let seen = std::cell::Cell::new(None);
     case(
         fx,
         label,
@@ -776,13 +801,9 @@ fn bias_residual_layer_norm_case(
         Some(tile),
         Some(true),
         |g, a, b, c| {
-            let p =
-                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)?;
-            seen.set(p);
-            Ok(p)
+            blocks::proj_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
         },
-    );
-    seen.get().expect("the Hopper path returns its plan")
+    )
 }
 
 #[test]
@@ -803,7 +824,7 @@ fn t7_launcher_choice_and_fallback() {
         None,
         None,
         Some(hopper_path),
-        hopper::h_gemm_bf16,
+        gemm::gemm_bf16,
     );
     // A misaligned operand (A one element into each row of a wider buffer: 2-byte aligned,
     // odd leading dimension) falls back to the sm_80 path and is still right.
@@ -815,14 +836,18 @@ fn t7_launcher_choice_and_fallback() {
         .collect();
     let b = fx.random(n, k, bf, 1.0);
     let mut c = fx.poisoned(m, n, bf);
-    hopper::h_gemm_bf16(&fx.gpu, &a, &b.t, &mut c).unwrap();
-    let entry = last_entry().unwrap_or("?");
+    let report = gemm::gemm_bf16(&fx.gpu, &a, &b.t, &mut c).unwrap();
+    let entry = report.entry.unwrap_or("?");
     let got = fx.get(&c);
     let want = gemm64(m, n, k, &av, &b.v);
     let close = compare(&got, &want, threshold(bf));
-    println!("misaligned A {m}x{n}x{k}: {entry}, {close}");
-    assert!(
-        !entry.contains("__sm90tma_"),
+    println!(
+        "misaligned A {m}x{n}x{k}: {entry} ({}), {close}",
+        report.why
+    );
+    assert_eq!(
+        report.mainloop,
+        Some(Mainloop::Sm80),
         "TMA cannot read A; ran {entry}"
     );
     assert!(
@@ -881,13 +906,14 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
                 let label = format!(
                     "norm {exchange:?} (residual and C per thread: {per_thread}): b+res+LN"
                 );
-                let plan = bias_residual_layer_norm_case(&mut fx, &label, (m, n, k), tile);
+                let report = bias_residual_layer_norm_case(&mut fx, &label, (m, n, k), tile);
+                let plan = report.plan.expect("a non-empty problem has a plan");
                 assert_eq!(plan.norm, want, "{m}x{n}x{k} on {tile:?}");
                 // TMA needs 16-byte row strides (one row has none).
                 if ctas <= 8 {
                     let tma = !per_thread && (n % 8 == 0 || m == 1);
                     assert_eq!(
-                        (last_residual_with_tma(), last_stored_with_tma()),
+                        (report.tma_residual, report.tma_store),
                         (tma, tma),
                         "{label} {m}x{n}x{k} on {tile:?}: residual's and C's tensor maps"
                     );
@@ -935,25 +961,24 @@ fn constant_rows_give_beta(fx: &mut Fx) {
                 res[130 * n + 1000] = f64::NAN;
                 let r = fx.upload(m, n, bf, res);
                 let mut c = fx.poisoned(m, n, bf);
-                let o = Overrides {
+                let o = LaunchOptions {
                     tile: Some(tile),
                     norm_exchange: exchange,
                     ..Default::default()
                 };
-                let plan = with_overrides(o, || {
-                    hopper::h_bias_residual_layer_norm(
-                        &fx.gpu,
-                        &a.t,
-                        &b.t,
-                        &mut c,
-                        &zero_bias.t,
-                        &r.t,
-                        &gamma.t,
-                        &beta.t,
-                    )
-                })
-                .unwrap()
-                .expect("Hopper path");
+                let report = blocks::proj_bias_residual_layer_norm(
+                    &fx.gpu.with_options(o),
+                    &a.t,
+                    &b.t,
+                    &mut c,
+                    &zero_bias.t,
+                    &r.t,
+                    &gamma.t,
+                    &beta.t,
+                )
+                .unwrap();
+                assert!(report.on_sm90(), "Hopper path: {report:?}");
+                let plan = report.plan.expect("Hopper path");
                 let ctas = (n as u32).div_ceil(tile.bn);
                 let want = match exchange {
                     NormExchange::Global => NormPath::GlobalExchange { ctas },
@@ -980,7 +1005,7 @@ fn constant_rows_give_beta(fx: &mut Fx) {
 
 /// A launcher of [`t9_tma_store_epilogue_matches_direct_stores`] and
 /// [`t10_split_tail_matches_the_whole_last_round`]: runs one kernel into C.
-type Launch<'a> = Box<dyn Fn(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<Option<Plan>> + 'a>;
+type Launch<'a> = Box<dyn Fn(&Gpu, &Tensor, &Tensor, &mut Tensor) -> Result<LaunchReport> + 'a>;
 
 /// Random bf16 epilogue operands of an M×N output: column bias, LayerNorm γ and β, and an
 /// M×N residual (×2).
@@ -1013,7 +1038,7 @@ impl EpilogueOperands {
             r,
         } = self;
         let mut k: Vec<(&'static str, Vec<RefStage>, Launch<'_>)> = vec![
-            ("gemm", vec![], Box::new(hopper::h_gemm_bf16)),
+            ("gemm", vec![], Box::new(gemm::gemm_bf16)),
             (
                 "residual+silu",
                 vec![RefStage::Residual(r.v.clone()), RefStage::Silu],
@@ -1022,14 +1047,14 @@ impl EpilogueOperands {
             (
                 "bias+gelu_tanh",
                 vec![RefStage::BiasCol(bias.v.clone()), RefStage::GeluTanh],
-                Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias.t)),
+                Box::new(|g, a, b, c| blocks::ffn_up_bias_gelu_tanh(g, a, b, c, &bias.t)),
             ),
         ];
         if erf {
             k.push((
                 "bias+gelu (erf)",
                 vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
-                Box::new(|g, a, b, c| hopper::h_bias_gelu(g, a, b, c, &bias.t)),
+                Box::new(|g, a, b, c| blocks::ffn_up_bias_gelu(g, a, b, c, &bias.t)),
             ));
         }
         k.push((
@@ -1044,7 +1069,7 @@ impl EpilogueOperands {
                 },
             ],
             Box::new(|g, a, b, c| {
-                hopper::h_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
+                blocks::proj_bias_residual_layer_norm(g, a, b, c, &bias.t, &r.t, &gamma.t, &beta.t)
             }),
         ));
         k
@@ -1100,16 +1125,17 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                         continue;
                     }
                     let mut c = fx.poisoned(m, n, bf);
-                    let o = Overrides {
+                    let o = LaunchOptions {
                         tile: Some(tile),
                         direct_store: direct,
                         global_residual,
                         ..Default::default()
                     };
-                    let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
-                        .unwrap_or_else(|e| panic!("{what}: {e}"))
-                        .expect("Hopper path");
-                    let staged = last_stored_with_tma();
+                    let report = launch(&fx.gpu.with_options(o), &a.t, &b.t, &mut c)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert!(report.on_sm90(), "{what}: Hopper path: {report:?}");
+                    let plan = report.plan.expect("Hopper path");
+                    let staged = report.tma_store;
                     // TMA stores need a 16-byte row stride. Row-norm groups stage C in their
                     // ring and take the residual by TMA there even when C is stored per thread.
                     let aligned = (2 * n) % 16 == 0;
@@ -1123,7 +1149,7 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
                         "{what} (direct override {direct}): {plan:?}"
                     );
                     assert_eq!(
-                        last_residual_with_tma(),
+                        report.tma_residual,
                         (staged || (group && aligned)) && has_residual && !global_residual,
                         "{what} (direct {direct}, global residual {global_residual}): {plan:?}"
                     );
@@ -1187,14 +1213,16 @@ fn t10_split_tail_matches_the_whole_last_round() {
             let want = apply_stages(m, n, &acc, &stages, None).unwrap();
             let run = |pieces: u32| {
                 let mut c = fx.poisoned(m, n, bf);
-                let o = Overrides {
+                let o = LaunchOptions {
                     tile: Some(tile),
                     tail_splits: Some(pieces),
                     ..Default::default()
                 };
-                let plan = with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
-                    .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}, {pieces} pieces: {e}"))
-                    .expect("Hopper path");
+                let report = launch(&fx.gpu.with_options(o), &a.t, &b.t, &mut c)
+                    .unwrap_or_else(|e| panic!("{label} {m}x{n}x{k}, {pieces} pieces: {e}"));
+                assert!(report.on_sm90(), "{label}: Hopper path: {report:?}");
+                let plan = report.plan.expect("Hopper path");
+                assert_eq!(report.tail_splits(), plan.tail_splits, "{label}");
                 (plan, fx.get(&c))
             };
             let (whole_plan, whole) = run(1);
@@ -1258,7 +1286,7 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
     if !fx.hopper {
         return;
     }
-    // Launched as the GEMM's programmatic dependent (`Overrides::dependent_finish`, sm_90), the
+    // Launched as the GEMM's programmatic dependent (`LaunchOptions::dependent_finish`, sm_90), the
     // norm's finishing kernel's CTAs may start while the GEMM still writes C (poisoned with NaN
     // before each launch) and the row statistics, and must wait for it. The serial launch
     // against f64 at an awkward shape; then, also on a GEMM long enough for the finishing CTAs
@@ -1280,21 +1308,23 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
             .into_iter()
             .find(|k| k.0.contains("layer_norm"))
             .expect("the LayerNorm kernel");
-        let launch =
-            |g: &Gpu, c: &mut Tensor| ln(g, &a.t, &b.t, c).map(|p| p.expect("Hopper path"));
+        let launch = |g: &Gpu, c: &mut Tensor| {
+            ln(g, &a.t, &b.t, c).inspect(|r| assert!(r.on_sm90(), "Hopper path: {r:?}"))
+        };
         let run = |dependent: bool| {
             let mut c = fx.poisoned(m, n, bf);
-            let o = Overrides {
+            let o = LaunchOptions {
                 tile: Some(tile),
                 dependent_finish: dependent,
                 ..Default::default()
             };
-            let plan = with_overrides(o, || launch(&fx.gpu, &mut c)).unwrap();
+            let report = launch(&fx.gpu.with_options(o), &mut c).unwrap();
+            let plan = report.plan.expect("Hopper path");
             assert!(
                 matches!(plan.norm, NormPath::Partials { .. }),
                 "{m}x{n}x{k}: no finishing kernel: {plan:?}"
             );
-            assert_eq!(last_finish_dependent(), dependent, "{m}x{n}x{k}");
+            assert_eq!(report.finish_dependent, dependent, "{m}x{n}x{k}");
             fx.get(&c)
         };
         let serial = run(false);
@@ -1323,15 +1353,22 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
             same(&run(true), &format!("dependent launch {i}"));
         }
         let mut c = fx.poisoned(m, n, bf);
-        let o = Overrides {
+        let o = LaunchOptions {
             tile: Some(tile),
             dependent_finish: true,
             ..Default::default()
         };
-        let graph =
-            with_overrides(o, || fx.gpu.capture(|g| launch(g, &mut c).map(|_| ()))).unwrap();
+        let mut captured = None;
+        let graph = fx
+            .gpu
+            .with_options(o)
+            .capture(|g| {
+                captured = Some(launch(g, &mut c)?);
+                Ok(())
+            })
+            .unwrap();
         assert!(
-            last_finish_dependent(),
+            captured.is_some_and(|r| r.finish_dependent),
             "{m}x{n}x{k}: the captured finish is not dependent"
         );
         for i in 0..3 {
@@ -1379,7 +1416,7 @@ fn t12_bias_from_the_tiles_shared_memory_copy() {
                         (
                             "bias+gelu_tanh",
                             vec![RefStage::BiasCol(bv.clone()), RefStage::GeluTanh],
-                            Box::new(|g, a, b, c| hopper::h_bias_gelu_tanh(g, a, b, c, &bias)),
+                            Box::new(|g, a, b, c| blocks::ffn_up_bias_gelu_tanh(g, a, b, c, &bias)),
                         ),
                         (
                             "scale(alpha)+bias+relu",
@@ -1398,12 +1435,12 @@ fn t12_bias_from_the_tiles_shared_memory_copy() {
                         (
                             "bias (f16)",
                             vec![RefStage::BiasCol(bv.clone())],
-                            Box::new(|g, a, b, c| hopper::h_bias_f16(g, a, b, c, &bias)),
+                            Box::new(|g, a, b, c| blocks::bias_f16(g, a, b, c, &bias)),
                         ),
                         (
                             "bias+gelu (f16)",
                             vec![RefStage::BiasCol(bv.clone()), RefStage::Gelu],
-                            Box::new(|g, a, b, c| hopper::h_bias_gelu_f16(g, a, b, c, &bias)),
+                            Box::new(|g, a, b, c| blocks::ffn_up_bias_gelu_f16(g, a, b, c, &bias)),
                         ),
                     ]
                 };
@@ -1415,21 +1452,15 @@ fn t12_bias_from_the_tiles_shared_memory_copy() {
                             tile.bm, tile.bn, tile.warps_m
                         );
                         let mut c = fx.poisoned(m, n, dt);
-                        let o = Overrides {
+                        let o = LaunchOptions {
                             tile: Some(tile),
                             direct_store: direct,
                             ..Default::default()
                         };
-                        with_overrides(o, || launch(&fx.gpu, &a.t, &b.t, &mut c))
-                            .unwrap_or_else(|e| panic!("{what}: {e}"))
-                            .expect("Hopper path");
-                        let entry = last_entry().unwrap_or("?");
-                        assert!(entry.contains("__sm90tma_"), "{what}: ran {entry}");
-                        assert_eq!(
-                            last_stored_with_tma(),
-                            !direct && (2 * n) % 16 == 0,
-                            "{what}"
-                        );
+                        let report = launch(&fx.gpu.with_options(o), &a.t, &b.t, &mut c)
+                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert!(report.on_sm90(), "{what}: ran {:?}", report.entry);
+                        assert_eq!(report.tma_store, !direct && (2 * n) % 16 == 0, "{what}");
                         let got = fx.get(&c);
                         let close = compare(&got, &want, threshold(dt));
                         assert!(
@@ -1489,28 +1520,22 @@ fn t13_staged_c_copied_out_by_threads_into_a_strided_view() {
                 let want = apply_stages(m, n, &acc, &stages, None).unwrap();
                 let (rows, ld) = (m + 2, n + 3);
                 let mut buf = fx.poisoned(rows, ld, bf);
-                let o = Overrides {
+                let o = LaunchOptions {
                     tile: Some(tile),
                     ..Default::default()
                 };
-                {
+                let report = {
                     let mut c = buf.slice_mut(1..m + 1, 1..n + 1).unwrap();
-                    let g = &fx.gpu;
-                    let run = || match label {
-                        "gemm" => hopper::h_gemm_bf16(g, &a.t, &b.t, &mut c),
+                    let g = &fx.gpu.with_options(o);
+                    match label {
+                        "gemm" => gemm::gemm_bf16(g, &a.t, &b.t, &mut c),
                         "residual+silu" => hopper::h_residual_silu(g, &a.t, &b.t, &mut c, &ops.r.t),
-                        _ => hopper::h_bias_gelu_tanh(g, &a.t, &b.t, &mut c, &ops.bias.t),
-                    };
-                    with_overrides(o, run)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"))
-                        .expect("Hopper path");
-                }
-                let entry = last_entry().unwrap_or("?");
-                assert!(entry.contains("__sm90tma_"), "{what}: ran {entry}");
-                assert!(
-                    !last_stored_with_tma(),
-                    "{what}: TMA cannot store this view"
-                );
+                        _ => blocks::ffn_up_bias_gelu_tanh(g, &a.t, &b.t, &mut c, &ops.bias.t),
+                    }
+                    .unwrap_or_else(|e| panic!("{what}: {e}"))
+                };
+                assert!(report.on_sm90(), "{what}: ran {:?}", report.entry);
+                assert!(!report.tma_store, "{what}: TMA cannot store this view");
                 let all = fx.get(&buf);
                 let mut got = Vec::with_capacity(m * n);
                 for r in 0..rows {
@@ -1565,8 +1590,7 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
             None,
             Some(true),
             hopper::h_sigmoid_accumulate,
-        );
-        last_entry().unwrap_or("?").to_string()
+        )
     };
     let first = accumulate(&mut fx, "sigmoid+accumulate (tuning)");
     let tuner = fx.gpu.set_autotuner(None).expect("set above");
@@ -1577,32 +1601,50 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     println!("tuned: {} -> {:?} {:.4} ms", e.key, e.tile, e.measured_ms);
     assert_eq!(
         (e.key.mainloop, e.key.kernel.as_str(), e.tuned_on),
-        (Mainloop::Sm90, "h_sigmoid_accumulate", (2048, 2048, 2048))
+        (
+            autotune::Mainloop::Sm90,
+            "h_sigmoid_accumulate",
+            (2048, 2048, 2048)
+        )
     );
     assert!(e.measured_ms > 0.0 && e.measured_ms < 10.0, "{e:?}");
     assert!(e.timed.len() >= 2, "{e:?}");
     assert!(e.timed.iter().any(|(t, _)| *t == e.tile), "{e:?}");
     println!("timed: {:?}", e.timed);
     let (bm, bn, bk, wm, wn, st) = e.tile;
-    assert!(TILES_SM90.contains(&TileShape::new(bm, bn, bk, wm, wn, st)));
-    let tag = format!("_t{bm}x{bn}x{bk}_w{wm}x{wn}_s{st}_");
-    assert!(first.contains(&tag), "launched {first}, cached {tag}");
+    let cached = TileShape::new(bm, bn, bk, wm, wn, st);
+    assert!(TILES_SM90.contains(&cached));
+    assert_eq!(
+        first.tile(),
+        Some(cached),
+        "launched {:?}, cached {cached:?}",
+        first.entry
+    );
 
     fx.gpu.set_autotuner(Some(Autotuner::new(&dir)));
     let again = accumulate(&mut fx, "sigmoid+accumulate (cached)");
-    assert!(again.contains(&tag), "launched {again}, cached {tag}");
+    assert_eq!(
+        again.tile(),
+        Some(cached),
+        "launched {:?}, cached {cached:?}",
+        again.entry
+    );
 
     // Another kernel, captured: the model's tile, nothing timed or recorded.
     let (m, n, k) = (2048, 2048, 2048);
     let a = fx.random(m, k, bf, 1.0);
     let b = fx.random(n, k, bf, 1.0);
     let mut c = fx.poisoned(m, n, bf);
+    let mut captured = None;
     let graph = fx
         .gpu
-        .capture(|g| hopper::h_gemm_bf16(g, &a.t, &b.t, &mut c).map(|_| ()))
+        .capture(|g| {
+            captured = Some(gemm::gemm_bf16(g, &a.t, &b.t, &mut c)?);
+            Ok(())
+        })
         .expect("capture with an autotuner and nothing cached");
-    let captured = last_entry().unwrap_or("?");
-    assert!(captured.contains("__sm90tma_"), "captured {captured}");
+    let captured = captured.expect("the capture launched");
+    assert!(captured.on_sm90(), "captured {:?}", captured.entry);
     graph.replay().unwrap();
     assert_close(
         &fx.get(&c),
@@ -1617,4 +1659,47 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
         "the cached launch and the capture recorded nothing"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A built-in kernel declared without `arch` (`blocks::ffn_up_bias_gelu`, bf16, B stored N×K)
+/// has TMA + `wgmma` variants in the sm_90a module, and on an H100/H200 the launcher takes them
+/// by itself for an aligned 512×768×256 problem; the output matches the f64 reference.
+#[test]
+fn t15_built_in_kernels_without_arch_run_the_hopper_mainloop() {
+    let Some(mut fx) = Fx::new("built_in_kernels_without_arch_run_the_hopper_mainloop") else {
+        return;
+    };
+    if !fx.hopper {
+        return;
+    }
+    assert_eq!(fx.gpu.props().compute_capability, 90);
+    let bf = DType::Bf16;
+    let (m, n, k) = (512, 768, 256);
+    let bias = fx.random(1, n, bf, 1.0);
+    let report = case(
+        &mut fx,
+        "ffn_up_bias_gelu (no arch)",
+        (m, n, k),
+        bf,
+        bf,
+        vec![RefStage::BiasCol(bias.v.clone()), RefStage::Gelu],
+        None,
+        None,
+        Some(true),
+        |g, a, b, c| blocks::ffn_up_bias_gelu(g, a, b, c, &bias.t),
+    );
+    assert!(report.on_sm90(), "{report:?}");
+    assert!(
+        matches!(report.mainloop, Some(Mainloop::Sm90Tma { .. })),
+        "ran {:?}: {}",
+        report.mainloop,
+        report.why
+    );
+    let tile = report.tile().expect("a plan");
+    assert!(TILES_SM90.contains(&tile), "{tile:?} is not a Hopper tile");
+    println!(
+        "ffn_up_bias_gelu {m}x{n}x{k}: {} ({})",
+        report.entry.unwrap_or("?"),
+        report.why
+    );
 }

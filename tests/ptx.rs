@@ -8,6 +8,12 @@
 //! ptxas comes from the PyPI wheel `nvidia-cuda-nvcc==13.0.88` (CUDA 13.0, as on the GPU hosts);
 //! `scripts/setup.sh` installs it under `.tools/`, where `build.rs` finds it.
 
+use fused_gemm::device::target::Mainloop;
+use fused_gemm::host::module::Arch;
+
+/// The archs of the built-in modules (`fused_gemm::ptx::BUILTIN`).
+const ARCHS: [Arch; 2] = [Arch::Sm80, Arch::Sm90a];
+
 /// Per-kernel resources parsed from `ptxas -v`.
 #[derive(Debug, Default)]
 struct KernelInfo {
@@ -66,21 +72,59 @@ fn ptxas_log(arch: &str) -> String {
     log
 }
 
+/// The PTX text of every built-in module (unpacked from the embedded images once per test
+/// process), newest arch first.
+fn builtin_ptx() -> &'static [(Arch, String)] {
+    static PTX: std::sync::OnceLock<Vec<(Arch, String)>> = std::sync::OnceLock::new();
+    PTX.get_or_init(|| {
+        let set = &fused_gemm::ptx::BUILTIN;
+        let archs: Vec<Arch> = set.modules.iter().map(|m| m.arch).collect();
+        assert_eq!(archs, [Arch::Sm90a, Arch::Sm80], "the built-in modules");
+        set.modules
+            .iter()
+            .map(|m| {
+                let text = m
+                    .ptx_text(set.crate_name)
+                    .unwrap_or_else(|e| panic!("the embedded {} PTX: {e}", m.arch));
+                assert!(
+                    !text.is_empty(),
+                    "{} has no {} PTX (built with FUSED_GEMM_SKIP_PTX?)",
+                    set.crate_name,
+                    m.arch
+                );
+                (m.arch, text)
+            })
+            .collect()
+    })
+}
+
+/// The PTX text of the built-in `arch` module.
+fn module_ptx(arch: Arch) -> &'static str {
+    builtin_ptx()
+        .iter()
+        .find(|(a, _)| *a == arch)
+        .map(|(_, text)| text.as_str())
+        .unwrap_or_else(|| panic!("no built-in {arch} module"))
+}
+
+/// The entry points of one module's PTX.
+fn entry_names(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines()
+        .filter_map(|l| l.strip_prefix(".visible .entry "))
+        .map(|l| l.split('(').next().unwrap_or("").trim())
+}
+
 /// Every built-in module's kernels with their resources, from [`ptxas_log`]; read once per test
 /// process and printed as one table.
-fn builtin_infos() -> &'static [(String, KernelInfo)] {
-    static INFOS: std::sync::OnceLock<Vec<(String, KernelInfo)>> = std::sync::OnceLock::new();
+fn builtin_infos() -> &'static [(Arch, KernelInfo)] {
+    static INFOS: std::sync::OnceLock<Vec<(Arch, KernelInfo)>> = std::sync::OnceLock::new();
     INFOS.get_or_init(|| {
         let set = &fused_gemm::ptx::BUILTIN;
-        assert!(
-            !set.modules.is_empty(),
-            "{} has no PTX (built with FUSED_GEMM_SKIP_PTX?)",
-            set.crate_name
-        );
         let mut all = Vec::new();
         for m in set.modules {
+            let ptx = module_ptx(m.arch);
             assert!(
-                m.ptx.contains(&format!(".target {}", m.arch)),
+                ptx.contains(&format!(".target {}", m.arch.name())),
                 "{} module is not {} PTX",
                 set.crate_name,
                 m.arch
@@ -90,15 +134,24 @@ fn builtin_infos() -> &'static [(String, KernelInfo)] {
                 "the embedded {} cubin is empty",
                 m.arch
             );
-            let kernels = parse_ptxas(&ptxas_log(m.arch));
-            let entries = m.ptx.lines().filter(|l| l.contains(".entry ")).count();
+            let cubin = m
+                .cubin
+                .bytes(set.crate_name, m.arch.name())
+                .unwrap_or_else(|e| panic!("the embedded {} cubin: {e}", m.arch));
+            assert!(
+                cubin.starts_with(b"\x7fELF"),
+                "the embedded {} cubin does not unpack to an ELF image",
+                m.arch
+            );
+            let kernels = parse_ptxas(&ptxas_log(m.arch.name()));
+            let entries = ptx.lines().filter(|l| l.contains(".entry ")).count();
             assert!(
                 kernels.len() == entries,
                 "ptxas reported {} kernels of the {} module, which has {entries} entry points",
                 kernels.len(),
                 m.arch
             );
-            all.extend(kernels.into_iter().map(|k| (m.arch.to_owned(), k)));
+            all.extend(kernels.into_iter().map(|k| (m.arch, k)));
         }
         println!(
             "{:<8} {:<60} {:>5} {:>6} {:>7} {:>7} {:>7}",
@@ -106,8 +159,14 @@ fn builtin_infos() -> &'static [(String, KernelInfo)] {
         );
         for (arch, k) in &all {
             println!(
-                "{arch:<8} {:<60} {:>5} {:>6} {:>7} {:>7} {:>7}",
-                k.name, k.registers, k.stack, k.spill_stores, k.spill_loads, k.smem
+                "{:<8} {:<60} {:>5} {:>6} {:>7} {:>7} {:>7}",
+                arch.name(),
+                k.name,
+                k.registers,
+                k.stack,
+                k.spill_stores,
+                k.spill_loads,
+                k.smem
             );
         }
         all
@@ -130,9 +189,9 @@ fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
     .iter()
     .chain(fused_gemm::kernels::bert::ATTENTION)
     {
-        for arch in ["sm_80", "sm_90", "sm_90a"] {
+        for arch in ARCHS {
             assert!(
-                infos.iter().any(|(a, k)| a == arch && k.name == name),
+                infos.iter().any(|(a, k)| *a == arch && k.name == name),
                 "{name} missing from the {arch} PTX"
             );
         }
@@ -145,11 +204,7 @@ fn builtin_ptx_is_accepted_by_ptxas_for_every_arch() {
 /// C7517: waits it had to insert) and no ignored `setmaxnreg` (C7508).
 #[test]
 fn hopper_entry_points_issue_wgmma_without_spills() {
-    let module = fused_gemm::ptx::BUILTIN
-        .modules
-        .iter()
-        .find(|m| m.arch == "sm_90a")
-        .expect("the built-in kernels have an sm_90a module");
+    let ptx = module_ptx(Arch::Sm90a);
     let log = ptxas_log("sm_90a");
     for code in ["C7508", "C7514", "C7515", "C7517", "C7518"] {
         let bad: Vec<&str> = log.lines().filter(|l| l.contains(code)).collect();
@@ -161,7 +216,7 @@ fn hopper_entry_points_issue_wgmma_without_spills() {
         .collect();
     assert!(
         hopper.len() >= 3 * 10,
-        "expected the Hopper variants of the kernels in src/kernels/hopper.rs, found {}",
+        "expected the Hopper variants of the built-in 16-bit kernels, found {}",
         hopper.len()
     );
     for k in &hopper {
@@ -178,7 +233,7 @@ fn hopper_entry_points_issue_wgmma_without_spills() {
     }
     // The instructions are in each entry's PTX body.
     for k in &hopper {
-        let body = entry_body(module.ptx, &k.name);
+        let body = entry_body(ptx, &k.name);
         for instr in [
             "wgmma.mma_async.sync.aligned",
             "setmaxnreg.inc.sync.aligned.u32",
@@ -212,54 +267,48 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
 }
 
 /// A norm's finishing kernel may be launched as its GEMM's programmatic dependent on sm_90+
-/// (`Overrides::dependent_finish`, `gemm::launch_norm_finish`): there, it must wait for the GEMM
-/// (`griddepcontrol.wait`) before its first global load or store, or it reads C while the GEMM
-/// still writes it. Below sm_90 the instruction does not exist and must not appear. The Hopper mainloop lets its dependent start
-/// (`griddepcontrol.launch_dependents`).
+/// (`LaunchOptions::dependent_finish`, `gemm::launch_norm_finish`): there, it must wait for the
+/// GEMM (`griddepcontrol.wait`) before its first global load or store, or it reads C while the
+/// GEMM still writes it. Below sm_90 the instruction does not exist and must not appear. The
+/// Hopper mainloop lets its dependent start (`griddepcontrol.launch_dependents`).
 #[test]
 fn finishing_kernels_wait_for_their_gemm_where_launched_as_dependents() {
     let mut finishers = 0;
-    for m in fused_gemm::ptx::BUILTIN.modules {
-        let names: Vec<&str> = m
-            .ptx
-            .lines()
-            .filter_map(|l| l.strip_prefix(".visible .entry "))
-            .map(|l| l.split('(').next().unwrap_or("").trim())
-            .collect();
-        for name in names {
-            let body = entry_body(m.ptx, name);
+    for &(arch, ref ptx) in builtin_ptx() {
+        for name in entry_names(ptx) {
+            let body = entry_body(ptx, name);
             let wait = body.find("griddepcontrol.wait");
             if name.contains("__norm_finish_") {
                 finishers += 1;
-                if m.compute_capability >= 90 {
+                if arch.compute_capability() >= 90 {
                     let first_access = ["ld.global", "st.global"]
                         .iter()
                         .filter_map(|op| body.find(op))
                         .min()
-                        .unwrap_or_else(|| panic!("{} {name}: no global access", m.arch));
+                        .unwrap_or_else(|| panic!("{} {name}: no global access", arch));
                     assert!(
                         wait.is_some_and(|w| w < first_access),
                         "{} {name}: no griddepcontrol.wait before its first global access",
-                        m.arch
+                        arch
                     );
                 } else {
                     assert!(
                         wait.is_none(),
                         "{} {name}: griddepcontrol below sm_90",
-                        m.arch
+                        arch
                     );
                 }
             } else if name.contains("__sm90tma_") {
                 assert!(
                     body.contains("griddepcontrol.launch_dependents"),
                     "{} {name}: the Hopper mainloop does not let its dependent start",
-                    m.arch
+                    arch
                 );
             } else {
                 assert!(
                     !body.contains("griddepcontrol"),
                     "{} {name}: griddepcontrol outside the finishing kernels and the Hopper mainloop",
-                    m.arch
+                    arch
                 );
             }
         }
@@ -285,8 +334,8 @@ fn opcode(statement: &str) -> &str {
 /// store in the PTX names its state space.
 #[test]
 fn every_load_and_store_names_its_state_space() {
-    for m in fused_gemm::ptx::BUILTIN.modules {
-        for (i, line) in m.ptx.lines().enumerate() {
+    for &(arch, ref ptx) in builtin_ptx() {
+        for (i, line) in ptx.lines().enumerate() {
             let op = opcode(line);
             let generic = (op.starts_with("ld.") || op.starts_with("st."))
                 && ![".global", ".shared", ".param", ".local", ".const"]
@@ -295,7 +344,7 @@ fn every_load_and_store_names_its_state_space() {
             assert!(
                 !generic,
                 "{} line {}: generic memory access `{}`",
-                m.arch,
+                arch,
                 i + 1,
                 line.trim()
             );
@@ -319,7 +368,7 @@ fn every_load_and_store_names_its_state_space() {
 #[test]
 fn barriers_after_thread_branches_are_not_aligned() {
     let mut spins = 0;
-    for m in fused_gemm::ptx::BUILTIN.modules {
+    for &(arch, ref ptx) in builtin_ptx() {
         let mut after_spin: Option<usize> = None;
         let mut in_asm = false;
         // The current entry: its name, whether it spins, its first `barrier.sync` line.
@@ -328,11 +377,11 @@ fn barriers_after_thread_branches_are_not_aligned() {
             if let (false, Some(line)) = (e.1, e.2) {
                 panic!(
                     "{} line {line}: `barrier.sync` in {}, which has no spin",
-                    m.arch, e.0
+                    arch, e.0
                 );
             }
         };
-        for (i, line) in m.ptx.lines().enumerate() {
+        for (i, line) in ptx.lines().enumerate() {
             match line.trim() {
                 "// begin inline asm" => in_asm = true,
                 "// end inline asm" => in_asm = false,
@@ -343,7 +392,7 @@ fn barriers_after_thread_branches_are_not_aligned() {
                 assert!(
                     !(op.starts_with("barrier.cluster") && op.contains(".aligned")),
                     "{} line {}: aligned cluster barrier `{}`",
-                    m.arch,
+                    arch,
                     i + 1,
                     statement.trim()
                 );
@@ -362,7 +411,7 @@ fn barriers_after_thread_branches_are_not_aligned() {
                     assert!(
                         op == "barrier.sync",
                         "{} line {}: `{}` is the first barrier after the spin at line {spin}",
-                        m.arch,
+                        arch,
                         i + 1,
                         statement.trim()
                     );
@@ -403,40 +452,26 @@ fn ptxas_log_parser_reads_resources() {
 }
 
 /// Every entry point of every `#[fused_gemm]` kernel in `src/kernels/` (its tile variants and its
-/// norm-finishing kernel) is in the PTX of each arch it is compiled for: sm_80 kernels in both
-/// modules, `arch = sm_90` kernels in the sm_90 module only. Together with
-/// `builtin_ptx_is_accepted_by_ptxas_for_every_arch`, each stage and option has an expansion that
-/// ptxas accepts.
+/// norm-finishing kernel) is in the PTX of each arch it is compiled for, and only there: kernels
+/// without `arch` have their `mma.sync` (f32: CUDA-core) variants in both modules and, for
+/// 16-bit inputs with B stored N×K and no `tile`, TMA + `wgmma` variants in the sm_90a module
+/// only; `arch = sm_80` kernels have no TMA variants; `arch = sm_90` kernels (Hopper only) are
+/// in the sm_90a module only. Together with `builtin_ptx_is_accepted_by_ptxas_for_every_arch`,
+/// each stage and option has an expansion that ptxas accepts.
 #[test]
 fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
-    use fused_gemm::kernels::{blocks::*, gemm::*, stages::*};
-    let specs = [
-        &STAGE_SCALE,
-        &STAGE_SCALE_ROW,
-        &STAGE_SCALE_COL,
+    use fused_gemm::device::types::DType;
+    use fused_gemm::host::gemm::GemmKernelSpec;
+    use fused_gemm::kernels::{blocks::*, gemm::*, hopper::*, stages::*};
+    // No `arch`: every module.
+    let every_target: &[&GemmKernelSpec] = &[
         &STAGE_BIAS,
-        &STAGE_BIAS_ROW,
-        &STAGE_RELU,
-        &STAGE_GELU,
-        &STAGE_GELU_TANH,
-        &STAGE_SILU,
-        &STAGE_SIGMOID,
-        &STAGE_RESIDUAL,
-        &STAGE_ACCUMULATE,
-        &STAGE_LAYER_NORM,
-        &STAGE_RMS_NORM,
-        &STAGE_SWIGLU,
-        &STAGE_GEGLU,
-        &STAGE_ROPE,
-        &STAGE_CAST_F16,
-        &STAGE_USER,
         &STAGE_SCALE_CONST_USER,
         &STAGE_CAST_BF16,
         &COMBO_PAIR_THEN_OPERANDS,
         &COMBO_NORM_THEN_POST,
         &OPTION_TILE_DERIVED,
         &OPTION_F16_BROW_F32,
-        &OPTION_SM90,
         &OPTION_F32_TILE_DERIVED,
         &FFN_UP_BIAS_GELU,
         &FFN_UP_BIAS_GELU_F16,
@@ -447,10 +482,7 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
         &MLP_UP_SWIGLU,
         &RMS_SCALED_GEMM,
         &QK_PROJ_ROPE,
-        &SCALE_THEN_BIAS,
-        &BIAS_THEN_SCALE,
         &BIAS_F16,
-        &BIAS_GELU_F16_F32,
         &RESIDUAL_RMS_NORM_F16,
         &MLP_UP_SWIGLU_F16,
         &BIAS_F32,
@@ -466,45 +498,125 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
         &GEMM_BF16_T256X128,
         &GEMM_BF16_T128X128X64,
     ];
-    let entries = |arch: &str| -> std::collections::HashSet<String> {
-        let m = fused_gemm::ptx::BUILTIN
-            .modules
-            .iter()
-            .find(|m| m.arch == arch)
-            .unwrap_or_else(|| panic!("no {arch} module (built with FUSED_GEMM_SKIP_PTX?)"));
-        m.ptx
-            .lines()
-            .filter_map(|l| l.strip_prefix(".visible .entry "))
-            .map(|l| l.split('(').next().unwrap_or("").trim().to_owned())
-            .collect()
+    // `arch = sm_80`: the `mma.sync` variants only, in every module.
+    let sm80_only: &[&GemmKernelSpec] = &[
+        &STAGE_SCALE,
+        &STAGE_SCALE_ROW,
+        &STAGE_SCALE_COL,
+        &STAGE_BIAS_ROW,
+        &STAGE_RELU,
+        &STAGE_GELU,
+        &STAGE_GELU_TANH,
+        &STAGE_SILU,
+        &STAGE_SIGMOID,
+        &STAGE_RESIDUAL,
+        &STAGE_ACCUMULATE,
+        &STAGE_LAYER_NORM,
+        &STAGE_RMS_NORM,
+        &STAGE_SWIGLU,
+        &STAGE_GEGLU,
+        &STAGE_ROPE,
+        &STAGE_CAST_F16,
+        &STAGE_USER,
+        &SCALE_THEN_BIAS,
+        &BIAS_THEN_SCALE,
+        &BIAS_GELU_F16_F32,
+    ];
+    // `arch = sm_90`: Hopper only, the sm_90a module.
+    let hopper_only: &[&GemmKernelSpec] = &[
+        &OPTION_SM90,
+        &H_SCALE_BIAS_RELU,
+        &H_ROWSCALE_ROWBIAS_GELU,
+        &H_COLSCALE_GELU_TANH,
+        &H_RESIDUAL_SILU,
+        &H_SIGMOID_ACCUMULATE,
+        &H_RMS_NORM,
+        &H_GEGLU_F16,
+        &H_USER_CAST,
+    ];
+    let entries = |arch: Arch| -> std::collections::HashSet<&'static str> {
+        entry_names(module_ptx(arch)).collect()
     };
-    let (sm80, sm90) = (entries("sm_80"), entries("sm_90"));
-    for spec in specs {
-        let hopper_only = spec.variants[0].entry.contains("sm90_");
-        let names = spec
-            .variants
-            .iter()
-            .map(|v| v.entry)
-            .chain(spec.norm_finish);
-        for name in names {
-            assert!(
-                sm90.contains(name),
-                "{}: {name} missing from the sm_90 PTX",
+    let (sm80, sm90a) = (entries(Arch::Sm80), entries(Arch::Sm90a));
+    assert!(
+        sm80.iter().all(|e| !e.contains("__sm90tma_")),
+        "a TMA entry point in the sm_80 PTX"
+    );
+    let groups = [
+        (every_target, true, true),
+        (sm80_only, true, false),
+        (hopper_only, false, true),
+    ];
+    let mut tma_kernels = 0;
+    for (specs, in_sm80, tma_allowed) in groups {
+        for spec in specs {
+            // `tile = (...)` compiles one tile twice (16-byte and bounds-checked loads), and no
+            // TMA variants.
+            let simple: Vec<_> = spec
+                .variants
+                .iter()
+                .filter(|v| !v.mainloop.is_sm90())
+                .collect();
+            let one_tile = simple.len() == 2 && simple[0].tile == simple[1].tile;
+            let wants_tma = tma_allowed && spec.input != DType::F32 && spec.b_col && !one_tile;
+            assert_eq!(
+                spec.variants.iter().any(|v| v.mainloop.is_sm90()),
+                wants_tma,
+                "{}: TMA + wgmma variants",
                 spec.name
             );
-            assert_eq!(
-                sm80.contains(name),
-                !hopper_only,
-                "{}: {name} {} the sm_80 PTX",
-                spec.name,
-                if hopper_only {
-                    "is in"
+            tma_kernels += usize::from(wants_tma);
+            for v in spec.variants {
+                let simple = if spec.input == DType::F32 {
+                    Mainloop::Simt
                 } else {
-                    "is missing from"
-                }
-            );
+                    Mainloop::Sm80
+                };
+                assert!(
+                    v.mainloop.is_sm90() || v.mainloop == simple,
+                    "{}: {} has mainloop {:?}",
+                    spec.name,
+                    v.entry,
+                    v.mainloop
+                );
+                assert_eq!(
+                    v.mainloop.is_sm90(),
+                    v.entry.contains("__sm90tma_"),
+                    "{}: {} named against its mainloop {:?}",
+                    spec.name,
+                    v.entry,
+                    v.mainloop
+                );
+            }
+            let names = spec
+                .variants
+                .iter()
+                .map(|v| (v.entry, in_sm80 && Arch::Sm80.has(v.mainloop)))
+                .chain(spec.norm_finish.map(|f| (f, in_sm80)));
+            for (name, want_sm80) in names {
+                assert!(
+                    sm90a.contains(name),
+                    "{}: {name} missing from the sm_90a PTX",
+                    spec.name
+                );
+                assert_eq!(
+                    sm80.contains(name),
+                    want_sm80,
+                    "{}: {name} {} the sm_80 PTX",
+                    spec.name,
+                    if want_sm80 {
+                        "is missing from"
+                    } else {
+                        "is in"
+                    }
+                );
+            }
         }
     }
+    assert!(
+        tma_kernels >= 20,
+        "{tma_kernels} kernels with TMA + wgmma variants"
+    );
 }
 
 /// The unfused row kernels (`kernels::rowwise`) are in every arch's PTX and keep their row
@@ -513,10 +625,10 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
 fn rowwise_kernels_have_no_stack_or_spills() {
     let infos = builtin_infos();
     for &name in fused_gemm::kernels::rowwise::ALL {
-        for arch in ["sm_80", "sm_90"] {
+        for arch in ARCHS {
             let (_, k) = infos
                 .iter()
-                .find(|(a, k)| a == arch && k.name == name)
+                .find(|(a, k)| *a == arch && k.name == name)
                 .unwrap_or_else(|| panic!("{name} missing from the {arch} PTX"));
             assert_eq!(
                 (k.stack, k.spill_stores, k.spill_loads),
@@ -533,10 +645,10 @@ fn rowwise_kernels_have_no_stack_or_spills() {
 fn attention_kernels_have_no_stack_or_spills() {
     let infos = builtin_infos();
     for &name in fused_gemm::kernels::bert::ATTENTION {
-        for arch in ["sm_80", "sm_90"] {
+        for arch in ARCHS {
             let (_, k) = infos
                 .iter()
-                .find(|(a, k)| a == arch && k.name == name)
+                .find(|(a, k)| *a == arch && k.name == name)
                 .unwrap_or_else(|| panic!("{name} missing from the {arch} PTX"));
             println!(
                 "{arch} {name}: {} registers, {} bytes stack, {}/{} bytes spill stores/loads",

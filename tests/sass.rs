@@ -15,6 +15,8 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use fused_gemm::host::module::Arch;
+
 fn nvdisasm() -> PathBuf {
     tools::cuda_tool(
         "nvdisasm",
@@ -105,19 +107,28 @@ fn listing_parser_reads_functions_and_opcodes() {
 
 #[test]
 fn hopper_entry_points_issue_hgmma_and_use_no_local_memory() {
-    let module = fused_gemm::ptx::BUILTIN
+    let set = &fused_gemm::ptx::BUILTIN;
+    let module = set
         .modules
         .iter()
-        .find(|m| m.arch == "sm_90a")
+        .find(|m| m.arch == Arch::Sm90a)
         .expect("the built-in kernels have an sm_90a module");
     assert!(
         !module.cubin.is_empty(),
         "the sm_90a cubin is empty: build.rs found no ptxas (run scripts/setup.sh)"
     );
+    let cubin = module
+        .cubin
+        .bytes(set.crate_name, module.arch.name())
+        .expect("the embedded sm_90a cubin unpacks");
+    let ptx = module
+        .ptx_text(set.crate_name)
+        .expect("the embedded sm_90a PTX unpacks");
     let dir = std::env::temp_dir().join(format!("fused-gemm-sass90a-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("fused_gemm.sm_90a.cubin");
-    std::fs::write(&file, module.cubin).unwrap();
+    std::fs::write(&file, &cubin).unwrap();
+    drop(cubin);
     // nvdisasm writes the listing (about 140 MB) to stdout: read it as it comes.
     let mut child = Command::new(nvdisasm())
         .arg("--print-code")
@@ -136,8 +147,7 @@ fn hopper_entry_points_issue_hgmma_and_use_no_local_memory() {
     );
 
     // Every Hopper entry point of the PTX has its SASS function.
-    let entries: Vec<&str> = module
-        .ptx
+    let entries: Vec<&str> = ptx
         .lines()
         .filter_map(|l| l.strip_prefix(".visible .entry "))
         .map(|l| l.split('(').next().unwrap_or("").trim())
@@ -145,7 +155,7 @@ fn hopper_entry_points_issue_hgmma_and_use_no_local_memory() {
         .collect();
     assert!(
         entries.len() >= 3 * 10,
-        "expected the Hopper variants of the kernels in src/kernels/hopper.rs, found {}",
+        "expected the Hopper variants of the built-in 16-bit kernels, found {}",
         entries.len()
     );
     let mut no_hgmma = Vec::new();

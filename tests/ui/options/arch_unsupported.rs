@@ -1,6 +1,6 @@
 use fused_gemm::fused_gemm;
 
-// Supported archs are sm_80 and sm_90.
+// `arch` is `sm_80` (mma.sync only) or `sm_90` (Hopper only), or left out (every GPU).
 #[fused_gemm(epilogue = [bias], arch = sm_86)]
 pub fn ampere_consumer() {}
 

@@ -7,9 +7,11 @@
 static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
     fused_gemm::host::module::PtxSet::new("ui", &[]);
 
+use fused_gemm::device::gemm::sm90::TILES_SM90;
+use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
-use fused_gemm::host::plan::Plan;
-use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::host::gemm::KernelVariant;
+use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
 use fused_gemm::fused_gemm;
 
 /// BERT attention output projection.
@@ -27,7 +29,7 @@ fn call(
     r: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-) -> Result<Option<Plan>> {
+) -> Result<LaunchReport> {
     attn_out_proj(gpu, x, w, out, b, r, gamma, beta)
 }
 
@@ -39,12 +41,22 @@ fn main() {
     assert!(spec.b_col && !spec.accumulate);
     assert_eq!(spec.norm_finish, Some("attn_out_proj__norm_finish_bf16"));
     assert_eq!(spec.ptx.crate_name, "ui");
-    // Three general tiles with 16-byte loads, one bounds-checked, five row-spanning tiles.
-    assert_eq!(spec.variants.len(), 9);
-    assert_eq!(spec.variants.iter().filter(|v| !v.vec).count(), 1);
-    assert!(spec.variants.iter().any(|v| v.tile.bn == 1024));
-    for v in spec.variants {
+    // The mma.sync variants (every GPU): three general tiles with 16-byte loads, one
+    // bounds-checked, five row-spanning tiles.
+    let (sm80, tma): (Vec<&KernelVariant>, Vec<&KernelVariant>) =
+        spec.variants.iter().partition(|v| v.mainloop == Mainloop::Sm80);
+    assert_eq!(sm80.len(), 9);
+    assert_eq!(sm80.iter().filter(|v| !v.vec).count(), 1);
+    assert!(sm80.iter().any(|v| v.tile.bn == 1024));
+    for v in &sm80 {
         assert!(v.entry.starts_with("attn_out_proj__sm80_bf16_bf16_bcol_t"), "{}", v.entry);
         assert_eq!(v.tile.check(), None);
+    }
+    // No `arch`: also the TMA + wgmma variants (the sm_90a module), one per Hopper tile.
+    assert_eq!(tma.len(), TILES_SM90.len());
+    for v in &tma {
+        assert!(v.mainloop.is_sm90() && v.vec, "{}", v.entry);
+        assert!(v.entry.starts_with("attn_out_proj__sm90tma_bf16_bf16_bcol_t"), "{}", v.entry);
+        assert!(TILES_SM90.contains(&v.tile), "{}", v.entry);
     }
 }

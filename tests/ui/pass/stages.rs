@@ -4,8 +4,7 @@ static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
 
 use fused_gemm::fused_gemm;
 use fused_gemm::host::gemm::RopeArgs;
-use fused_gemm::host::plan::Plan;
-use fused_gemm::host::{Gpu, Result, Tensor};
+use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
 
 /// A user stage.
 pub fn square(x: f32) -> f32 {
@@ -35,7 +34,7 @@ pub fn user_stages() {}
 pub fn hygienic_names() {}
 
 #[allow(dead_code, clippy::too_many_arguments)]
-fn calls(gpu: &Gpu, t: &Tensor, out: &mut Tensor, rope: RopeArgs) -> Result<Option<Plan>> {
+fn calls(gpu: &Gpu, t: &Tensor, out: &mut Tensor, rope: RopeArgs) -> Result<LaunchReport> {
     elementwise(gpu, t, t, out, 0.5, t, t, t, t, t)?;
     // Two `bias` and two `residual` stages: the second of each is `bias_2`, `residual_2`.
     pairs(gpu, t, t, out, rope, t, t, t, t, t)?;
