@@ -99,7 +99,7 @@ pub fn check_item(item: &syn::ItemFn, errors: &mut Errors) {
         let span = arrow.span().join(t.span()).unwrap_or(t.span());
         errors.push(
             span,
-            "a #[fused_gemm] kernel has no return type: the launcher returns `fused_gemm::Result<Option<Plan>>`; remove it",
+            "a #[fused_gemm] kernel has no return type: the launcher returns `fused_gemm::Result<LaunchReport>`; remove it",
         );
     }
     if !item.block.stmts.is_empty() {
