@@ -13,8 +13,8 @@ use fused_gemm_device::types::DType;
 use fused_gemm_host::cudarc::driver::{
     CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use fused_gemm_host::gemm::Param;
-use fused_gemm_host::gemm::{AsMatrix, AsVector};
+use fused_gemm_host::kernel::Param;
+use fused_gemm_host::kernel::{AsMatrix, AsVector};
 use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::plan::Problem;
 use fused_gemm_host::schedule::control::{BodyOp, GATE_KIND, LoopBody, gate_words};

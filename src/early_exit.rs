@@ -24,7 +24,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use fused_gemm_device::kernel::control::ExitHeadArgs;
 use fused_gemm_device::types::DType;
-use fused_gemm_host::gemm::{MatRef, Param};
+use fused_gemm_host::kernel::{MatRef, Param};
 use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::schedule::exec::{WaveRunner, vdevice};
 use fused_gemm_host::schedule::plan_cache::bucket;

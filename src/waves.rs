@@ -37,7 +37,7 @@ use fused_gemm_device::gemm::GemmArgs;
 use fused_gemm_device::kernel::persistent::{EPI_WORDS, LstmParams};
 use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
-use fused_gemm_host::gemm::{AsMatrix, AsVector};
+use fused_gemm_host::kernel::{AsMatrix, AsVector};
 use fused_gemm_host::plan::Problem;
 use fused_gemm_host::schedule::{OpSpec, Region};
 use fused_gemm_host::tensor::{MatrixDesc, VectorDesc};

@@ -12,7 +12,7 @@ use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::LaunchReport;
 use fused_gemm::host::cudarc::driver::CudaSlice;
-use fused_gemm::host::gemm::RopeArgs;
+use fused_gemm::host::kernel::RopeArgs;
 use fused_gemm::host::launch::LaunchOptions;
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, round_slice,
@@ -936,7 +936,8 @@ fn graphs_survive_workspace_growth() {
     let eager = fx.get(&c);
     let graph = fx.gpu.capture(|g| case.launch(g, &mut c, 4)).unwrap();
     let sizes = {
-        let ws = fx.gpu.workspace().lock().unwrap();
+        let cell = fx.gpu.workspace();
+        let ws = cell.lock().unwrap();
         [ws.partials().live_bytes(), ws.counters().live_bytes()]
     };
     assert!(
@@ -957,7 +958,8 @@ fn graphs_survive_workspace_growth() {
     };
     blocks::ffn_up_bias_gelu(&fx.gpu.with_options(o), &a2.t, &b2.t, &mut c2, &bias2.t).unwrap();
     {
-        let ws = fx.gpu.workspace().lock().unwrap();
+        let cell = fx.gpu.workspace();
+        let ws = cell.lock().unwrap();
         println!("after growth: {ws:?}");
         assert!(ws.partials().live_bytes() >= 32 << 20);
         assert!(
@@ -1002,7 +1004,8 @@ fn graphs_outlive_their_gpu_handles() {
         gpu.synchronize().unwrap();
         let eager = fx.get(&c);
         let graph = gpu.capture(|g| case.launch(g, &mut c, 4)).unwrap();
-        let ws = gpu.workspace().lock().unwrap();
+        let cell = gpu.workspace();
+        let ws = cell.lock().unwrap();
         let sizes = [ws.partials().live_bytes(), ws.counters().live_bytes()];
         (graph, eager, sizes)
     };

@@ -23,7 +23,7 @@ use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::autotune::{self, Autotuner};
-use fused_gemm::host::gemm::RopeArgs;
+use fused_gemm::host::kernel::RopeArgs;
 use fused_gemm::host::launch::{LaunchOptions, LaunchReport, NormExchange};
 use fused_gemm::host::module::Arch;
 use fused_gemm::host::plan::NormPath;

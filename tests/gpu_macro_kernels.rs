@@ -9,7 +9,7 @@
 
 use fused_gemm::device::types::DType;
 use fused_gemm::host::LaunchReport;
-use fused_gemm::host::gemm::RopeArgs;
+use fused_gemm::host::kernel::RopeArgs;
 use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,

@@ -461,7 +461,7 @@ fn ptxas_log_parser_reads_resources() {
 #[test]
 fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
     use fused_gemm::device::types::DType;
-    use fused_gemm::host::gemm::GemmKernelSpec;
+    use fused_gemm::host::kernel::GemmKernelSpec;
     use fused_gemm::kernels::{blocks::*, gemm::*, hopper::*, stages::*};
     // No `arch`: every module.
     let every_target: &[&GemmKernelSpec] = &[

@@ -17,7 +17,7 @@ use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::host::LaunchReport;
 use fused_gemm::host::cudarc;
-use fused_gemm::host::gemm::{GemmKernelSpec, MatRef};
+use fused_gemm::host::kernel::{GemmKernelSpec, MatRef};
 use fused_gemm::host::module::Arch;
 use fused_gemm::host::tensor::HostElement;
 use fused_gemm::kernels::{blocks, gemm, stages};

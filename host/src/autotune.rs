@@ -13,7 +13,7 @@
 //! # The Hopper path
 //!
 //! With an autotuner set on a [`Gpu`] ([`Gpu::set_autotuner`], or `FUSED_GEMM_AUTOTUNE=1` when
-//! the `Gpu` is opened), a launch on the Hopper path ([`crate::sm90`]) with no override in
+//! the `Gpu` is opened), a launch on the Hopper path ([`crate::launch::sm90`]) with no override in
 //! effect picks its tile by measurement instead of by the model. Why: the model was fitted on
 //! an H200, and on an H100 its tile ran up to 28 % slower than the fastest one.
 //!
@@ -36,7 +36,7 @@
 //!   while it records: do not tune on one thread while another launches on several streams
 //!   (captures on other threads are fine: tracking returns when the last capture ends).
 //!   Candidates may grow the device's shared split-K and statistics workspaces, as any launch
-//!   that needs more does; the replaced buffers are kept ([`crate::gemm::Growing`]), so graphs
+//!   that needs more does; the replaced buffers are kept ([`crate::launch::workspace::Growing`]), so graphs
 //!   captured earlier stay valid. Each tuning leaves its scratch operands' tensor maps (128
 //!   bytes each) in the device's map cache.
 //! - Epilogues with a row norm keep the model's tile: it was the fastest at every LayerNorm
@@ -45,13 +45,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use fused_gemm_device::gemm::TileShape;
 use serde::{Deserialize, Serialize};
 
-use crate::gemm::{GemmKernelSpec, KernelVariant};
 use crate::plan::{Plan, Planner, Problem};
-use crate::validate::{Checked, GemmCall};
 use crate::{Error, Gpu, Result};
 
 /// Environment variable naming the cache directory.
@@ -82,7 +81,7 @@ pub enum Mainloop {
     /// The sm_80 `mma.sync` mainloop of [`crate::plan`]'s tiles ([`Autotuner::tune`]).
     #[default]
     Sm80,
-    /// The Hopper TMA + `wgmma` mainloop of [`crate::sm90`] (see [the module docs](self)).
+    /// The Hopper TMA + `wgmma` mainloop of [`crate::launch::sm90`] (see [the module docs](self)).
     Sm90,
 }
 
@@ -185,7 +184,7 @@ struct CacheFile {
     entries: BTreeMap<String, Entry>,
 }
 
-fn tile_tuple(t: &TileShape) -> TileTuple {
+pub(crate) fn tile_tuple(t: &TileShape) -> TileTuple {
     (t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages)
 }
 
@@ -204,7 +203,7 @@ pub fn default_cache_dir() -> PathBuf {
 #[derive(Debug)]
 pub struct Autotuner {
     dir: PathBuf,
-    top_k: usize,
+    pub(crate) top_k: usize,
     entries: BTreeMap<String, Entry>,
     warnings: Vec<String>,
 }
@@ -245,7 +244,7 @@ impl Autotuner {
         &self.warnings
     }
 
-    fn warn(&mut self, msg: String) {
+    pub(crate) fn warn(&mut self, msg: String) {
         eprintln!("fused-gemm autotune: warning: {msg}");
         self.warnings.push(msg);
     }
@@ -407,216 +406,25 @@ pub fn autotune_from_env() -> bool {
         .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "on"))
 }
 
-/// Timed rounds per Hopper candidate (their median counts). Each round replays every
-/// candidate's graph once, in turn, so that clock changes fall on all of them alike (timed one
-/// after another, the first candidate ran while the clocks rose).
-const SM90_ROUNDS: usize = 9;
+/// A device's autotuner slot ([`Gpu::state`]): starts as [`Autotuner::from_env`] when
+/// `FUSED_GEMM_AUTOTUNE=1` ([`autotune_from_env`]), otherwise empty.
+pub(crate) struct Slot(pub(crate) Mutex<Option<Autotuner>>);
 
-/// Untimed rounds come first until the device has run the candidates for this long, ms: with
-/// about 100 ms of rounds, two tunings of the same H100 shapes ranked the tiles differently by
-/// up to 12 %, and both differed from the benchmark's steady state.
-const SM90_WARMUP_MS: f32 = 250.0;
-
-/// Device time one replay of a candidate's graph aims at, µs (by the model's prediction).
-const SM90_REPLAY_US: f64 = 4000.0;
-
-/// At most this many operand sets rotate ([`pick_sm90`]).
-const SM90_MAX_SETS: usize = 8;
-
-/// How much faster than the model's choice another candidate must measure to replace it (a
-/// fraction): closer than this is noise.
-pub const SM90_MARGIN: f32 = 0.01;
-
-/// Bytes from element (0, 0) of `m` to the end of its last row, and its address modulo 256.
-fn footprint(m: &crate::tensor::MatrixDesc) -> (usize, u64) {
-    let bytes = ((m.rows.max(1) - 1) * m.ld + m.cols) * m.dtype.size();
-    (bytes, m.ptr % 256)
+impl Default for Slot {
+    fn default() -> Self {
+        Slot(Mutex::new(autotune_from_env().then(Autotuner::from_env)))
+    }
 }
 
-/// A device buffer laid out like `m` (same leading dimension, same address modulo 256, so the
-/// same load and store paths apply), holding a copy of `m` when `copy`; and its descriptor.
-fn buffer_like(
-    gpu: &Gpu,
-    m: &crate::tensor::MatrixDesc,
-    copy: bool,
-) -> Result<(cudarc::driver::CudaSlice<u8>, crate::tensor::MatrixDesc)> {
-    let (bytes, offset) = footprint(m);
-    let buf = gpu.zeros::<u8>(bytes + offset as usize)?;
-    let ptr = cudarc::driver::DevicePtr::device_ptr(&buf, gpu.stream()).0 + offset;
-    if copy {
-        // SAFETY: both ranges are `bytes` long: the source is the operand `check_gemm`
-        // validated, the destination was just allocated; the copy is ordered on the stream.
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(ptr, m.ptr, bytes, gpu.stream().cu_stream())
-        }?;
+impl Gpu {
+    /// Sets the autotuner of this device (all handles sharing it) and returns the previous one:
+    /// with `Some`, launches on the Hopper path pick their tile by measurement, cached per
+    /// [`TuneKey`] in memory and on disk (see the [module docs](self)); with `None`, by the
+    /// model alone. A `Gpu` opened with `FUSED_GEMM_AUTOTUNE=1` starts with
+    /// [`Autotuner::from_env`], otherwise with `None`.
+    pub fn set_autotuner(&self, tuner: Option<Autotuner>) -> Option<Autotuner> {
+        let slot = self.state::<Slot>();
+        let mut guard = slot.0.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *guard, tuner)
     }
-    Ok((buf, crate::tensor::MatrixDesc { ptr, ..*m }))
-}
-
-/// The Hopper candidate to launch (see [the module docs](self)): `candidates` is
-/// [`crate::sm90::choose`]'s list, the model's fastest first; `build` gives the epilogue's
-/// parameters as for [`crate::gemm::launch`].
-///
-/// # Errors
-/// Driver errors from querying the stream or timing. A failure to allocate the scratch operand
-/// sets is a warning, and the model's choice is returned; so is a candidate that fails to
-/// launch (skipped), and when all fail, the model's choice is returned (its own launch then
-/// reports the error).
-pub(crate) fn pick_sm90<P, N, Q>(
-    gpu: &Gpu,
-    spec: &GemmKernelSpec,
-    call: &GemmCall<'_>,
-    checked: &Checked,
-    mut candidates: Vec<(&'static KernelVariant, Plan)>,
-    build: &impl Fn(u64) -> (P, Option<(N, Q)>),
-) -> Result<(&'static KernelVariant, Plan)>
-where
-    P: fused_gemm_device::params::KernelParam,
-    N: fused_gemm_device::params::KernelParam,
-    Q: fused_gemm_device::params::KernelParam,
-{
-    // A forced tile leaves one candidate; other overrides change what a launch measures. Row
-    // norms keep the model's tile: it was the fastest forced tile (or within 1 %) at all three
-    // LayerNorm shapes of the Hopper benchmark on both an H100 and an H200, while timing here
-    // put 128×256 at 1.58 ms and the benchmark at 1.85 ms at 8192³ on the H100 (the model's
-    // 128×128 ping-pong: 1.78 and 1.73), a difference not understood yet.
-    if candidates.len() <= 1 || !gpu.options().is_default() || spec.norm_finish.is_some() {
-        return Ok(candidates.swap_remove(0));
-    }
-    let mut slot = gpu.autotuner();
-    let Some(tuner) = slot.as_mut() else {
-        return Ok(candidates.swap_remove(0));
-    };
-    let problem = Problem::from_call(call, checked, spec.accumulate);
-    let props = gpu.props();
-    let key = TuneKey::new(gpu.name(), props.compute_capability, spec.name, &problem)
-        .with_mainloop(Mainloop::Sm90);
-    if let Some(e) = tuner.entry(&key) {
-        // A cached tile this shape cannot use (another member of its class): the model's.
-        let i = candidates
-            .iter()
-            .position(|(v, _)| tile_tuple(&v.tile) == e.tile)
-            .unwrap_or(0);
-        return Ok(candidates.swap_remove(i));
-    }
-    // Timing would synchronize inside a graph capture, which invalidates it.
-    let capture = gpu.stream().capture_status()?;
-    if capture != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        return Ok(candidates.swap_remove(0));
-    }
-
-    // Operand sets as the Hopper benchmark rotates them: the caller's A and B first, then
-    // copies until the sets hold twice the L2 (so that each launch reads A and B from DRAM,
-    // as a model's layers do); every set has its own scratch C, so the caller's C is never
-    // written.
-    let (a_bytes, b_bytes, c_bytes) = (
-        footprint(&call.a).0,
-        footprint(&call.b).0,
-        footprint(&call.c).0,
-    );
-    let set_bytes = (a_bytes + b_bytes + c_bytes).max(1);
-    let sets = (2 * props.l2_bytes as usize)
-        .div_ceil(set_bytes)
-        .clamp(1, SM90_MAX_SETS);
-    let mut buffers = Vec::new();
-    let mut calls = Vec::with_capacity(sets);
-    let made = (0..sets).try_for_each(|i| {
-        let mut timed = *call;
-        if i > 0 {
-            let (a, a_desc) = buffer_like(gpu, &call.a, true)?;
-            let (b, b_desc) = buffer_like(gpu, &call.b, true)?;
-            (timed.a, timed.b) = (a_desc, b_desc);
-            buffers.extend([a, b]);
-        }
-        let (c, c_desc) = buffer_like(gpu, &call.c, false)?;
-        timed.c = c_desc;
-        buffers.push(c);
-        calls.push(timed);
-        Ok::<_, Error>(())
-    });
-    if let Err(e) = made {
-        // Out of memory for the scratch sets, say: the caller's launch still runs.
-        tuner.warn(format!(
-            "{key}: no room to time candidates ({e}); the model's tile"
-        ));
-        return Ok(candidates.swap_remove(0));
-    }
-    let n = candidates.len().min(tuner.top_k);
-    // Each candidate once on every set, outside a capture: workspaces grow and tensor maps are
-    // made here, not while a graph is recorded.
-    let mut graphs = Vec::with_capacity(n);
-    for (i, (variant, plan)) in candidates.iter().enumerate().take(n) {
-        let warm = calls
-            .iter()
-            .try_for_each(|c| {
-                crate::sm90::launch(gpu, spec, c, checked, variant, *plan, build, String::new())
-                    .map(|_| ())
-            })
-            .and_then(|()| gpu.synchronize());
-        let reps = ((SM90_REPLAY_US / plan.predicted_us.max(1.0)).ceil() as usize).clamp(sets, 200);
-        let graph = warm.and_then(|()| {
-            gpu.capture(|g| {
-                for r in 0..reps {
-                    crate::sm90::launch(
-                        g,
-                        spec,
-                        &calls[r % sets],
-                        checked,
-                        variant,
-                        *plan,
-                        build,
-                        String::new(),
-                    )?;
-                }
-                Ok(())
-            })
-        });
-        match graph.and_then(|g| g.upload().map(|()| g)) {
-            Ok(g) => graphs.push((i, g, reps)),
-            Err(e) => tuner.warn(format!(
-                "{key}: tile {:?} failed: {e}; skipped",
-                variant.tile
-            )),
-        }
-    }
-    let replays: Vec<_> = graphs.iter().map(|(_, g, reps)| (g, *reps)).collect();
-    let times = match gpu.time_interleaved(&replays, SM90_WARMUP_MS, SM90_ROUNDS) {
-        Ok(t) => t,
-        Err(e) => {
-            tuner.warn(format!("{key}: timing failed ({e}); the model's tile"));
-            return Ok(candidates.swap_remove(0));
-        }
-    };
-    drop(replays);
-    let timed: Vec<(usize, f32)> = graphs
-        .iter()
-        .zip(&times)
-        .map(|((i, _, _), &t)| (*i, t))
-        .filter(|(_, t)| t.is_finite() && *t > 0.0)
-        .collect();
-    drop(graphs);
-    gpu.synchronize()?;
-    drop(buffers);
-    let Some(&(mut i, mut ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
-        return Ok(candidates.swap_remove(0));
-    };
-    if let Some(&(_, model)) = timed
-        .iter()
-        .find(|&&(j, t)| j == 0 && t <= ms * (1.0 + SM90_MARGIN))
-    {
-        (i, ms) = (0, model);
-    }
-    let timed = timed
-        .iter()
-        .map(|&(j, t)| (tile_tuple(&candidates[j].0.tile), t))
-        .collect();
-    tuner.record(Entry {
-        key,
-        tile: tile_tuple(&candidates[i].0.tile),
-        splits: 1,
-        measured_ms: ms,
-        tuned_on: (problem.m, problem.n, problem.k),
-        timed,
-    });
-    Ok(candidates.swap_remove(i))
 }

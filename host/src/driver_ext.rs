@@ -1,6 +1,12 @@
 //! Driver calls cudarc does not wrap, in cudarc's `result` style: thin, `unsafe` where the
 //! driver is, C prefixes dropped, failures as [`DriverError`] (the raw status).
 
+/// Whether the CUDA driver library can be loaded on this machine. Never panics.
+pub fn driver_present() -> bool {
+    // cudarc panics when asked to use a library it cannot load; probe first.
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+}
+
 use cudarc::driver::DriverError;
 use cudarc::driver::sys;
 

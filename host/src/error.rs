@@ -211,7 +211,7 @@ pub enum Error {
 /// The driver's description of `e`; only the code when `libcuda` is absent (cudarc's `Display`
 /// asks the driver for the string and would panic).
 fn driver_message(e: &DriverError) -> String {
-    if crate::gpu::driver_present() {
+    if crate::driver_ext::driver_present() {
         e.to_string()
     } else {
         format!("{:?} (no CUDA driver loaded to describe it)", e.0)

@@ -66,17 +66,14 @@ pub(crate) struct Shared {
     kernels: Mutex<HashMap<usize, Arc<[std::sync::OnceLock<CudaFunction>]>>>,
     /// Local memory per thread of compiled entry points ([`Gpu::local_bytes`]).
     local_bytes: Mutex<HashMap<(usize, &'static str), i32>>,
-    workspace: crate::gemm::WorkspaceCell,
-    /// Measured tile choice for the Hopper path ([`Gpu::set_autotuner`]).
-    autotuner: Mutex<Option<crate::autotune::Autotuner>>,
-    /// Stream captures in progress on this device and whether cudarc's event tracking was on
-    /// before the first of them ([`crate::graph`]).
-    pub(crate) captures: Mutex<(usize, bool)>,
+    /// Per-device state of the layers above, one value per type ([`Gpu::state`]): the launch
+    /// workspace, the autotuner, graph captures in progress.
+    state: Mutex<HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The workspaces and tensor maps freed next may still be read by kernels in flight on
+        // The workspaces and tensor maps in `state`, freed next, may still be read by kernels in flight on
         // any stream of the context (launches pass their raw addresses, which cudarc does not
         // track); an error here cannot be reported and leaves nothing better to do.
         let _ = self.ctx.synchronize();
@@ -94,7 +91,7 @@ impl Drop for Shared {
 pub struct Gpu {
     pub(crate) shared: Arc<Shared>,
     pub(crate) stream: Arc<CudaStream>,
-    options: crate::launch::LaunchOptions,
+    options: crate::options::LaunchOptions,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -133,11 +130,7 @@ impl Stream {
     }
 }
 
-/// Whether the CUDA driver library can be loaded on this machine. Never panics.
-pub fn driver_present() -> bool {
-    // cudarc panics when asked to use a library it cannot load; probe first.
-    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
-}
+pub use crate::driver_ext::driver_present;
 
 impl Gpu {
     /// Opens device `ordinal` (0 for the first GPU).
@@ -183,37 +176,24 @@ impl Gpu {
                 name_lookups: Default::default(),
                 kernels: Mutex::new(HashMap::new()),
                 local_bytes: Mutex::new(HashMap::new()),
-                workspace: Default::default(),
-                captures: Mutex::new((0, false)),
-                autotuner: Mutex::new(
-                    crate::autotune::autotune_from_env().then(crate::autotune::Autotuner::from_env),
-                ),
+                state: Mutex::new(HashMap::new()),
             }),
             stream,
             options: Default::default(),
         })
     }
 
-    /// Sets the autotuner of this device (all handles sharing it) and returns the previous one:
-    /// with `Some`, launches on the Hopper path pick their tile by measurement, cached per
-    /// [`TuneKey`](crate::autotune::TuneKey) in memory and on disk ([`crate::autotune`]); with
-    /// `None`, by the model alone. A `Gpu` opened with `FUSED_GEMM_AUTOTUNE=1` starts with
-    /// [`Autotuner::from_env`](crate::autotune::Autotuner::from_env), otherwise with `None`.
-    pub fn set_autotuner(
-        &self,
-        tuner: Option<crate::autotune::Autotuner>,
-    ) -> Option<crate::autotune::Autotuner> {
-        std::mem::replace(&mut *self.autotuner(), tuner)
-    }
-
-    /// The autotuner slot (a panic while it was held does not disable it).
-    pub(crate) fn autotuner(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<crate::autotune::Autotuner>> {
-        self.shared
-            .autotuner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    /// This device's value of type `T`, made with `T::default()` on first use and shared by all
+    /// its handles: how the layers above keep per-device state (the launch workspace, the
+    /// autotuner, graph captures) without this module knowing their types.
+    pub(crate) fn state<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut map = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let any = map
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()))
+            .clone();
+        any.downcast::<T>()
+            .expect("the state map holds values under their own type id")
     }
 
     /// The device's name as the driver reports it.
@@ -274,7 +254,7 @@ impl Gpu {
 
     /// A handle to the same device and stream whose GEMM launches follow `options` (a forced
     /// tile, split-K factor or path); the default options leave every choice to the planner.
-    pub fn with_options(&self, options: crate::launch::LaunchOptions) -> Gpu {
+    pub fn with_options(&self, options: crate::options::LaunchOptions) -> Gpu {
         Gpu {
             options,
             ..self.clone()
@@ -282,7 +262,7 @@ impl Gpu {
     }
 
     /// The launch options of this handle.
-    pub fn options(&self) -> &crate::launch::LaunchOptions {
+    pub fn options(&self) -> &crate::options::LaunchOptions {
         &self.options
     }
 
@@ -420,13 +400,6 @@ impl Gpu {
         let module = self.shared.ctx.load_module(image)?;
         modules.insert(key, (module.clone(), chosen.arch.name()));
         Ok((module, chosen.arch.name()))
-    }
-
-    /// Scratch buffers reused by GEMM launches on this device (split-K partials, counters, row
-    /// statistics). They only grow, and a replaced buffer is kept until the `Gpu` is dropped,
-    /// so CUDA graphs captured before a growth stay valid ([`crate::gemm::Growing`]).
-    pub fn workspace(&self) -> &crate::gemm::WorkspaceCell {
-        &self.shared.workspace
     }
 
     /// Copies `data` to a new device buffer.

@@ -13,7 +13,7 @@
 //! - Inside the closure launch only through the handle passed in. Allocations there become
 //!   graph nodes. The GEMM workspaces are the exception: one that a captured launch grows is
 //!   allocated outside the capture, and the workspaces a graph uses stay allocated when later
-//!   launches grow them ([`crate::gemm::Growing`]). Host↔device copies of pageable memory
+//!   launches grow them ([`crate::launch::workspace::Growing`]). Host↔device copies of pageable memory
 //!   cannot be captured (the driver's error is returned).
 //! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
 //!   outside a capture are illegal inside it); it is restored afterwards, also on error. With
@@ -46,12 +46,20 @@ impl std::fmt::Debug for Graph {
 
 /// One capture in progress: event tracking is off from the first of a device's concurrent
 /// captures until the last has ended, and then restored as the first found it.
-struct Tracking<'a>(&'a crate::gpu::Shared);
+struct Tracking {
+    ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    captures: std::sync::Arc<Captures>,
+}
 
-impl<'a> Tracking<'a> {
-    fn begin(shared: &'a crate::gpu::Shared) -> Tracking<'a> {
-        let ctx = &shared.ctx;
-        let mut c = shared.captures.lock().unwrap_or_else(|e| e.into_inner());
+/// Stream captures in progress on a device and whether cudarc's event tracking was on before
+/// the first of them (the device's [`Gpu::state`]).
+#[derive(Default)]
+struct Captures(std::sync::Mutex<(usize, bool)>);
+
+impl Tracking {
+    fn begin(gpu: &Gpu) -> Tracking {
+        let (ctx, captures) = (gpu.context().clone(), gpu.state::<Captures>());
+        let mut c = captures.0.lock().unwrap_or_else(|e| e.into_inner());
         if c.0 == 0 {
             c.1 = ctx.is_event_tracking();
             // SAFETY: during a capture all recorded work is on its one stream, so cudarc need
@@ -59,17 +67,18 @@ impl<'a> Tracking<'a> {
             unsafe { ctx.disable_event_tracking() };
         }
         c.0 += 1;
-        Tracking(shared)
+        drop(c);
+        Tracking { ctx, captures }
     }
 }
 
-impl Drop for Tracking<'_> {
+impl Drop for Tracking {
     fn drop(&mut self) {
-        let mut c = self.0.captures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = self.captures.0.lock().unwrap_or_else(|e| e.into_inner());
         c.0 -= 1;
         if c.0 == 0 && c.1 {
             // SAFETY: restores the state found before the first capture.
-            unsafe { self.0.ctx.enable_event_tracking() };
+            unsafe { self.ctx.enable_event_tracking() };
         }
     }
 }
@@ -85,7 +94,7 @@ impl Gpu {
     pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
         let ctx = self.context();
         let stream = ctx.new_stream()?;
-        let tracking = Tracking::begin(&self.shared);
+        let tracking = Tracking::begin(self);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
         let handle = self.on_stream(stream.clone());
         let recorded = record(&handle);

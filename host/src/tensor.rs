@@ -18,6 +18,10 @@ use fused_gemm_device::types::DType;
 
 use crate::{Error, Gpu, Result};
 
+/// The value output buffers are filled with before a kernel runs: any element a kernel fails to
+/// write stays NaN and fails every comparison.
+pub const POISON_F32: f32 = f32::NAN;
+
 mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
@@ -606,13 +610,13 @@ impl Tensor {
         Ok(())
     }
 
-    /// Fills with NaN ([`crate::testing::POISON_F32`]) so that any element a kernel fails to
+    /// Fills with NaN ([`POISON_F32`]) so that any element a kernel fails to
     /// write is visible.
     ///
     /// # Errors
     /// As [`Tensor::fill`].
     pub fn poison(&mut self, gpu: &Gpu) -> Result<()> {
-        self.fill(gpu, crate::testing::POISON_F32)
+        self.fill(gpu, POISON_F32)
     }
 }
 

@@ -83,9 +83,7 @@ pub fn uniform(rng: &mut StdRng, len: usize) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
-/// The value output buffers are filled with before a kernel runs: any element a kernel fails to
-/// write stays NaN and fails every comparison.
-pub const POISON_F32: f32 = f32::NAN;
+pub use crate::tensor::POISON_F32;
 
 /// How close a result must be to its reference, for [`compare`] and [`assert_close`].
 ///

@@ -277,7 +277,7 @@ fn row_tiles_are_only_for_row_norms() {
 #[test]
 fn construction_takes_microseconds() {
     let pl = planner();
-    let shapes = fused_gemm_host::plan::sweep::sweep_shapes();
+    let shapes = fused_gemm_host::sweep::sweep_shapes();
     let start = Instant::now();
     let mut n = 0;
     for _ in 0..5 {

@@ -302,7 +302,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                 })],
                 launch_params: vec![LaunchParam {
                     ident: id.clone(),
-                    ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
+                    ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
                     doc: format!(
                         "length {len}, {dt_name}, contiguous: {along}; stage {} {what} it",
                         idx + 1
@@ -328,7 +328,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                 })],
                 launch_params: vec![LaunchParam {
                     ident: id.clone(),
-                    ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsMatrix),
+                    ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
                     doc: format!(
                         "M×{width}, {out_name}, row-major (any leading dimension ≥ {width}); stage {} adds it element-wise; {alias}",
                         idx + 1
@@ -354,7 +354,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
             ];
             let mut lp = vec![LaunchParam {
                 ident: g.clone(),
-                ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
+                ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
                 doc: format!(
                     "length {width}, {out_name}, contiguous: the norm's scale γ, one per column"
                 ),
@@ -369,7 +369,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                 }));
                 lp.push(LaunchParam {
                     ident: b.clone(),
-                    ty: quote!(&impl ::fused_gemm::__private::host::gemm::AsVector),
+                    ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
                     doc: format!(
                         "length {width}, {out_name}, contiguous: the norm's shift β, one per column"
                     ),
@@ -417,7 +417,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                 })],
                 launch_params: vec![LaunchParam {
                     ident: id.clone(),
-                    ty: quote!(::fused_gemm::__private::host::gemm::RopeArgs),
+                    ty: quote!(::fused_gemm::__private::host::kernel::RopeArgs),
                     doc: format!(
                         "the rotation of stage {}: `head_dim` (columns per head, even), `rotary_dim` (rotated columns at the start of each head, even, ≤ head_dim), `seq_len` and `pos_offset` (row r is at position r % seq_len + pos_offset)",
                         idx + 1
@@ -610,7 +610,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
             }
         };
         variant_values.push(quote! {
-            ::fused_gemm::__private::host::gemm::KernelVariant {
+            ::fused_gemm::__private::host::kernel::KernelVariant {
                 entry: #e,
                 tile: #d::gemm::TileShape::new(#bm, #bn, #bk, #wm, #wn, #stages),
                 vec: #vec,
@@ -713,7 +713,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         #cfgs
         #[cfg(not(target_arch = "nvptx64"))]
         #[doc = #spec_doc]
-        pub static #spec: ::fused_gemm::__private::host::gemm::GemmKernelSpec = ::fused_gemm::__private::host::gemm::GemmKernelSpec {
+        pub static #spec: ::fused_gemm::__private::host::kernel::GemmKernelSpec = ::fused_gemm::__private::host::kernel::GemmKernelSpec {
             name: #name_s,
             stages: #stage_str,
             ptx: &crate::__FUSED_GEMM_PTX,
@@ -733,12 +733,12 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
         #[allow(clippy::too_many_arguments, unused_variables)]
         pub fn #name(
             gpu: &::fused_gemm::__private::host::Gpu,
-            a: &impl ::fused_gemm::__private::host::gemm::AsMatrix,
-            b: &impl ::fused_gemm::__private::host::gemm::AsMatrix,
-            c: &mut impl ::fused_gemm::__private::host::gemm::AsMatrix,
+            a: &impl ::fused_gemm::__private::host::kernel::AsMatrix,
+            b: &impl ::fused_gemm::__private::host::kernel::AsMatrix,
+            c: &mut impl ::fused_gemm::__private::host::kernel::AsMatrix,
             #sig_params
         ) -> ::fused_gemm::__private::host::Result<::fused_gemm::__private::host::launch::LaunchReport> {
-            use ::fused_gemm::__private::host::gemm::{AsMatrix as _, AsVector as _};
+            use ::fused_gemm::__private::host::kernel::{AsMatrix as _, AsVector as _};
             let a = a.matrix(gpu)?;
             let b = b.matrix(gpu)?;
             let c = c.matrix(gpu)?;
@@ -754,7 +754,7 @@ pub fn expand(item: &syn::ItemFn, attr: &KernelAttr) -> TokenStream {
                 pair_stage: #pair_stage,
                 row_norm_stage: #norm_stage,
             };
-            ::fused_gemm::__private::host::gemm::launch(gpu, &#spec, &#call, |#stats: u64| (#params_value, #finish_value))
+            ::fused_gemm::__private::host::launch::launch(gpu, &#spec, &#call, |#stats: u64| (#params_value, #finish_value))
         }
     }
 }

@@ -174,7 +174,7 @@ pub mod probe {
     mod host {
         use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
         use fused_gemm_host::launch::LaunchShape;
-        use fused_gemm_host::sm90::MapKey;
+        use fused_gemm_host::tensor_map::MapKey;
         use fused_gemm_host::{Error, Gpu, Result, cudarc};
 
         use crate::device::types::DType;
@@ -199,7 +199,7 @@ pub mod probe {
         ) -> Result<u64> {
             let (ptr, _rec) = buf.device_ptr(gpu.stream());
             let key = MapKey::new(ptr, DType::Bf16, k as u64, rows as u64, k as u64, box_rows);
-            fused_gemm_host::sm90::tensor_map(gpu, key)
+            fused_gemm_host::launch::tensor_map(gpu, key)
         }
 
         /// Runs the TMA probe on `a` (bf16 bits, `rows × k` row-major, contiguous): the raw

@@ -4,7 +4,7 @@
 
 use cudarc::driver::CudaSlice;
 use fused_gemm_device::types::DType;
-use fused_gemm_host::gemm::MatRef;
+use fused_gemm_host::kernel::MatRef;
 use fused_gemm_host::schedule::WaveGraph;
 use fused_gemm_host::{Gpu, Result, Tensor};
 

@@ -16,9 +16,9 @@ use fused_gemm_bench::report::{device_slug, results_dir};
 use std::process::ExitCode;
 
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::GemmKernelSpec;
-use fused_gemm::host::plan::sweep::{DeviceTimer, median_us, run_sweep, sweep_shapes};
+use fused_gemm::host::kernel::GemmKernelSpec;
 use fused_gemm::host::plan::{Plan, Planner, Problem};
+use fused_gemm::host::sweep::{DeviceTimer, median_us, run_sweep, sweep_shapes};
 use fused_gemm::host::validate::GemmCall;
 use fused_gemm::host::{Error, Gpu, LaunchOptions, Result};
 use fused_gemm::kernels::gemm;
@@ -161,7 +161,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = fused_gemm::host::plan::sweep::GemmTimer::time_ms(&mut timer, &probe, &first) {
+    if let Err(e) = fused_gemm::host::sweep::GemmTimer::time_ms(&mut timer, &probe, &first) {
         eprintln!("plan_sweep: the probe launch failed: {e}");
         return ExitCode::FAILURE;
     }

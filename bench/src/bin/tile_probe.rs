@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use fused_gemm::device::gemm::TileShape;
 use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::GemmKernelSpec;
+use fused_gemm::host::kernel::GemmKernelSpec;
 use fused_gemm::host::{Gpu, LaunchOptions, LaunchReport, Result, Tensor};
 use fused_gemm::kernels::gemm;
 use rand::{RngExt, SeedableRng};

@@ -21,7 +21,7 @@
 //! ([`NormPath::Partials`], whose cost the model includes).
 
 pub mod model;
-pub mod sweep;
+pub mod sm90;
 
 use std::collections::HashMap;
 
@@ -30,7 +30,7 @@ use fused_gemm_device::types::DType;
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::DeviceProps;
-use crate::launch::LaunchShape;
+use crate::shape::LaunchShape;
 use crate::validate::{BLayout, Checked, GemmCall, Operand};
 use crate::{Error, Result};
 pub use model::{Bound, ModelTerms, Roofline};
@@ -74,7 +74,7 @@ pub struct Problem {
     /// Whether the 16-byte vector path is allowed ([`crate::validate::VectorPath::mainloop`]).
     pub vector: bool,
     /// Whether C, and the `residual` when the epilogue reads one, can be moved with TMA
-    /// ([`crate::sm90::epilogue_tma`]): sm_90's row-norm groups then take each CTA's last tile
+    /// ([`crate::tensor_map::epilogue_tma`]): sm_90's row-norm groups then take each CTA's last tile
     /// through the ring instead of per-thread loads and stores. Only the sm_90 model reads it.
     pub epilogue_tma: bool,
 }
@@ -119,7 +119,7 @@ impl Problem {
             row_norm: call.row_norm_stage.is_some(),
             epilogue_read_bytes_per_output: out * (residuals + accumulate as u8 as f64),
             vector: checked.vector.mainloop(),
-            epilogue_tma: crate::sm90::epilogue_tma(call, checked),
+            epilogue_tma: crate::tensor_map::epilogue_tma(call, checked),
         }
     }
 

@@ -10,7 +10,7 @@ use super::dag::WaveGraph;
 use super::family::Family;
 use super::table::{SplitScratch, encode, gemm_args, split_scratch_bytes};
 use super::waves::{Program, Schedule, VDevice};
-use crate::gemm::Param;
+use crate::kernel::Param;
 use crate::launch::LaunchShape;
 use crate::{Error, Gpu, Result};
 

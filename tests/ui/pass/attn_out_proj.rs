@@ -10,9 +10,9 @@ static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
-use fused_gemm::host::gemm::KernelVariant;
-use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
 use fused_gemm::fused_gemm;
+use fused_gemm::host::kernel::KernelVariant;
+use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
 
 /// BERT attention output projection.
 #[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = bf16)]
@@ -43,20 +43,31 @@ fn main() {
     assert_eq!(spec.ptx.crate_name, "ui");
     // The mma.sync variants (every GPU): three general tiles with 16-byte loads, one
     // bounds-checked, five row-spanning tiles.
-    let (sm80, tma): (Vec<&KernelVariant>, Vec<&KernelVariant>) =
-        spec.variants.iter().partition(|v| v.mainloop == Mainloop::Sm80);
+    let (sm80, tma): (Vec<&KernelVariant>, Vec<&KernelVariant>) = spec
+        .variants
+        .iter()
+        .partition(|v| v.mainloop == Mainloop::Sm80);
     assert_eq!(sm80.len(), 9);
     assert_eq!(sm80.iter().filter(|v| !v.vec).count(), 1);
     assert!(sm80.iter().any(|v| v.tile.bn == 1024));
     for v in &sm80 {
-        assert!(v.entry.starts_with("attn_out_proj__sm80_bf16_bf16_bcol_t"), "{}", v.entry);
+        assert!(
+            v.entry.starts_with("attn_out_proj__sm80_bf16_bf16_bcol_t"),
+            "{}",
+            v.entry
+        );
         assert_eq!(v.tile.check(), None);
     }
     // No `arch`: also the TMA + wgmma variants (the sm_90a module), one per Hopper tile.
     assert_eq!(tma.len(), TILES_SM90.len());
     for v in &tma {
         assert!(v.mainloop.is_sm90() && v.vec, "{}", v.entry);
-        assert!(v.entry.starts_with("attn_out_proj__sm90tma_bf16_bf16_bcol_t"), "{}", v.entry);
+        assert!(
+            v.entry
+                .starts_with("attn_out_proj__sm90tma_bf16_bf16_bcol_t"),
+            "{}",
+            v.entry
+        );
         assert!(TILES_SM90.contains(&v.tile), "{}", v.entry);
     }
 }

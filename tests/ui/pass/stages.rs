@@ -3,7 +3,7 @@ static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
     fused_gemm::host::module::PtxSet::new("ui", &[]);
 
 use fused_gemm::fused_gemm;
-use fused_gemm::host::gemm::RopeArgs;
+use fused_gemm::host::kernel::RopeArgs;
 use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
 
 /// A user stage.
@@ -44,9 +44,18 @@ fn calls(gpu: &Gpu, t: &Tensor, out: &mut Tensor, rope: RopeArgs) -> Result<Laun
 }
 
 fn main() {
-    assert_eq!(PAIRS.stages, "rope(theta = 500000), bias, residual, swiglu, bias, scale(col), residual");
+    assert_eq!(
+        PAIRS.stages,
+        "rope(theta = 500000), bias, residual, swiglu, bias, scale(col), residual"
+    );
     assert!(ELEMENTWISE.accumulate);
-    assert_eq!(NORM_THEN_MORE.norm_finish, Some("norm_then_more__norm_finish_f32"));
-    assert_eq!(USER_STAGES.stages, "geglu, cast(bf16), square, self::activations::mish, crate::square");
+    assert_eq!(
+        NORM_THEN_MORE.norm_finish,
+        Some("norm_then_more__norm_finish_f32")
+    );
+    assert_eq!(
+        USER_STAGES.stages,
+        "geglu, cast(bf16), square, self::activations::mish, crate::square"
+    );
     assert_eq!(activations::mish(0.0), 0.0);
 }

@@ -10,7 +10,7 @@
 
 use fused_gemm::bert::BertElement;
 use fused_gemm::host::cudarc::driver::{CudaSlice, ValidAsZeroBits};
-use fused_gemm::host::gemm::MatRef;
+use fused_gemm::host::kernel::MatRef;
 use fused_gemm::host::tensor::HostElement;
 use fused_gemm::host::{Gpu, LaunchReport, Result};
 use fused_gemm::kernels::{blocks, stages};

@@ -42,8 +42,8 @@ use std::time::Duration;
 use fused_gemm::bert::{self, EmbeddingWeights as DeviceTables, SeqBatch};
 use fused_gemm::host::cudarc::driver::sys::CUevent_flags;
 use fused_gemm::host::cudarc::driver::{CudaEvent, CudaSlice};
-use fused_gemm::host::gemm::MatRef;
 use fused_gemm::host::graph::Graph;
+use fused_gemm::host::kernel::MatRef;
 use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::{Gpu, LaunchReport};
 

@@ -1,6 +1,6 @@
 //! Element-wise activations in f64, and the mapping from a model config's activation name.
 
-use super::{RefStage, ReferenceError};
+use super::stage::{RefStage, ReferenceError};
 
 /// `relu`: max(x, 0); NaN stays NaN (as the device stage).
 pub fn relu(x: f64) -> f64 {

@@ -8,7 +8,7 @@
 //! pair; see `crate::weights` for the weight-row permutation).
 
 use super::activation::{gelu_erf, silu};
-use super::{PairLayout, ReferenceError, check_shape};
+use super::stage::{PairLayout, ReferenceError, check_shape};
 
 /// `out[r, c] = act(g[r, c]) · u[r, c]` over an M × width row-major `x` (`rows` = M) holding
 /// gate and up columns in `layout`. Returns M × width/2.

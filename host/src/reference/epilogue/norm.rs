@@ -2,7 +2,7 @@
 //! directly and through per-tile partial statistics (the path a kernel takes when one CTA does
 //! not span the row).
 
-use super::{ReferenceError, check_len, check_shape};
+use super::stage::{ReferenceError, check_len, check_shape};
 
 /// Statistics of a set of values: count, mean and M2 = Σ(x − mean)².
 ///

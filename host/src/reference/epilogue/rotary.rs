@@ -15,109 +15,8 @@
 //! `(2i, 2i + 1)` for [`PairLayout::Interleaved`] (RoFormer, GPT-J, and the fused kernel once
 //! the Q/K weight rows are permuted with `crate::weights`).
 
-use super::{PairLayout, ReferenceError, check_shape};
-
-/// A rotary embedding over the rows of an M × width matrix holding `width / head_dim` heads
-/// per row. Row r is the token at position `r % seq_len + pos_offset` (rows are `seq_len`-token
-/// sequences stacked, each starting at the KV-cache offset `pos_offset`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RopeConfig {
-    /// Frequency base θ (10000 for LLaMA-2 and BERT-era models, 500000 for LLaMA-3).
-    pub theta: f64,
-    /// Columns per head.
-    pub head_dim: usize,
-    /// Rotated columns at the start of each head: even, ≤ `head_dim`.
-    pub rotary_dim: usize,
-    /// Tokens per sequence (≥ 1).
-    pub seq_len: usize,
-    /// Position of each sequence's first row.
-    pub pos_offset: usize,
-    /// Which columns form a pair.
-    pub layout: PairLayout,
-}
-
-impl RopeConfig {
-    /// Full-width rotation of one sequence of `seq_len` tokens from position 0.
-    pub fn new(theta: f64, head_dim: usize, seq_len: usize, layout: PairLayout) -> RopeConfig {
-        RopeConfig {
-            theta,
-            head_dim,
-            rotary_dim: head_dim,
-            seq_len,
-            pos_offset: 0,
-            layout,
-        }
-    }
-
-    /// Checks the configuration on its own.
-    ///
-    /// # Errors
-    /// [`ReferenceError::ZeroDim`] for `head_dim` or `seq_len` of 0,
-    /// [`ReferenceError::OddRotaryDim`], [`ReferenceError::RotaryDimTooLarge`],
-    /// [`ReferenceError::InvalidTheta`] unless θ is finite and > 0, and
-    /// [`ReferenceError::TooLarge`] if the last position, `pos_offset + seq_len − 1`, overflows
-    /// `usize`.
-    pub fn validate(&self) -> Result<(), ReferenceError> {
-        if self.head_dim == 0 {
-            return Err(ReferenceError::ZeroDim { what: "head_dim" });
-        }
-        if self.seq_len == 0 {
-            return Err(ReferenceError::ZeroDim { what: "seq_len" });
-        }
-        if !self.rotary_dim.is_multiple_of(2) {
-            return Err(ReferenceError::OddRotaryDim {
-                rotary_dim: self.rotary_dim,
-            });
-        }
-        if self.rotary_dim > self.head_dim {
-            return Err(ReferenceError::RotaryDimTooLarge {
-                rotary_dim: self.rotary_dim,
-                head_dim: self.head_dim,
-            });
-        }
-        if !(self.theta.is_finite() && self.theta > 0.0) {
-            return Err(ReferenceError::InvalidTheta { theta: self.theta });
-        }
-        if self.pos_offset.checked_add(self.seq_len - 1).is_none() {
-            return Err(ReferenceError::TooLarge {
-                what: "pos_offset + seq_len − 1",
-                detail: format!("{} + {} − 1 overflows usize", self.pos_offset, self.seq_len),
-            });
-        }
-        Ok(())
-    }
-
-    /// Position of row `r`; saturates at `usize::MAX` (never for a configuration that passes
-    /// [`validate`](RopeConfig::validate)), and `seq_len = 0` counts as 1.
-    pub fn position(&self, r: usize) -> usize {
-        (r % self.seq_len.max(1)).saturating_add(self.pos_offset)
-    }
-
-    /// Columns (within a head) of pair `i`, for `i < rotary_dim / 2`.
-    pub fn pair(&self, i: usize) -> (usize, usize) {
-        match self.layout {
-            PairLayout::Interleaved => (2 * i, 2 * i + 1),
-            PairLayout::HalfSplit => (i, i + self.rotary_dim / 2),
-        }
-    }
-
-    /// ω_i = θ^(−2i/d).
-    pub fn inv_freq(&self, i: usize) -> f64 {
-        self.theta.powf(-((2 * i) as f64) / self.rotary_dim as f64)
-    }
-
-    /// Rotates one head (`head.len() == head_dim`) in place as the token at `pos`.
-    /// The configuration must be valid ([`validate`](RopeConfig::validate)).
-    pub fn rotate_head(&self, head: &mut [f64], pos: usize) {
-        for i in 0..self.rotary_dim / 2 {
-            let (a, b) = self.pair(i);
-            let (s, c) = (pos as f64 * self.inv_freq(i)).sin_cos();
-            let (x, y) = (head[a], head[b]);
-            head[a] = x * c - y * s;
-            head[b] = y * c + x * s;
-        }
-    }
-}
+pub use super::stage::RopeConfig;
+use super::stage::{ReferenceError, check_shape};
 
 /// RoPE of an M × width row-major matrix (`rows` = M) under `cfg`; see the
 /// [module docs](self) for the formula. Returns M × width.
@@ -157,6 +56,7 @@ pub fn rope(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::epilogue::PairLayout;
 
     #[test]
     fn half_split_pairs_span_the_rotary_half() {

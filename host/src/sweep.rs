@@ -12,7 +12,7 @@ use std::time::Instant;
 use fused_gemm_device::types::DType;
 use serde::{Deserialize, Serialize};
 
-use super::{ModelTerms, Plan, Planner, Problem, Roofline};
+use crate::plan::{ModelTerms, Plan, Planner, Problem, Roofline};
 use crate::tensor::Tensor;
 use crate::validate::{BLayout, GemmCall, check_gemm};
 use crate::{Error, Gpu, Result};

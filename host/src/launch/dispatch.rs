@@ -1,0 +1,147 @@
+//! The launcher behind every `#[fused_gemm]` kernel: validate, choose the mainloop and plan,
+//! provide workspaces, launch.
+
+use cudarc::driver::PushKernelArg;
+use fused_gemm_device::gemm::{TileShape, is_row_tile};
+use fused_gemm_device::params::KernelParam;
+
+use super::norm_finish::{launch_norm_finish, norm_finish_grid};
+use super::report::LaunchReport;
+use super::workspace::grow;
+use crate::kernel::{GemmKernelSpec, Param};
+use crate::options::LaunchOptions;
+use crate::plan::{NormPath, Plan, Planner, Problem};
+use crate::validate::{GemmCall, Work, check_gemm};
+use crate::{Error, Gpu, Result};
+
+/// Launches a fused GEMM described by `call`: `C = epilogue(A·B)`.
+///
+/// `build(stats)` returns the epilogue's parameters and, when the spec has a row norm, the
+/// finishing kernel's (norm, post-stage) parameters; `stats` is the device address of the
+/// row-statistics workspace, or 0 when the plan finishes the norm in the CTA. It is called once
+/// per launch, and, when an autotuner measures the Hopper candidates, once per launch it makes
+/// or records in a graph while doing so.
+///
+/// The launch follows `gpu`'s [`LaunchOptions`] ([`Gpu::with_options`]) and returns what ran: the
+/// variant, its mainloop and plan, and why that mainloop ([`LaunchReport`]); a report without a
+/// variant when M or N is 0 (nothing to do).
+///
+/// # Errors
+/// Validation errors naming the operand ([`check_gemm`]); [`Error::Misaligned`] when operands
+/// need the bounds-checked path and the kernel was compiled without it; planning and driver
+/// errors.
+pub fn launch<P, N, Q>(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    build: impl Fn(u64) -> (P, Option<(N, Q)>),
+) -> Result<LaunchReport>
+where
+    P: KernelParam,
+    N: KernelParam,
+    Q: KernelParam,
+{
+    let checked = check_gemm(call)?;
+    if checked.work == Work::Empty {
+        return Ok(LaunchReport::nothing(spec.name));
+    }
+    let why = match super::sm90::choose(gpu, spec, call, &checked)? {
+        super::sm90::Choice::Sm90(candidates, why) => {
+            let (variant, plan) =
+                super::tune::pick_sm90(gpu, spec, call, &checked, candidates, &build)?;
+            return super::sm90::launch(gpu, spec, call, &checked, variant, plan, build, why);
+        }
+        super::sm90::Choice::Sm80(why) => why,
+    };
+    let mut vec = checked.vector.mainloop();
+    if !vec && !spec.variants.iter().any(|v| !v.vec) {
+        checked.require_vector()?;
+    }
+    if vec && !spec.variants.iter().any(|v| v.vec) {
+        vec = false;
+    }
+    let plan = choose(
+        &spec.planner(gpu, vec),
+        &Problem::from_call(call, &checked, spec.accumulate),
+        gpu.options(),
+    )?;
+
+    let variant = spec.variant(&plan.tile, vec).ok_or_else(|| {
+        Error::LaunchLimit(format!(
+            "`{}` has no compiled variant for tile {:?}",
+            spec.name, plan.tile
+        ))
+    })?;
+
+    let cell = gpu.workspace();
+
+    let mut ws = cell
+        .lock()
+        .map_err(|_| Error::LaunchLimit("GEMM workspace lock poisoned".into()))?;
+    let (workspace, counters) = if plan.splits > 1 {
+        let p = grow(gpu, &mut ws.partials, plan.workspace_bytes)?;
+        let c = grow(gpu, &mut ws.counters, plan.counter_bytes)?;
+        (p, c)
+    } else {
+        (0, 0)
+    };
+    let (stats, tiles_n) = match plan.norm {
+        NormPath::Partials {
+            tiles_n,
+            stats_bytes,
+        } => (grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
+        _ => (0, 0),
+    };
+    // Checked before the GEMM writes C.
+    let finish_grid = (stats != 0)
+        .then(|| norm_finish_grid::<Q>(gpu, spec, call, &checked))
+        .transpose()?;
+    let (params, finish) = build(stats);
+
+    let args = Param(plan.gemm_args(&checked, call, workspace, counters));
+    let params = Param(params);
+    let func = spec.function(gpu, variant)?;
+    let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
+    let mut l = gpu.stream().launch_builder(&func);
+    l.arg(&args).arg(&params);
+    // SAFETY: the entry point takes (GemmArgs, E::Params) by value; `check_gemm` validated every
+    // operand against the shapes the kernel reads and writes, and the workspaces were sized by
+    // the plan.
+    unsafe { l.launch(cfg) }?;
+
+    let mut report = LaunchReport::ran(spec.name, variant, plan, why);
+    if let Some(shape) = finish_grid {
+        report.finish_dependent =
+            launch_norm_finish(gpu, spec, call, &checked, tiles_n, shape, finish)?;
+    }
+    Ok(report)
+}
+
+/// The sm_80 path's plan for `problem`: the planner's, or the fastest predicted that matches
+/// the tile and split-K factor `o` forces.
+fn choose(planner: &Planner, problem: &Problem, o: &LaunchOptions) -> Result<Plan> {
+    let no_match = || Error::LaunchLimit(format!("no launchable plan matches the options {o:?}"));
+    match (o.tile, o.splits) {
+        (None, None) => planner.plan(problem),
+        // A forced tile bypasses the planner's preference for row-spanning tiles, so tests and
+        // sweeps can reach the partial-statistics path too.
+        (Some(t), Some(s)) => planner.evaluate(problem, &t, s).ok_or_else(no_match),
+        (Some(t), None) => {
+            let (tiles, rows): (&[TileShape], &[TileShape]) = if is_row_tile(&t) {
+                (&[], &[t])
+            } else {
+                (&[t], &[])
+            };
+            planner
+                .clone()
+                .with_tiles(tiles, rows)
+                .plan(problem)
+                .map_err(|_| no_match())
+        }
+        (None, Some(s)) => planner
+            .candidates(problem)?
+            .into_iter()
+            .find(|p| p.splits == s)
+            .ok_or_else(no_match),
+    }
+}
