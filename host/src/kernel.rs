@@ -323,7 +323,7 @@ impl GemmKernelSpec {
         )
     }
 
-    pub(crate) fn variant(&self, tile: &TileShape, vec: bool) -> Option<&KernelVariant> {
+    pub(crate) fn variant(&self, tile: &TileShape, vec: bool) -> Option<&'static KernelVariant> {
         self.variants
             .iter()
             .find(|v| v.tile == *tile && v.vec == vec && !v.mainloop.is_sm90())

@@ -145,7 +145,7 @@ pub struct GemmCall<'a> {
 }
 
 /// What the launcher has to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Work {
     /// M = 0 or N = 0: nothing to compute; return without launching.
     Empty,

@@ -1,17 +1,22 @@
 //! The launcher behind every `#[fused_gemm]` kernel: validate, choose the mainloop and plan,
-//! provide workspaces, launch.
+//! provide workspaces, launch. Decisions made with default options are cached per kernel and
+//! problem class, so a repeated launch plans nothing.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use cudarc::driver::PushKernelArg;
 use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::params::KernelParam;
+use fused_gemm_device::types::DType;
 
 use super::norm_finish::{launch_norm_finish, norm_finish_grid};
 use super::report::LaunchReport;
 use super::workspace::grow;
-use crate::kernel::{GemmKernelSpec, Param};
+use crate::kernel::{GemmKernelSpec, KernelVariant, Param};
 use crate::options::LaunchOptions;
 use crate::plan::{NormPath, Plan, Planner, Problem};
-use crate::validate::{GemmCall, Work, check_gemm};
+use crate::validate::{BLayout, Checked, GemmCall, Work, check_gemm};
 use crate::{Error, Gpu, Result};
 
 /// Launches a fused GEMM described by `call`: `C = epilogue(A·B)`.
@@ -45,33 +50,14 @@ where
     if checked.work == Work::Empty {
         return Ok(LaunchReport::nothing(spec.name));
     }
-    let why = match super::sm90::choose(gpu, spec, call, &checked)? {
-        super::sm90::Choice::Sm90(candidates, why) => {
+    let (variant, plan, why) = match decide(gpu, spec, call, &checked)? {
+        Decision::Sm90(candidates, why) => {
             let (variant, plan) =
                 super::tune::pick_sm90(gpu, spec, call, &checked, candidates, &build)?;
             return super::sm90::launch(gpu, spec, call, &checked, variant, plan, build, why);
         }
-        super::sm90::Choice::Sm80(why) => why,
+        Decision::Sm80(variant, plan, why) => (variant, plan, why),
     };
-    let mut vec = checked.vector.mainloop();
-    if !vec && !spec.variants.iter().any(|v| !v.vec) {
-        checked.require_vector()?;
-    }
-    if vec && !spec.variants.iter().any(|v| v.vec) {
-        vec = false;
-    }
-    let plan = choose(
-        &spec.planner(gpu, vec),
-        &Problem::from_call(call, &checked, spec.accumulate),
-        gpu.options(),
-    )?;
-
-    let variant = spec.variant(&plan.tile, vec).ok_or_else(|| {
-        Error::LaunchLimit(format!(
-            "`{}` has no compiled variant for tile {:?}",
-            spec.name, plan.tile
-        ))
-    })?;
 
     let cell = gpu.workspace();
 
@@ -115,6 +101,111 @@ where
             launch_norm_finish(gpu, spec, call, &checked, tiles_n, shape, finish)?;
     }
     Ok(report)
+}
+
+/// What a launch decides before its operands' addresses matter: the mainloop, and the plan or
+/// the Hopper path's candidates.
+#[derive(Clone, Debug)]
+enum Decision {
+    /// The Hopper path's candidates, the model's fastest first, and why this path.
+    Sm90(Vec<(&'static KernelVariant, Plan)>, String),
+    /// The sm_80 path's variant and plan, and why not the Hopper path.
+    Sm80(&'static KernelVariant, Plan, String),
+}
+
+/// Everything [`decide`] depends on besides the kernel: the problem as planned and the
+/// operands' alignment class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ProblemClass {
+    kernel: usize,
+    mnk: (u32, u32, u32),
+    dtypes: (DType, DType),
+    b_layout: BLayout,
+    pairs: bool,
+    row_norm: bool,
+    epilogue_read_bits: u64,
+    vector: (bool, bool),
+    epilogue_tma: bool,
+    work: Work,
+}
+
+/// The decisions of a device's launches made with default options, per kernel and
+/// [`ProblemClass`] ([`Gpu::state`]): a repeated launch skips planning. Emptied when it holds
+/// [`Self::CAPACITY`] entries (shapes that vary without end, such as sequence lengths).
+#[derive(Default)]
+struct Decisions(Mutex<HashMap<ProblemClass, Decision>>);
+
+impl Decisions {
+    const CAPACITY: usize = 4096;
+}
+
+/// The mainloop and plan for `call`: from the device's cache when the handle has default
+/// options, else (and on a miss) from the planners.
+fn decide(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+) -> Result<Decision> {
+    if !gpu.options().is_default() {
+        return plan_decision(gpu, spec, call, checked);
+    }
+    let p = Problem::from_call(call, checked, spec.accumulate);
+    let key = ProblemClass {
+        kernel: spec as *const GemmKernelSpec as usize,
+        mnk: (p.m, p.n, p.k),
+        dtypes: (p.in_dtype, p.out_dtype),
+        b_layout: p.b_layout,
+        pairs: p.pairs,
+        row_norm: p.row_norm,
+        epilogue_read_bits: p.epilogue_read_bytes_per_output.to_bits(),
+        vector: (p.vector, checked.vector.mainloop()),
+        epilogue_tma: p.epilogue_tma,
+        work: checked.work,
+    };
+    let cache = gpu.state::<Decisions>();
+    if let Some(d) = cache.0.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(d.clone());
+    }
+    let d = plan_decision(gpu, spec, call, checked)?;
+    let mut map = cache.0.lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() >= Decisions::CAPACITY {
+        map.clear();
+    }
+    map.insert(key, d.clone());
+    Ok(d)
+}
+
+/// [`decide`] without the cache.
+fn plan_decision(
+    gpu: &Gpu,
+    spec: &GemmKernelSpec,
+    call: &GemmCall<'_>,
+    checked: &Checked,
+) -> Result<Decision> {
+    let why = match super::sm90::choose(gpu, spec, call, checked)? {
+        super::sm90::Choice::Sm90(candidates, why) => return Ok(Decision::Sm90(candidates, why)),
+        super::sm90::Choice::Sm80(why) => why,
+    };
+    let mut vec = checked.vector.mainloop();
+    if !vec && !spec.variants.iter().any(|v| !v.vec) {
+        checked.require_vector()?;
+    }
+    if vec && !spec.variants.iter().any(|v| v.vec) {
+        vec = false;
+    }
+    let plan = choose(
+        &spec.planner(gpu, vec),
+        &Problem::from_call(call, checked, spec.accumulate),
+        gpu.options(),
+    )?;
+    let variant = spec.variant(&plan.tile, vec).ok_or_else(|| {
+        Error::LaunchLimit(format!(
+            "`{}` has no compiled variant for tile {:?}",
+            spec.name, plan.tile
+        ))
+    })?;
+    Ok(Decision::Sm80(variant, plan, why))
 }
 
 /// The sm_80 path's plan for `problem`: the planner's, or the fastest predicted that matches
