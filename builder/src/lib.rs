@@ -530,6 +530,9 @@ impl PtxBuilder {
             .arg(&a.path)
             .arg("-o")
             .arg(&a.cubin)
+            // Optimizes functions on every CPU: the sm_90a module of the built-in kernels took
+            // 65 s instead of 119 s on 2 cores, with the same registers and spills per entry.
+            .args(["-split-compile", "0"])
             .stdout(log)
             .stderr(log_err)
             .spawn()
