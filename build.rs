@@ -16,8 +16,11 @@ fn main() {
     let root = std::path::PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
     );
-    let mut builder = PtxBuilder::new(&root)
-        .feature("builtin-kernels")
+    let mut builder = PtxBuilder::new(&root).feature("builtin-kernels");
+    if std::env::var_os("CARGO_FEATURE_TEST_KERNELS").is_some() {
+        builder = builder.feature("test-kernels");
+    }
+    let mut builder = builder
         .watch(root.join("device/src"))
         .watch(root.join("device/Cargo.toml"))
         .watch(root.join("macros/src"));

@@ -297,7 +297,7 @@ fn every_stage_alone() {
             true,
             vec![RefStage::BiasCol(bias.v.clone())],
             None,
-            |g, a, b, c| stages::stage_bias(g, a, b, c, &bias.t),
+            |g, a, b, c| blocks::bias_bf16(g, a, b, c, &bias.t),
         );
         let rb = vecf(&mut fx, m, bf);
         case(
@@ -789,7 +789,7 @@ fn split_k_applies_the_epilogue_once() {
             splits: Some(splits),
             ..Default::default()
         });
-        let plan = stages::stage_bias(&g, &a.t, &b.t, &mut c, &bias.t)
+        let plan = blocks::bias_bf16(&g, &a.t, &b.t, &mut c, &bias.t)
             .unwrap()
             .plan
             .unwrap();
@@ -1566,7 +1566,7 @@ fn degenerate_and_bad_shapes() {
     let b = fx.upload(7, 0, DType::Bf16, vec![]);
     let bias = vecf(&mut fx, 7, DType::Bf16);
     let mut c = fx.poisoned(5, 7, DType::Bf16);
-    stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap();
+    blocks::bias_bf16(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap();
     let got = fx.get(&c);
     assert!(
         got.chunks(7).all(|r| r == &bias.v[..]),
@@ -1576,7 +1576,7 @@ fn degenerate_and_bad_shapes() {
     let b = fx.random(7, 16, DType::Bf16, 1.0);
     let mut c = fx.poisoned(0, 7, DType::Bf16);
     assert!(
-        stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
+        blocks::bias_bf16(&fx.gpu, &a.t, &b.t, &mut c, &bias.t)
             .unwrap()
             .entry
             .is_none(),
@@ -1584,14 +1584,14 @@ fn degenerate_and_bad_shapes() {
     );
     let a = fx.random(4, 16, DType::Bf16, 1.0);
     let mut c = fx.poisoned(4, 8, DType::Bf16);
-    let e = stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap_err();
+    let e = blocks::bias_bf16(&fx.gpu, &a.t, &b.t, &mut c, &bias.t).unwrap_err();
     println!("C of the wrong width: {e}");
     let a16 = fx.random(4, 16, DType::F16, 1.0);
     let mut c = fx.poisoned(4, 7, DType::Bf16);
-    let e = stages::stage_bias(&fx.gpu, &a16.t, &b.t, &mut c, &bias.t).unwrap_err();
+    let e = blocks::bias_bf16(&fx.gpu, &a16.t, &b.t, &mut c, &bias.t).unwrap_err();
     println!("A of the wrong dtype: {e}");
     let short_bias = vecf(&mut fx, 6, DType::Bf16);
-    let e = stages::stage_bias(&fx.gpu, &a.t, &b.t, &mut c, &short_bias.t).unwrap_err();
+    let e = blocks::bias_bf16(&fx.gpu, &a.t, &b.t, &mut c, &short_bias.t).unwrap_err();
     println!("bias of the wrong length: {e}");
     assert!(e.to_string().contains("bias"), "{e}");
 }

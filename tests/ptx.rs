@@ -465,7 +465,7 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
     use fused_gemm::kernels::{blocks::*, gemm::*, hopper::*, stages::*};
     // No `arch`: every module.
     let every_target: &[&GemmKernelSpec] = &[
-        &STAGE_BIAS,
+        &BIAS_BF16,
         &STAGE_SCALE_CONST_USER,
         &STAGE_CAST_BF16,
         &COMBO_PAIR_THEN_OPERANDS,

@@ -20,7 +20,7 @@ use fused_gemm::host::cudarc;
 use fused_gemm::host::kernel::{GemmKernelSpec, MatRef};
 use fused_gemm::host::module::Arch;
 use fused_gemm::host::tensor::HostElement;
-use fused_gemm::kernels::{blocks, gemm, stages};
+use fused_gemm::kernels::{blocks, gemm};
 use fused_gemm::{Error, Gpu, Result};
 use half::{bf16, f16};
 
@@ -132,7 +132,7 @@ pub fn describe(report: &LaunchReport) -> String {
 /// Our bf16 kernels. rms-producer has none: no stage writes per-row statistics yet.
 pub const OURS_BF16: &[Fused<bf16>] = &[
     Fused::new(Epilogue::Gemm, gemm_bf16, &gemm::GEMM_BF16),
-    Fused::new(Epilogue::Bias, bias_bf16, &stages::STAGE_BIAS),
+    Fused::new(Epilogue::Bias, bias_bf16, &blocks::BIAS_BF16),
     Fused::new(
         Epilogue::BiasGelu,
         bias_gelu_bf16,
@@ -218,7 +218,7 @@ macro_rules! bias_act {
 }
 
 bias_act! {
-    bias_bf16: bf16 => stages::stage_bias;
+    bias_bf16: bf16 => blocks::bias_bf16;
     bias_f16: f16 => blocks::bias_f16;
     bias_gelu_bf16: bf16 => blocks::ffn_up_bias_gelu;
     bias_gelu_f16: f16 => blocks::ffn_up_bias_gelu_f16;

@@ -35,6 +35,9 @@ pub fn scale_then_bias() {}
 /// `scale` after `bias` scales both: `alpha·(A·W + b)`.
 #[fused_gemm(epilogue = [bias, scale(alpha)], arch = sm_80)]
 pub fn bias_then_scale() {}
+/// A·W + b, bf16.
+#[fused_gemm(epilogue = [bias])]
+pub fn bias_bf16() {}
 /// f16 GEMM + bias at any operand alignment (unaligned operands take the bounds-checked path).
 #[fused_gemm(epilogue = [bias], dtype = f16)]
 pub fn bias_f16() {}

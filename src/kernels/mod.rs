@@ -94,9 +94,15 @@ pub mod control;
 pub mod blocks;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod gemm;
-#[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
+#[cfg(all(
+    feature = "test-kernels",
+    any(not(target_arch = "nvptx64"), feature = "builtin-kernels")
+))]
 pub mod hopper;
 pub mod rowwise;
-#[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
+#[cfg(all(
+    feature = "test-kernels",
+    any(not(target_arch = "nvptx64"), feature = "builtin-kernels")
+))]
 pub mod stages;
 pub mod waves;

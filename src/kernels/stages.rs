@@ -17,9 +17,6 @@ pub fn stage_scale_row() {}
 /// C = (A·B)·s[c].
 #[fused_gemm(epilogue = [scale(col)], arch = sm_80)]
 pub fn stage_scale_col() {}
-/// C = A·B + bias[c].
-#[fused_gemm(epilogue = [bias])]
-pub fn stage_bias() {}
 /// C = A·B + bias[r].
 #[fused_gemm(epilogue = [bias(row)], arch = sm_80)]
 pub fn stage_bias_row() {}

@@ -16,7 +16,7 @@ use fused_gemm::device::types::DType;
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::module::Arch;
 use fused_gemm::host::{Error, Gpu, LaunchOptions, LaunchReport, Result, Tensor};
-use fused_gemm::kernels::{blocks, gemm, hopper, stages};
+use fused_gemm::kernels::{blocks, gemm, hopper};
 use fused_gemm_bench::ours::describe;
 
 /// One rotating set of operands.
@@ -132,7 +132,7 @@ fn launch_stage(
 ) -> Result<LaunchReport> {
     match which {
         "[]" => gemm::gemm_bf16(g, &s.a, &s.b, &mut s.c),
-        "[bias]" => stages::stage_bias(g, &s.a, &s.b, &mut s.c, &s.bias),
+        "[bias]" => blocks::bias_bf16(g, &s.a, &s.b, &mut s.c, &s.bias),
         "[scale(col), gelu_tanh]" => {
             hopper::h_colscale_gelu_tanh(g, &s.a, &s.b, &mut s.c, col_scale)
         }

@@ -13,7 +13,7 @@ use fused_gemm::host::cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use fused_gemm::host::kernel::MatRef;
 use fused_gemm::host::tensor::HostElement;
 use fused_gemm::host::{Gpu, LaunchReport, Result};
-use fused_gemm::kernels::{blocks, stages};
+use fused_gemm::kernels::blocks;
 
 use crate::backend::Dtype;
 
@@ -121,6 +121,6 @@ gpu_element!(half::f16, Dtype::F16,
     bias_gelu: blocks::ffn_up_bias_gelu_f16,
     layer_norm: blocks::proj_bias_residual_layer_norm_f16);
 gpu_element!(half::bf16, Dtype::Bf16,
-    bias: stages::stage_bias,
+    bias: blocks::bias_bf16,
     bias_gelu: blocks::ffn_up_bias_gelu,
     layer_norm: blocks::proj_bias_residual_layer_norm);
