@@ -39,7 +39,8 @@ pub(crate) use ptx::BUILTIN as __FUSED_GEMM_PTX;
 
 /// Defines `__FUSED_GEMM_PTX` in a downstream kernel crate from the modules its `build.rs` built
 /// with `fused_gemm_build::PtxBuilder` and its default archs: `<crate>.sm_90a` and `<crate>.sm_80`
-/// (`.ptx.zst` and `.cubin.zst` in `OUT_DIR`). Invoke it once at the crate root;
+/// (`.ptx.zst` and `.cubin.zst` in `OUT_DIR`). `<crate>` is the package name with `-` written
+/// `_`, as the builder names the files (`include_ptx!("my_kernels")` for package `my-kernels`). Invoke it once at the crate root;
 /// `#[fused_gemm]` launchers find their kernels through it.
 ///
 /// On H100 and H200 the launchers load the sm_90a module, which holds every kernel's TMA +

@@ -267,7 +267,7 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
 }
 
 /// A norm's finishing kernel may be launched as its GEMM's programmatic dependent on sm_90+
-/// (`LaunchOptions::dependent_finish`, `gemm::launch_norm_finish`): there, it must wait for the
+/// (`LaunchOptions::dependent_finish`, `launch::norm_finish::launch_norm_finish`): there, it must wait for the
 /// GEMM (`griddepcontrol.wait`) before its first global load or store, or it reads C while the
 /// GEMM still writes it. Below sm_90 the instruction does not exist and must not appear. The
 /// Hopper mainloop lets its dependent start (`griddepcontrol.launch_dependents`).

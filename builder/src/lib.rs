@@ -26,7 +26,7 @@
 //! Without [`PtxBuilder::arch`] the builder compiles [`DEFAULT_ARCHS`]: `sm_80`, which runs on
 //! every later GPU (its PTX is JIT-compiled on GPUs newer than Hopper), and `sm_90a`, the only
 //! module with the TMA + `wgmma` mainloop of H100 and H200. The archs compile in parallel; each
-//! module's ptxas starts as soon as its PTX is written.
+//! module's ptxas starts once its PTX and those of the archs listed before it are written.
 //!
 //! # What a build leaves in `OUT_DIR`
 //!
@@ -292,7 +292,7 @@ impl PtxBuilder {
 
         // One nested cargo per arch, all at once: each is a single LLVM thread (fat LTO, one
         // codegen unit), so they share the cores instead of taking turns.
-        let mut builds = Vec::new();
+        let mut builds = Running(Vec::new());
         for a in &artifacts {
             let child = self
                 .nested_build(&cargo, &manifest, &out_dir, a.arch)
@@ -301,11 +301,12 @@ impl PtxBuilder {
                     cargo: cargo.to_string_lossy().into_owned(),
                     source,
                 })?;
-            builds.push((a, child));
+            builds.0.push(child);
         }
+        let mut assemblers = Running(Vec::new());
         let mut assembling = Vec::new();
         let mut failed = None;
-        for (a, mut child) in builds {
+        for (a, child) in artifacts.iter().zip(builds.0.iter_mut()) {
             let status = child.wait().map_err(|source| BuildError::Io {
                 path: a.path.clone(),
                 source,
@@ -332,13 +333,14 @@ impl PtxBuilder {
                 source,
             })?;
             write(&a.path, apply_launch_bounds(&text).as_bytes())?;
-            // This arch's ptxas runs while the other archs still compile.
-            assembling.push((a, self.start_ptxas(a)?));
-        }
-        for (a, child) in assembling {
-            if let Some(child) = child {
-                finish_ptxas(a, child)?;
+            // This arch's ptxas runs while the later archs still compile.
+            if let Some(child) = self.start_ptxas(a)? {
+                assemblers.0.push(child);
+                assembling.push(a);
             }
+        }
+        for (a, child) in assembling.into_iter().zip(assemblers.0.iter_mut()) {
+            finish_ptxas(a, child)?;
         }
         if let Some(e) = failed {
             return Err(e);
@@ -544,9 +546,23 @@ impl PtxBuilder {
     }
 }
 
+/// Child processes killed and reaped when dropped: when one arch fails, the others' builds must
+/// not run on, holding their target directories' locks and writing into `OUT_DIR`. (A child
+/// already waited for is not signalled again.)
+struct Running(Vec<std::process::Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Waits for `a`'s ptxas; on failure prints its errors and warnings (without `-v`'s
 /// per-kernel report).
-fn finish_ptxas(a: &PtxArtifact, mut child: std::process::Child) -> Result<(), BuildError> {
+fn finish_ptxas(a: &PtxArtifact, child: &mut std::process::Child) -> Result<(), BuildError> {
     let status = child.wait().map_err(|source| BuildError::Io {
         path: a.path.clone(),
         source,
@@ -659,7 +675,7 @@ mod tests {
             started
                 .into_iter()
                 .filter_map(|(a, c)| c.map(|c| (a, c)))
-                .try_for_each(|(a, c)| finish_ptxas(a, c))
+                .try_for_each(|(a, mut c)| finish_ptxas(a, &mut c))
         };
         let builder = PtxBuilder::new(&dir).ptxas(&fake);
         let good = [

@@ -420,8 +420,9 @@ impl Gpu {
     /// Sets the autotuner of this device (all handles sharing it) and returns the previous one:
     /// with `Some`, launches on the Hopper path pick their tile by measurement, cached per
     /// [`TuneKey`] in memory and on disk (see the [module docs](self)); with `None`, by the
-    /// model alone. A `Gpu` opened with `FUSED_GEMM_AUTOTUNE=1` starts with
-    /// [`Autotuner::from_env`], otherwise with `None`.
+    /// model alone. Without a call to this, a device's slot is filled when it is first read (its
+    /// first Hopper launch): with [`Autotuner::from_env`] under `FUSED_GEMM_AUTOTUNE=1`, else
+    /// `None`.
     pub fn set_autotuner(&self, tuner: Option<Autotuner>) -> Option<Autotuner> {
         let slot = self.state::<Slot>();
         let mut guard = slot.0.lock().unwrap_or_else(|e| e.into_inner());

@@ -289,7 +289,7 @@ impl GemmKernelSpec {
     /// The function of `variant` (one of [`Self::variants`]) on `gpu`, looked up by name on
     /// first use only.
     pub(crate) fn function(
-        &self,
+        &'static self,
         gpu: &Gpu,
         variant: &KernelVariant,
     ) -> Result<cudarc::driver::CudaFunction> {
@@ -310,7 +310,7 @@ impl GemmKernelSpec {
 
     /// The function of the norm finishing kernel on `gpu` (the slot after the variants).
     pub(crate) fn finish_function(
-        &self,
+        &'static self,
         gpu: &Gpu,
         entry: &str,
     ) -> Result<cudarc::driver::CudaFunction> {

@@ -86,7 +86,7 @@ impl PtxModule {
 /// All PTX modules of one kernel crate, newest arch first.
 #[derive(Debug)]
 pub struct PtxSet {
-    /// The kernel crate's name (for messages and as the module-cache key).
+    /// The kernel crate's name (for messages; the module cache keys on the set's address).
     pub crate_name: &'static str,
     /// Modules, newest arch first.
     pub modules: &'static [PtxModule],

@@ -1,7 +1,9 @@
 //! The host crate's modules form layers: every module uses only modules of lower layers (the
 //! table in `src/lib.rs`), and no two files of the crate import each other, directly or
 //! through others. Read from the source: each `crate::…` and `super::…` path outside comments
-//! and `#[cfg(test)]` modules is an edge from the file to the module it names.
+//! and `#[cfg(test)]` modules is an edge from the file to the module it names. Calls of methods
+//! that a higher layer adds to a lower layer's type (`impl Gpu` in `launch::workspace`) name no
+//! module and are not seen.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -51,15 +53,10 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The paths `text` names after `prefix` (`crate::` or `super::`), braces of `use` groups
-/// expanded one level: `crate::{a, b::c}` gives `a` and `b::c`.
+/// The paths `text` names after `prefix` (`crate::` or `super::`), with `use` groups expanded at
+/// every depth: `crate::{a, b::{c, d}}` gives `a`, `b::c` and `b::d`.
 fn paths(text: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let ident = |s: &str| {
-        s.chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-            .collect::<String>()
-    };
     let mut rest = text;
     while let Some(i) = rest.find(prefix) {
         let before = rest[..i].chars().last();
@@ -67,19 +64,42 @@ fn paths(text: &str, prefix: &str) -> Vec<String> {
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            out.extend(
-                group[..end]
-                    .split(',')
-                    .map(|p| ident(p.trim()))
-                    .filter(|p| !p.is_empty()),
-            );
-        } else {
-            out.push(ident(rest));
-        }
+        tree(rest, String::new(), &mut out);
     }
     out
+}
+
+/// The paths of one `use` tree at the start of `text` (a path, or a path ending in a `{...}`
+/// group), each after `base`.
+fn tree(text: &str, base: String, out: &mut Vec<String>) {
+    let head: String = text
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let path = format!("{base}{head}");
+    let Some(group) = text[head.len()..].strip_prefix('{') else {
+        if !path.is_empty() {
+            out.push(path);
+        }
+        return;
+    };
+    // Split the group at its top-level commas.
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                tree(group[start..i].trim_start(), path.clone(), out);
+                return;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                tree(group[start..i].trim_start(), path.clone(), out);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The module a path names: its longest prefix that is a module, after the root's re-exports
@@ -132,16 +152,30 @@ fn edges() -> (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, u32>) {
             continue;
         }
         let text = code(text);
-        let parent = m.rsplit_once("::").map_or("", |p| p.0).to_string();
-        let named = paths(&text, "crate::").into_iter().chain(
-            paths(&text, "super::")
+        let named =
+            paths(&text, "crate::")
                 .into_iter()
-                .map(|p| format!("{parent}::{p}")),
-        );
+                .chain(paths(&text, "super::").into_iter().map(|p| {
+                    // `super::super::x` climbs once more per `super::`.
+                    let mut base: Vec<&str> = m.split("::").collect();
+                    base.pop();
+                    let mut rest = p.as_str();
+                    while let Some(r) = rest.strip_prefix("super::") {
+                        base.pop();
+                        rest = r;
+                    }
+                    base.push(rest);
+                    base.join("::")
+                }));
         // A module's own children, named by `mod x; pub use x::…`.
         let children = text
             .lines()
-            .filter_map(|l| l.trim().strip_prefix("pub use "))
+            .filter_map(|l| {
+                let l = l.trim();
+                ["pub use ", "pub(crate) use ", "use "]
+                    .iter()
+                    .find_map(|p| l.strip_prefix(p))
+            })
             .map(|p| format!("{m}::{}", p.split("::").next().unwrap_or("")));
         for target in named.chain(children) {
             let t = resolve(&target, &mods, &reexports);
@@ -151,6 +185,15 @@ fn edges() -> (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, u32>) {
         }
     }
     (graph, layers)
+}
+
+#[test]
+fn paths_expand_nested_groups() {
+    let got = paths(
+        "use crate::{a, b::{c, d::E}, f::G};\nlet x = crate::h::i(); y::crate::no;",
+        "crate::",
+    );
+    assert_eq!(got, ["a", "b::c", "b::d::E", "f::G", "h::i"]);
 }
 
 fn top(m: &str) -> &str {

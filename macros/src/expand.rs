@@ -819,7 +819,7 @@ fn launcher_doc(
         .collect();
     let has_tma = vars.iter().any(|v| v.mainloop.is_sm90());
     let tma_note = if has_tma {
-        " On H100/H200 (the sm_90a module) the launcher takes the TMA + `wgmma` mainloop when A and B are 16-byte aligned with K > 0, and the `mma.sync` tiles otherwise; `LaunchReport::mainloop` says which ran."
+        " On H100/H200 (the sm_90a module) the launcher takes the TMA + `wgmma` mainloop when A and B are 16-byte aligned with K > 0 and its model does not predict the `mma.sync` tiles faster (skinny shapes with split-K); `LaunchReport::mainloop` and `LaunchReport::why` say which ran and why."
     } else {
         ""
     };

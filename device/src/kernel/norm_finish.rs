@@ -25,7 +25,7 @@ pub struct NormFinishArgs {
     /// Partial statistics per row (the GEMM's `ceil(N/BN)`).
     pub tiles_n: u32,
     /// Columns per CTA, a multiple of 64: grid y covers N in blocks of this many (the host picks
-    /// it so that enough warps are in flight, see `fused_gemm_host::gemm::norm_finish_cols`).
+    /// it so that enough warps are in flight, see `fused_gemm_host::launch::norm_finish::norm_finish_cols`).
     pub cols_per_cta: u32,
     /// Padding.
     pub _pad: u32,

@@ -31,13 +31,16 @@ use crate::{Error, Gpu, Result};
 /// variant, its mainloop and plan, and why that mainloop ([`LaunchReport`]); a report without a
 /// variant when M or N is 0 (nothing to do).
 ///
+/// `spec` is a static (what `#[fused_gemm]` generates): the device caches the kernel's functions
+/// and decisions under its address.
+///
 /// # Errors
 /// Validation errors naming the operand ([`check_gemm`]); [`Error::Misaligned`] when operands
 /// need the bounds-checked path and the kernel was compiled without it; planning and driver
 /// errors.
 pub fn launch<P, N, Q>(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     build: impl Fn(u64) -> (P, Option<(N, Q)>),
 ) -> Result<LaunchReport>
@@ -143,7 +146,7 @@ impl Decisions {
 /// options, else (and on a miss) from the planners.
 fn decide(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
 ) -> Result<Decision> {
@@ -179,7 +182,7 @@ fn decide(
 /// [`decide`] without the cache.
 fn plan_decision(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
 ) -> Result<Decision> {

@@ -63,7 +63,7 @@ pub fn norm_finish_cols(m: u32, n: u32, sms: u32, wide: bool) -> u32 {
 /// [`Error::LaunchLimit`] when the grid exceeds the device's limits.
 pub(crate) fn norm_finish_grid<Q: KernelParam>(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
 ) -> Result<(u32, (u32, u32, u32))> {
@@ -94,7 +94,7 @@ pub(crate) fn norm_finish_grid<Q: KernelParam>(
 /// Returns whether it was launched as the GEMM's programmatic dependent.
 pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
     tiles_n: u32,

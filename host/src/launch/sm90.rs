@@ -39,7 +39,7 @@ use crate::{Error, Gpu, Result};
 /// docs](self)).
 pub fn ineligible(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
 ) -> Result<Option<&'static str>> {
@@ -89,7 +89,7 @@ pub enum Choice {
 /// errors from selecting the module.
 pub fn choose(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
 ) -> Result<Choice> {
@@ -214,7 +214,7 @@ pub fn choose(
 /// a cluster, or a grid that could not be co-resident): partial statistics then.
 fn norm_fit(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     variant: &'static KernelVariant,
     smem_bytes: u32,
     ctas: u32,
@@ -246,7 +246,7 @@ fn norm_fit(
 /// Driver errors from loading the function or the query.
 fn group_fit(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     variant: &'static KernelVariant,
     smem_bytes: u32,
     ctas: u32,
@@ -295,7 +295,7 @@ fn group_fit(
 /// and the norm finishing kernel when the plan defers the norm.
 pub(crate) fn launch<P, N, Q>(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
     variant: &'static KernelVariant,

@@ -66,7 +66,7 @@ fn buffer_like(
 /// reports the error).
 pub(crate) fn pick_sm90<P, N, Q>(
     gpu: &Gpu,
-    spec: &GemmKernelSpec,
+    spec: &'static GemmKernelSpec,
     call: &GemmCall<'_>,
     checked: &Checked,
     mut candidates: Vec<(&'static KernelVariant, Plan)>,
