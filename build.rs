@@ -20,10 +20,6 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_TEST_KERNELS").is_some() {
         builder = builder.feature("test-kernels");
     }
-    let mut builder = builder
-        .watch(root.join("device/src"))
-        .watch(root.join("device/Cargo.toml"))
-        .watch(root.join("macros/src"));
     // With ptxas (scripts/setup.sh installs it) the binaries also carry cubins and skip the
     // driver's JIT compilation at start-up. `FUSED_GEMM_SKIP_PTX` (documentation and lint-only
     // builds) compiles nothing: launchers then return `Error::PtxNotBuilt`.

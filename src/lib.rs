@@ -39,34 +39,41 @@ pub(crate) use ptx::BUILTIN as __FUSED_GEMM_PTX;
 
 /// Defines `__FUSED_GEMM_PTX` in a downstream kernel crate from the modules its `build.rs` built
 /// with `fused_gemm_build::PtxBuilder` and its default archs: `<crate>.sm_90a` and `<crate>.sm_80`
-/// (`.ptx.zst` and `.cubin.zst` in `OUT_DIR`). `<crate>` is the package name with `-` written
-/// `_`, as the builder names the files (`include_ptx!("my_kernels")` for package `my-kernels`). Invoke it once at the crate root;
-/// `#[fused_gemm]` launchers find their kernels through it.
+/// (`.ptx.zst` and `.cubin.zst` in `OUT_DIR`). Invoke it once at the crate root, as
+/// `fused_gemm::include_ptx!();`; `#[fused_gemm]` launchers find their kernels through it.
+/// `include_ptx!("name")` names the files' crate explicitly: the package name with `-` written
+/// `_`, as the builder and cargo's `CARGO_CRATE_NAME` spell it.
 ///
 /// On H100 and H200 the launchers load the sm_90a module, which holds every kernel's TMA +
 /// `wgmma` variants beside its `mma.sync` ones; other GPUs load sm_80 (its cubin on 8.x, its
 /// PTX, JIT-compiled, on newer GPUs).
 #[macro_export]
 macro_rules! include_ptx {
+    () => {
+        $crate::include_ptx!(@set env!("CARGO_CRATE_NAME"));
+    };
     ($crate_name:literal) => {
+        $crate::include_ptx!(@set $crate_name);
+    };
+    (@set $($name:tt)+) => {
         #[cfg(not(target_arch = "nvptx64"))]
         #[doc(hidden)]
         pub static __FUSED_GEMM_PTX: $crate::host::module::PtxSet =
             $crate::host::module::PtxSet::new(
-                $crate_name,
+                $($name)+,
                 &[
                     $crate::host::module::PtxModule {
                         arch: $crate::host::module::Arch::Sm90a,
                         ptx: $crate::host::module::Image::Zstd(include_bytes!(concat!(
                             env!("OUT_DIR"),
                             "/",
-                            $crate_name,
+                            $($name)+,
                             ".sm_90a.ptx.zst"
                         ))),
                         cubin: $crate::host::module::Image::Zstd(include_bytes!(concat!(
                             env!("OUT_DIR"),
                             "/",
-                            $crate_name,
+                            $($name)+,
                             ".sm_90a.cubin.zst"
                         ))),
                     },
@@ -75,13 +82,13 @@ macro_rules! include_ptx {
                         ptx: $crate::host::module::Image::Zstd(include_bytes!(concat!(
                             env!("OUT_DIR"),
                             "/",
-                            $crate_name,
+                            $($name)+,
                             ".sm_80.ptx.zst"
                         ))),
                         cubin: $crate::host::module::Image::Zstd(include_bytes!(concat!(
                             env!("OUT_DIR"),
                             "/",
-                            $crate_name,
+                            $($name)+,
                             ".sm_80.cubin.zst"
                         ))),
                     },

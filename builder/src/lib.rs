@@ -20,7 +20,7 @@
 //! // build.rs: sm_80 and sm_90a, each as zstd-packed PTX and cubin in OUT_DIR
 //! fused_gemm_build::PtxBuilder::new(std::env::var("CARGO_MANIFEST_DIR").unwrap())
 //!     .build_or_exit();
-//! // lib.rs: fused_gemm::include_ptx!("<crate>");
+//! // lib.rs: fused_gemm::include_ptx!();
 //! ```
 //!
 //! Without [`PtxBuilder::arch`] the builder compiles [`DEFAULT_ARCHS`]: `sm_80`, which runs on
@@ -79,7 +79,9 @@ pub enum BuildError {
         source: std::io::Error,
     },
     /// The device code did not compile; rustc's diagnostics were printed to stderr.
-    #[error("device code failed to compile for {arch} (rustc's errors are printed above)")]
+    #[error(
+        "device code failed to compile for {arch} (rustc's errors are in this build script's output)"
+    )]
     Compile {
         /// The arch whose build failed.
         arch: Arch,
@@ -253,6 +255,15 @@ impl PtxBuilder {
         println!("cargo::rerun-if-changed={}", manifest.display());
         for w in &self.watch {
             println!("cargo::rerun-if-changed={}", w.display());
+        }
+        // The kernels' device code also comes from fused-gemm's device and macro crates, beside
+        // this one in its source tree: a newer fused-gemm must rebuild the PTX too.
+        let fused_gemm = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for dir in ["device/src", "device/Cargo.toml", "macros/src"] {
+            let p = fused_gemm.join(dir);
+            if p.exists() {
+                println!("cargo::rerun-if-changed={}", p.display());
+            }
         }
         println!("cargo::rerun-if-env-changed=FUSED_GEMM_SKIP_PTX");
 

@@ -5,7 +5,7 @@
 
 use fused_gemm::fused_gemm;
 
-fused_gemm::include_ptx!("fused_gemm_downstream");
+fused_gemm::include_ptx!();
 
 /// Squared ReLU (So et al., "Primer", 2021): `max(x, 0)²`. Runs on the device inside the
 /// epilogue, so it is plain `core` arithmetic.
