@@ -12,10 +12,10 @@ use fused_gemm_device::types::DType;
 
 use super::norm_finish::{launch_norm_finish, norm_finish_grid};
 use super::report::LaunchReport;
-use super::workspace::grow;
+use super::workspace::{grow, row_stats};
 use crate::kernel::{GemmKernelSpec, KernelVariant, Param};
 use crate::options::LaunchOptions;
-use crate::plan::{NormPath, Plan, Planner, Problem};
+use crate::plan::{Plan, Planner, Problem};
 use crate::validate::{BLayout, Checked, GemmCall, Work, check_gemm};
 use crate::{Error, Gpu, Result};
 
@@ -74,13 +74,7 @@ where
     } else {
         (0, 0)
     };
-    let (stats, tiles_n) = match plan.norm {
-        NormPath::Partials {
-            tiles_n,
-            stats_bytes,
-        } => (grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
-        _ => (0, 0),
-    };
+    let (stats, tiles_n) = row_stats(gpu, &mut ws, &plan.norm)?;
     // Checked before the GEMM writes C.
     let finish_grid = (stats != 0)
         .then(|| norm_finish_grid::<Q>(gpu, spec, call, &checked))

@@ -26,7 +26,7 @@ use fused_gemm_device::types::DType;
 
 use super::norm_finish::{launch_norm_finish, norm_finish_grid};
 use super::report::LaunchReport;
-use super::workspace::grow;
+use super::workspace::{grow, row_stats};
 use crate::kernel::{GemmKernelSpec, KernelVariant, Param, in_signature};
 use crate::options::NormExchange;
 use crate::plan::sm90::{GROUP_M, always_stages_c, norm_cluster, plan_with};
@@ -337,13 +337,7 @@ where
         Some(key) => ws.tensor_maps.get(gpu, key)?,
         None => 0,
     };
-    let (stats, tiles_n) = match plan.norm {
-        NormPath::Partials {
-            tiles_n,
-            stats_bytes,
-        } => (grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n),
-        _ => (0, 0),
-    };
+    let (stats, tiles_n) = row_stats(gpu, &mut ws, &plan.norm)?;
     // A split tail's partial tiles and counters (self-resetting, as split-K's: shared with it);
     // or a global row-statistics exchange's slots and counters (self-resetting too).
     let (workspace, counters) = if plan.tail_splits > 1 {
@@ -364,21 +358,8 @@ where
         .then(|| norm_finish_grid::<Q>(gpu, spec, call, checked))
         .transpose()?;
     let (params, finish) = build(stats);
-    let args = Param(GemmArgs {
-        a: call.a.ptr,
-        b: call.b.ptr,
-        c: call.c.ptr,
-        workspace,
-        counters,
-        m: checked.m,
-        n: checked.n,
-        k: checked.k,
-        lda: call.a.ld as u32,
-        ldb: call.b.ld as u32,
-        ldc: call.c.ld as u32,
-        splits: 1,
-        k_per_split: plan.k_per_split,
-    });
+    // Hopper plans never split K (`plan.splits` is 1); a split tail is in `Sm90Args`.
+    let args = Param(plan.gemm_args(checked, call, workspace, counters));
     let (norm_cluster, norm_exchange) = match plan.norm {
         NormPath::Cluster { ctas } => (ctas, 0),
         NormPath::GlobalExchange { ctas } => (ctas, 1),

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 
+use crate::plan::NormPath;
 use crate::tensor_map::{MapKey, TensorMapCache};
 use crate::{Error, Gpu, Result};
 
@@ -132,6 +133,19 @@ pub(crate) fn grow(gpu: &Gpu, slot: &mut Growing, bytes: u64) -> Result<u64> {
         .expect("allocated above")
         .device_ptr(gpu.stream())
         .0)
+}
+
+/// The row-statistics buffer of a plan that finishes its norm in a separate kernel
+/// ([`NormPath::Partials`]): its device address and the partial statistics per row; (0, 0) for
+/// other plans.
+pub(crate) fn row_stats(gpu: &Gpu, ws: &mut Workspace, norm: &NormPath) -> Result<(u64, u32)> {
+    match *norm {
+        NormPath::Partials {
+            tiles_n,
+            stats_bytes,
+        } => Ok((grow(gpu, &mut ws.stats, stats_bytes)?, tiles_n)),
+        _ => Ok((0, 0)),
+    }
 }
 
 impl Gpu {
