@@ -35,8 +35,9 @@
 //! there is nothing to pack). Packing cuts an embedded kernel crate about tenfold (the built-in
 //! kernels: 175 MB of PTX and 78 MB of cubins to about 15 MB).
 //!
-//! With `FUSED_GEMM_SKIP_PTX` set (documentation and lint-only builds) nothing is compiled and
-//! every packed file is written empty; loading such a module fails with `PtxNotBuilt`.
+//! With `FUSED_GEMM_SKIP_PTX` set to anything but empty, `0` or `false` (documentation and
+//! lint-only builds) nothing is compiled and every packed file is written empty; loading such a
+//! module fails with `PtxNotBuilt`.
 //!
 //! [zstd]: https://facebook.github.io/zstd/
 //!
@@ -286,7 +287,7 @@ impl PtxBuilder {
                 }
             })
             .collect();
-        if std::env::var_os("FUSED_GEMM_SKIP_PTX").is_some() {
+        if skip_ptx() {
             for a in &artifacts {
                 for f in [
                     &a.path,
@@ -438,6 +439,16 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// Whether `FUSED_GEMM_SKIP_PTX` asks for no PTX: set to anything but empty, `0` or `false`.
+fn skip_ptx() -> bool {
+    skips(std::env::var("FUSED_GEMM_SKIP_PTX").ok().as_deref())
+}
+
+/// [`skip_ptx`] for the variable's value.
+fn skips(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
 }
 
 /// `from` as one zstd frame in `to`; an empty `from` gives an empty `to`.
@@ -634,6 +645,16 @@ fn newest_asm(dir: &Path, crate_name: &str) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn skip_ptx_reads_zero_and_false_as_off() {
+        for off in [None, Some(""), Some("0"), Some("false"), Some(" FALSE ")] {
+            assert!(!super::skips(off), "{off:?}");
+        }
+        for on in [Some("1"), Some("yes"), Some("true")] {
+            assert!(super::skips(on), "{on:?}");
+        }
+    }
+
     use super::*;
 
     #[test]
