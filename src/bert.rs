@@ -15,12 +15,15 @@
 //! Kernel bodies and launch shapes: `fused_gemm_device::kernel::bert`; f64 references:
 //! `fused_gemm_host::reference::bert`.
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice};
+use fused_gemm_device::kernel::bert::attention::AttnKernelArgs;
+use fused_gemm_device::kernel::bert::embed::EmbedArgs;
+use fused_gemm_device::kernel::bert::pool::PoolArgs;
 use fused_gemm_device::kernel::bert::{
     attention as dattn, attention_mma as dmma, embed as dembed, pool as dpool,
 };
 use fused_gemm_device::types::DType;
-use fused_gemm_host::launch::LaunchShape;
+use fused_gemm_host::launch::{Entry, LaunchShape};
 use fused_gemm_host::{Error, Gpu, Result};
 
 use crate::kernels::bert as k;
@@ -45,10 +48,50 @@ pub const MAX_POOL_HIDDEN: usize = dpool::POOL_MAX_HIDDEN as usize;
 pub const NORM_EPS: f32 = dpool::POOL_NORM_EPS;
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
+    use super::{AttnKernelArgs, EmbedArgs, Entry, PoolArgs, k};
+    use fused_gemm_device::types::{Bf16, Element, F16};
+
+    /// What seals [`super::BertElement`]: the storage type's entry points.
+    pub trait Sealed {
+        /// The device storage type with the same bits.
+        type Device: Element;
+        /// Embeddings + LayerNorm.
+        const EMBED: Entry<EmbedArgs<Self::Device>>;
+        /// Mean pooling + L2 normalization.
+        const POOL: Entry<PoolArgs<Self::Device>>;
+        /// Attention, per head dimension of [`super::HEAD_DIMS`].
+        const ATTENTION: [Entry<AttnKernelArgs<Self::Device>>; 3];
+    }
+    impl Sealed for f32 {
+        type Device = f32;
+        const EMBED: Entry<EmbedArgs<f32>> = k::fg_bert_embed_layer_norm_f32;
+        const POOL: Entry<PoolArgs<f32>> = k::fg_bert_mean_pool_l2_f32;
+        const ATTENTION: [Entry<AttnKernelArgs<f32>>; 3] = [
+            k::fg_bert_attention_simt_h32_f32,
+            k::fg_bert_attention_simt_h64_f32,
+            k::fg_bert_attention_simt_h128_f32,
+        ];
+    }
+    impl Sealed for half::f16 {
+        type Device = F16;
+        const EMBED: Entry<EmbedArgs<F16>> = k::fg_bert_embed_layer_norm_f16;
+        const POOL: Entry<PoolArgs<F16>> = k::fg_bert_mean_pool_l2_f16;
+        const ATTENTION: [Entry<AttnKernelArgs<F16>>; 3] = [
+            k::fg_bert_attention_mma_h32_f16,
+            k::fg_bert_attention_mma_h64_f16,
+            k::fg_bert_attention_mma_h128_f16,
+        ];
+    }
+    impl Sealed for half::bf16 {
+        type Device = Bf16;
+        const EMBED: Entry<EmbedArgs<Bf16>> = k::fg_bert_embed_layer_norm_bf16;
+        const POOL: Entry<PoolArgs<Bf16>> = k::fg_bert_mean_pool_l2_bf16;
+        const ATTENTION: [Entry<AttnKernelArgs<Bf16>>; 3] = [
+            k::fg_bert_attention_mma_h32_bf16,
+            k::fg_bert_attention_mma_h64_bf16,
+            k::fg_bert_attention_mma_h128_bf16,
+        ];
+    }
 }
 
 /// A storage type of the BERT kernels: `f32`, [`half::f16`] or [`half::bf16`].
@@ -66,36 +109,18 @@ impl BertElement for half::bf16 {
     const DTYPE: DType = DType::Bf16;
 }
 
-/// Entry points for one dtype: (embeddings, pooling).
-fn entries(dtype: DType) -> (&'static str, &'static str) {
-    match dtype {
-        DType::F32 => (k::EMBED_LN_F32, k::POOL_L2_F32),
-        DType::F16 => (k::EMBED_LN_F16, k::POOL_L2_F16),
-        DType::Bf16 => (k::EMBED_LN_BF16, k::POOL_L2_BF16),
-    }
-}
-
-/// The attention kernel for a dtype and head dimension and its launch: the CUDA-core kernel
-/// for f32, the tensor-core kernel for f16/bf16; `None` for a head dimension not in
+/// The attention kernel of `T` for a head dimension and its launch: the CUDA-core kernel for
+/// f32, the tensor-core kernel for f16/bf16; `None` for a head dimension not in
 /// [`HEAD_DIMS`].
-fn attention_entry(dtype: DType, head_dim: usize) -> Option<(&'static str, dattn::AttnLaunch)> {
-    let name = match (dtype, head_dim) {
-        (DType::F32, 32) => k::ATTN_SIMT_H32_F32,
-        (DType::F32, 64) => k::ATTN_SIMT_H64_F32,
-        (DType::F32, 128) => k::ATTN_SIMT_H128_F32,
-        (DType::F16, 32) => k::ATTN_MMA_H32_F16,
-        (DType::F16, 64) => k::ATTN_MMA_H64_F16,
-        (DType::F16, 128) => k::ATTN_MMA_H128_F16,
-        (DType::Bf16, 32) => k::ATTN_MMA_H32_BF16,
-        (DType::Bf16, 64) => k::ATTN_MMA_H64_BF16,
-        (DType::Bf16, 128) => k::ATTN_MMA_H128_BF16,
-        _ => return None,
-    };
-    let launch = match dtype {
+fn attention_entry<T: BertElement>(
+    head_dim: usize,
+) -> Option<(Entry<AttnKernelArgs<T::Device>>, dattn::AttnLaunch)> {
+    let entry = T::ATTENTION[HEAD_DIMS.iter().position(|&d| d == head_dim)?];
+    let launch = match T::DTYPE {
         DType::F32 => dattn::simt_launch(head_dim as u32),
         DType::F16 | DType::Bf16 => dmma::mma_launch(head_dim as u32),
     }?;
-    Some((name, launch))
+    Some((entry, launch))
 }
 
 /// Checks a right-padded batch on the host: `seq_len ≥ 1`, at least one sequence, every
@@ -419,32 +444,45 @@ pub fn embeddings<T: BertElement>(
         block: (32 * dembed::EMBED_ROWS_PER_CTA, 1, 1),
         smem_bytes: 0,
     };
-    let f = gpu.function(&BUILTIN, entries(T::DTYPE).0)?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (rows, seq_len, d) = (rows as u32, batch.seq_len as u32, d as u32);
-    let no_types = 0u64;
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&batch.ids);
-    match &batch.token_types {
-        Some(t) => l.arg(t),
-        None => l.arg(&no_types),
+    let kernel = gpu.kernel(&BUILTIN, T::EMBED)?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    // Device addresses, with guards that order this launch after other streams' writes and
+    // record its reads and writes for cudarc, as its launch builder does for buffer arguments.
+    let stream = gpu.stream();
+    let (ids, _ids) = batch.ids.device_ptr(stream);
+    let (token_types, _types) = match &batch.token_types {
+        Some(t) => {
+            let (p, g) = t.device_ptr(stream);
+            (p, Some(g))
+        }
+        None => (0, None),
     };
-    l.arg(&rows)
-        .arg(&seq_len)
-        .arg(&d)
-        .arg(w.word)
-        .arg(&vocab)
-        .arg(w.position)
-        .arg(&positions)
-        .arg(w.token_type)
-        .arg(&types)
-        .arg(w.gamma)
-        .arg(w.beta)
-        .arg(&w.eps)
-        .arg(out);
-    // SAFETY: argument order and types match `fg_bert_embed_layer_norm_*`; every table holds the
-    // rows the ids, types and positions index (checked above), `out` holds B·T·d elements.
-    unsafe { l.launch(cfg) }?;
+    let (word, _word) = w.word.device_ptr(stream);
+    let (position, _position) = w.position.device_ptr(stream);
+    let (token_type, _token_type) = w.token_type.device_ptr(stream);
+    let (gamma, _gamma) = w.gamma.device_ptr(stream);
+    let (beta, _beta) = w.beta.device_ptr(stream);
+    let (out, _out) = out.device_ptr_mut(stream);
+    let args = EmbedArgs::<T::Device> {
+        ids: ids as *const u32,
+        token_types: token_types as *const u32,
+        rows: rows as u32,
+        seq_len: batch.seq_len as u32,
+        hidden: d as u32,
+        word: word as *const T::Device,
+        vocab,
+        position: position as *const T::Device,
+        positions,
+        token_type: token_type as *const T::Device,
+        types,
+        gamma: gamma as *const T::Device,
+        beta: beta as *const T::Device,
+        eps: w.eps,
+        out: out as *mut T::Device,
+    };
+    // SAFETY: every table holds the rows the ids, types and positions index (checked above),
+    // `out` holds B·T·d elements.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }
 
@@ -505,7 +543,7 @@ pub fn attention_unless<T: BertElement>(
             actual: skip_if,
         });
     }
-    let Some((name, launch)) = attention_entry(T::DTYPE, head_dim) else {
+    let Some((entry, launch)) = attention_entry::<T>(head_dim) else {
         return Err(Error::invalid(
             "head_dim",
             format!("one of {HEAD_DIMS:?}"),
@@ -541,24 +579,24 @@ pub fn attention_unless<T: BertElement>(
         block: (launch.threads, 1, 1),
         smem_bytes: launch.smem_bytes,
     };
-    let f = gpu.function(&BUILTIN, name)?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (b, t, h) = (batch.batch() as u32, batch.seq_len as u32, heads as u32);
-    let (qkv_ptr, _qkv_guard) = qkv.device_ptr(gpu.stream());
-    let (out_ptr, _out_guard) = out.device_ptr_mut(gpu.stream());
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&qkv_ptr)
-        .arg(&batch.lengths_dev)
-        .arg(&b)
-        .arg(&t)
-        .arg(&h)
-        .arg(&out_ptr)
-        .arg(&skip_if);
-    // SAFETY: argument order and types match `fg_bert_attention_*` (device pointers as u64,
-    // `skip_if` null or a 4-byte aligned `u32` the caller keeps alive),
-    // whose head dimension is `head_dim`; `qkv` and `out` hold B·T rows of 3·heads·head_dim
-    // and heads·head_dim elements; lengths are in 1..=T (checked when `batch` was built).
-    unsafe { l.launch(cfg) }?;
+    let kernel = gpu.kernel(&BUILTIN, entry)?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    let (qkv, _qkv_guard) = qkv.device_ptr(gpu.stream());
+    let (lengths, _lengths_guard) = batch.lengths_dev.device_ptr(gpu.stream());
+    let (out, _out_guard) = out.device_ptr_mut(gpu.stream());
+    let args = AttnKernelArgs::<T::Device> {
+        qkv: qkv as *const T::Device,
+        lengths: lengths as *const u32,
+        batch: batch.batch() as u32,
+        seq_len: batch.seq_len as u32,
+        heads: heads as u32,
+        out: out as *mut T::Device,
+        skip_if: skip_if as *const u32,
+    };
+    // SAFETY: the entry point's head dimension is `head_dim`; `qkv` and `out` hold B·T rows of
+    // 3·heads·head_dim and heads·head_dim elements; lengths are in 1..=T (checked when `batch`
+    // was built); `skip_if` is 0 or a 4-byte aligned `u32` the caller keeps alive.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }
 
@@ -602,23 +640,22 @@ pub fn mean_pool_l2<T: BertElement>(
         block: (dpool::POOL_THREADS, 1, 1),
         smem_bytes: dpool::POOL_SMEM_BYTES,
     };
-    let f = gpu.function(&BUILTIN, entries(T::DTYPE).1)?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (b, t, d) = (
-        batch.batch() as u32,
-        batch.seq_len as u32,
-        hidden_size as u32,
-    );
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(hidden)
-        .arg(&batch.lengths_dev)
-        .arg(&b)
-        .arg(&t)
-        .arg(&d)
-        .arg(out);
-    // SAFETY: argument order and types match `fg_bert_mean_pool_l2_*`; `hidden` holds B·T rows
-    // and `out` B rows of hidden_size elements; lengths are in 1..=T.
-    unsafe { l.launch(cfg) }?;
+    let kernel = gpu.kernel(&BUILTIN, T::POOL)?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    let (hidden, _hidden) = hidden.device_ptr(gpu.stream());
+    let (lengths, _lengths) = batch.lengths_dev.device_ptr(gpu.stream());
+    let (out, _out) = out.device_ptr_mut(gpu.stream());
+    let args = PoolArgs::<T::Device> {
+        hidden: hidden as *const T::Device,
+        lengths: lengths as *const u32,
+        batch: batch.batch() as u32,
+        seq_len: batch.seq_len as u32,
+        hidden_size: hidden_size as u32,
+        out: out as *mut f32,
+    };
+    // SAFETY: `hidden` holds B·T rows and `out` B rows of hidden_size elements; lengths are in
+    // 1..=T.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }
 
@@ -668,42 +705,53 @@ mod tests {
         assert!(lengths_from_mask(&[1], 0).is_err());
     }
 
+    /// Per storage type: its embedding, pooling and attention entry points' names, and the
+    /// attention launches.
+    fn names<T: BertElement>() -> (&'static str, &'static str, Vec<(&'static str, u32, u32)>) {
+        let attention = HEAD_DIMS
+            .iter()
+            .map(|&hd| {
+                let (entry, launch) = attention_entry::<T>(hd).unwrap();
+                (entry.name(), launch.threads, launch.smem_bytes)
+            })
+            .collect();
+        for bad in [0, 16, 48, 96, 256] {
+            assert!(attention_entry::<T>(bad).is_none(), "{bad}");
+        }
+        (T::EMBED.name(), T::POOL.name(), attention)
+    }
+
     #[test]
     fn every_dtype_has_its_own_entry_points() {
-        let all = [DType::F32, DType::F16, DType::Bf16].map(entries);
+        let all = [names::<f32>(), names::<half::f16>(), names::<half::bf16>()];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert!(a.0 != b.0 && a.1 != b.1);
             }
         }
-        assert!(
-            entries(<half::bf16 as BertElement>::DTYPE)
-                .1
-                .ends_with("_bf16")
-        );
+        for (entries, dt) in all.iter().zip([DType::F32, DType::F16, DType::Bf16]) {
+            assert!(entries.0.ends_with(dt.name()) && entries.1.ends_with(dt.name()));
+        }
     }
 
     #[test]
     fn attention_has_one_kernel_per_dtype_and_head_dim() {
-        let mut names = Vec::new();
-        for dt in [DType::F32, DType::F16, DType::Bf16] {
-            for hd in HEAD_DIMS {
-                let (name, launch) = attention_entry(dt, hd).unwrap();
+        let mut seen = Vec::new();
+        let all = [names::<f32>(), names::<half::f16>(), names::<half::bf16>()];
+        for ((_, _, attention), dt) in all.iter().zip([DType::F32, DType::F16, DType::Bf16]) {
+            for (&(name, threads, smem), hd) in attention.iter().zip(HEAD_DIMS) {
                 assert!(name.contains(&format!("_h{hd}_")), "{name}");
                 assert!(name.ends_with(dt.name()), "{name}");
                 // Tensor cores for the 16-bit types, CUDA cores for f32.
                 assert_eq!(name.contains("_mma_"), dt != DType::F32, "{name}");
-                assert!(launch.threads.is_multiple_of(32) && launch.threads <= 1024);
-                assert!(launch.smem_bytes <= 227 * 1024);
-                names.push(name);
-            }
-            for bad in [0, 16, 48, 96, 256] {
-                assert!(attention_entry(dt, bad).is_none(), "{bad}");
+                assert!(threads.is_multiple_of(32) && threads <= 1024);
+                assert!(smem <= 227 * 1024);
+                seen.push(name);
             }
         }
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), 9);
-        assert_eq!(names.len(), k::ATTENTION.len());
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 9);
+        assert_eq!(seen.len(), k::ATTENTION.len());
     }
 }

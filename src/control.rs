@@ -10,12 +10,9 @@ use fused_gemm_device::epilogue::{Cons, Nil};
 use fused_gemm_device::gemm::GemmArgs;
 use fused_gemm_device::kernel::rnn::{self, LstmStationaryArgs};
 use fused_gemm_device::types::DType;
-use fused_gemm_host::cudarc::driver::{
-    CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
-};
-use fused_gemm_host::kernel::Param;
+use fused_gemm_host::cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
 use fused_gemm_host::kernel::{AsMatrix, AsVector};
-use fused_gemm_host::launch::LaunchShape;
+use fused_gemm_host::launch::{Kernel, LaunchShape};
 use fused_gemm_host::plan::Problem;
 use fused_gemm_host::schedule::control::{BodyOp, GATE_KIND, LoopBody, gate_words};
 use fused_gemm_host::schedule::{OpSpec, Region};
@@ -335,7 +332,7 @@ impl std::fmt::Debug for LstmLoop {
 /// of a step is computed before the step's wait. For small batches (B ≤ 4) and H a multiple of
 /// 64 up to 512; same buffers and layout as the loop program.
 pub struct LstmStationary {
-    func: CudaFunction,
+    kernel: Kernel<LstmStationaryArgs>,
     cfg: LaunchConfig,
     args: LstmStationaryArgs,
     max_trips: u32,
@@ -375,11 +372,11 @@ impl LstmStationary {
             ));
         }
         let entry = if b == 1 {
-            crate::kernels::control::LSTM_STATIONARY_B1
+            crate::kernels::control::fg_lstm_stationary_b1
         } else {
-            crate::kernels::control::LSTM_STATIONARY_B4
+            crate::kernels::control::fg_lstm_stationary_b4
         };
-        let func = gpu.function(&crate::ptx::BUILTIN, entry)?;
+        let kernel = gpu.kernel(&crate::ptx::BUILTIN, entry)?;
         let ctas = h as u32 / rnn::UNITS_PER_CTA;
         let smem = rnn::smem_bytes(h as u32);
         let cfg = LaunchShape {
@@ -387,14 +384,18 @@ impl LstmStationary {
             block: (rnn::THREADS, 1, 1),
             smem_bytes: smem,
         }
-        .prepare(&func, gpu.props())?;
-        let per_sm =
-            func.occupancy_max_active_blocks_per_multiprocessor(rnn::THREADS, smem as usize, None)?;
+        .prepare(&kernel, gpu.props())?;
+        let per_sm = kernel.occupancy_max_active_blocks_per_multiprocessor(
+            rnn::THREADS,
+            smem as usize,
+            None,
+        )?;
         let slots = per_sm as u64 * gpu.props().sm_count as u64;
         if ctas as u64 > slots {
             return Err(Error::LaunchLimit(format!(
-                "{ctas} CTAs of `{entry}` but only {slots} are co-resident: the step barrier \
-                 could deadlock"
+                "{ctas} CTAs of `{}` but only {slots} are co-resident: the step barrier could \
+                 deadlock",
+                entry.name()
             )));
         }
         let counters = gpu.zeros::<u32>(2)?;
@@ -411,7 +412,7 @@ impl LstmStationary {
             trips: 0,
         };
         Ok(LstmStationary {
-            func,
+            kernel,
             cfg,
             args,
             max_trips: lp.max_trips,
@@ -420,17 +421,15 @@ impl LstmStationary {
     }
 
     fn launch_steps(&self, gpu: &Gpu, t0: u32, trips: u32) -> Result<()> {
-        let p = Param(LstmStationaryArgs {
+        let args = LstmStationaryArgs {
             t0,
             trips,
             ..self.args
-        });
-        let mut l = gpu.stream().launch_builder(&self.func);
-        l.arg(&p);
-        // SAFETY: the entry takes `LstmStationaryArgs` by value; the buffers are the
-        // `LstmLoop`'s ((max_trips + 1) blocks, checked: t0 + trips ≤ max_trips), batch ≤ the
-        // entry's B, H checked, every CTA co-resident (checked in `new`).
-        unsafe { l.launch(self.cfg) }?;
+        };
+        // SAFETY: the buffers are the `LstmLoop`'s ((max_trips + 1) blocks, checked: t0 + trips
+        // ≤ max_trips), batch ≤ the entry's B, H checked, every CTA co-resident (checked in
+        // `new`).
+        unsafe { self.kernel.launch(gpu, self.cfg, &args) }?;
         Ok(())
     }
 

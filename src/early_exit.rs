@@ -21,18 +21,18 @@
 //! (tile choices and wave programs of a layer's two graphs, [`ExitPlan`]) comes from a
 //! [`fused_gemm_host::schedule::plan_cache::PlanCache`].
 
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
 use fused_gemm_device::kernel::control::ExitHeadArgs;
 use fused_gemm_device::types::DType;
-use fused_gemm_host::kernel::{MatRef, Param};
-use fused_gemm_host::launch::LaunchShape;
+use fused_gemm_host::kernel::MatRef;
+use fused_gemm_host::launch::{Kernel, LaunchShape};
 use fused_gemm_host::schedule::exec::{WaveRunner, vdevice};
 use fused_gemm_host::schedule::plan_cache::bucket;
 use fused_gemm_host::schedule::{Schedule, ScheduleOptions, WaveGraph, schedule};
 use fused_gemm_host::{Error, Gpu, Result, Tensor};
 
 use crate::bert::{self, SeqBatch};
-use crate::kernels::control::{EXIT_HEAD, EXIT_HEAD_SMEM, EXIT_HEAD_THREADS, MAX_EXIT_LOGITS};
+use crate::kernels::control::{EXIT_HEAD_SMEM, EXIT_HEAD_THREADS, MAX_EXIT_LOGITS, fg_exit_head};
 use crate::kernels::waves::WAVES_BF16_ROWS;
 use crate::ptx::BUILTIN;
 use crate::waves::workloads::{
@@ -229,7 +229,7 @@ pub struct ExitRunner {
     seqs: SeqBatch,
     runners: Vec<(WaveRunner, WaveRunner)>,
     heads: Vec<ExitHeadArgs>,
-    head_fn: CudaFunction,
+    head: Kernel<ExitHeadArgs>,
     head_cfg: LaunchConfig,
 }
 
@@ -376,13 +376,13 @@ impl ExitRunner {
                 _pad: 0,
             })
             .collect();
-        let head_fn = gpu.function(&BUILTIN, EXIT_HEAD)?;
+        let head = gpu.kernel(&BUILTIN, fg_exit_head)?;
         let head_cfg = LaunchShape {
             grid: (1, 1, 1),
             block: (EXIT_HEAD_THREADS, 1, 1),
             smem_bytes: EXIT_HEAD_SMEM,
         }
-        .prepare(&head_fn, gpu.props())?;
+        .prepare(&head, gpu.props())?;
         let seqs = SeqBatch::new(gpu, &vec![0; rows], &vec![seq as u32; batch], seq)?;
         Ok(ExitRunner {
             batch,
@@ -395,7 +395,7 @@ impl ExitRunner {
             seqs,
             runners,
             heads,
-            head_fn,
+            head,
             head_cfg,
         })
     }
@@ -410,13 +410,10 @@ impl ExitRunner {
     }
 
     fn launch_head(&self, gpu: &Gpu, layer: usize) -> Result<()> {
-        let p = Param(self.heads[layer]);
-        let mut l = gpu.stream().launch_builder(&self.head_fn);
-        l.arg(&p);
-        // SAFETY: `fg_exit_head` takes `ExitHeadArgs` by value; its pointers are this runner's
-        // buffers (B rows of 384 at stride T·384, a labels × 384 weight, B × labels logits, the
-        // two-word state), B·labels ≤ MAX_EXIT_LOGITS (checked in `new`).
-        unsafe { l.launch(self.head_cfg) }?;
+        // SAFETY: the head's addresses are this runner's buffers (B rows of 384 at stride
+        // T·384, a labels × 384 weight, B × labels logits, the two-word state), B·labels ≤
+        // MAX_EXIT_LOGITS (checked in `new`).
+        unsafe { self.head.launch(gpu, self.head_cfg, &self.heads[layer]) }?;
         Ok(())
     }
 

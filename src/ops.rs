@@ -1,6 +1,8 @@
 //! Host launchers for the hand-written built-in kernels.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use fused_gemm_device::kernel::elementwise::AxpyArgs;
+use fused_gemm_device::kernel::naive_gemm::GemmNaiveArgs;
 use fused_gemm_host::launch::LaunchShape;
 use fused_gemm_host::{Error, Gpu, Result};
 
@@ -27,12 +29,20 @@ pub fn axpy(gpu: &Gpu, alpha: f32, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -
     let n = x.len() as u64;
     // Enough CTAs to fill every SM several times; the kernel grid-strides over the rest.
     let shape = LaunchShape::linear(n, 256, gpu.props().sm_count * 32)?;
-    let f = gpu.function(&BUILTIN, basic::AXPY_F32)?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let mut b = gpu.stream().launch_builder(&f);
-    b.arg(&n).arg(&alpha).arg(x).arg(y);
-    // SAFETY: argument order and types match `fg_axpy_f32`; both buffers hold n elements.
-    unsafe { b.launch(cfg) }?;
+    let kernel = gpu.kernel(&BUILTIN, basic::fg_axpy_f32)?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    // Device addresses, with guards that order this launch after other streams' writes and
+    // record its reads and writes for cudarc, as its launch builder does for buffer arguments.
+    let (x, _read) = x.device_ptr(gpu.stream());
+    let (y, _written) = y.device_ptr_mut(gpu.stream());
+    let args = AxpyArgs {
+        n,
+        alpha,
+        x: x as *const f32,
+        y: y as *mut f32,
+    };
+    // SAFETY: both buffers hold n elements.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }
 
@@ -70,20 +80,24 @@ pub fn gemm_naive_f32(
         block: (16, 16, 1),
         smem_bytes: 0,
     };
-    let f = gpu.function(&BUILTIN, basic::GEMM_NAIVE_F32)?;
-    let cfg = shape.prepare(&f, gpu.props())?;
+    let kernel = gpu.kernel(&BUILTIN, basic::fg_gemm_naive_f32)?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
     let (m, n, k) = (m as u32, n as u32, k as u32);
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&m)
-        .arg(&n)
-        .arg(&k)
-        .arg(a)
-        .arg(&k)
-        .arg(b)
-        .arg(&n)
-        .arg(c)
-        .arg(&n);
-    // SAFETY: argument order and types match `fg_gemm_naive_f32`; lengths checked above.
-    unsafe { l.launch(cfg) }?;
+    let (a, _read_a) = a.device_ptr(gpu.stream());
+    let (b, _read_b) = b.device_ptr(gpu.stream());
+    let (c, _written) = c.device_ptr_mut(gpu.stream());
+    let args = GemmNaiveArgs {
+        m,
+        n,
+        k,
+        a: a as *const f32,
+        lda: k,
+        b: b as *const f32,
+        ldb: n,
+        c: c as *mut f32,
+        ldc: n,
+    };
+    // SAFETY: lengths checked above.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }

@@ -21,12 +21,13 @@
 //! another device, N beyond what a row kernel holds, a non-finite or negative ε), or
 //! [`Error::LaunchLimit`] / driver errors from the launch itself. It never panics.
 
-use cudarc::driver::{
-    DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, PushKernelArg, ValidAsZeroBits,
+use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, ValidAsZeroBits};
+use fused_gemm_device::kernel::rowwise::{
+    BiasActArgs, LayerNormArgs, ROW_SLOTS, RmsNormArgs, RmsScaleArgs, SwigluArgs,
 };
-use fused_gemm_device::kernel::rowwise::ROW_SLOTS;
+use fused_gemm_device::params::ParamLayout;
 use fused_gemm_device::types::DType;
-use fused_gemm_host::launch::LaunchShape;
+use fused_gemm_host::launch::{Entry, LaunchShape};
 use fused_gemm_host::{Error, Gpu, Result};
 
 use crate::kernels::rowwise as k;
@@ -129,33 +130,28 @@ impl Activation {
 }
 
 /// The entry point of [`bias_act`] for a storage type and activation.
-pub fn bias_act_kernel(dtype: DType, act: Activation) -> &'static str {
+pub fn bias_act_kernel(dtype: DType, act: Activation) -> Entry<BiasActArgs> {
     use Activation as A;
     match (dtype, act) {
-        (DType::F32, A::None) => k::BIAS_F32,
-        (DType::F32, A::Relu) => k::BIAS_RELU_F32,
-        (DType::F32, A::Gelu) => k::BIAS_GELU_F32,
-        (DType::F32, A::GeluTanh) => k::BIAS_GELU_TANH_F32,
-        (DType::F32, A::Silu) => k::BIAS_SILU_F32,
-        (DType::Bf16, A::None) => k::BIAS_BF16,
-        (DType::Bf16, A::Relu) => k::BIAS_RELU_BF16,
-        (DType::Bf16, A::Gelu) => k::BIAS_GELU_BF16,
-        (DType::Bf16, A::GeluTanh) => k::BIAS_GELU_TANH_BF16,
-        (DType::Bf16, A::Silu) => k::BIAS_SILU_BF16,
-        (DType::F16, A::None) => k::BIAS_F16,
-        (DType::F16, A::Relu) => k::BIAS_RELU_F16,
-        (DType::F16, A::Gelu) => k::BIAS_GELU_F16,
-        (DType::F16, A::GeluTanh) => k::BIAS_GELU_TANH_F16,
-        (DType::F16, A::Silu) => k::BIAS_SILU_F16,
+        (DType::F32, A::None) => k::fg_bias_f32,
+        (DType::F32, A::Relu) => k::fg_bias_relu_f32,
+        (DType::F32, A::Gelu) => k::fg_bias_gelu_f32,
+        (DType::F32, A::GeluTanh) => k::fg_bias_gelu_tanh_f32,
+        (DType::F32, A::Silu) => k::fg_bias_silu_f32,
+        (DType::Bf16, A::None) => k::fg_bias_bf16,
+        (DType::Bf16, A::Relu) => k::fg_bias_relu_bf16,
+        (DType::Bf16, A::Gelu) => k::fg_bias_gelu_bf16,
+        (DType::Bf16, A::GeluTanh) => k::fg_bias_gelu_tanh_bf16,
+        (DType::Bf16, A::Silu) => k::fg_bias_silu_bf16,
+        (DType::F16, A::None) => k::fg_bias_f16,
+        (DType::F16, A::Relu) => k::fg_bias_relu_f16,
+        (DType::F16, A::Gelu) => k::fg_bias_gelu_f16,
+        (DType::F16, A::GeluTanh) => k::fg_bias_gelu_tanh_f16,
+        (DType::F16, A::Silu) => k::fg_bias_silu_f16,
     }
 }
 
-fn by_dtype(
-    dtype: DType,
-    f32_: &'static str,
-    bf16: &'static str,
-    f16: &'static str,
-) -> &'static str {
+fn by_dtype<A>(dtype: DType, f32_: Entry<A>, bf16: Entry<A>, f16: Entry<A>) -> Entry<A> {
     match dtype {
         DType::F32 => f32_,
         DType::Bf16 => bf16,
@@ -431,23 +427,22 @@ fn launch_bias_act<T: RowElement>(
     let vec = vectorizable(es, 16, &[(x.ptr, ldx), (y.ptr, ldy), (bias_ptr, 0)]);
     let units = n.div_ceil(16 / es);
     let (shape, lanes_log2) = elementwise_shape(m, units, gpu.props().max_grid_y);
-    let f = gpu.function(&BUILTIN, bias_act_kernel(T::DTYPE, act))?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (m, n, ldx, ldy) = (u32_of(m), u32_of(n), u32_of(ldx), u32_of(ldy));
-    let vec = vec as u32;
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&m)
-        .arg(&n)
-        .arg(&x.ptr)
-        .arg(&ldx)
-        .arg(&bias_ptr)
-        .arg(&y.ptr)
-        .arg(&ldy)
-        .arg(&lanes_log2)
-        .arg(&vec);
-    // SAFETY: argument order and types match `fg_bias_*`; every operand's extent was checked
-    // against its shape, and `vec` is set only when every access it enables is aligned.
-    unsafe { l.launch(cfg) }?;
+    let kernel = gpu.kernel(&BUILTIN, bias_act_kernel(T::DTYPE, act))?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    let args = BiasActArgs {
+        m: u32_of(m),
+        n: u32_of(n),
+        x: x.ptr,
+        ldx: u32_of(ldx),
+        bias: bias_ptr,
+        y: y.ptr,
+        ldy: u32_of(ldy),
+        lanes_log2,
+        vec: vec as u32,
+    };
+    // SAFETY: every operand's extent was checked against its shape, and `vec` is set only when
+    // every access it enables is aligned.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }
 
@@ -488,25 +483,29 @@ pub fn swiglu<T: RowElement>(
     let vec = vectorizable(es, 16, &[(xs.ptr, ldx)]) && vectorizable(es, 8, &[(ys.ptr, ldy)]);
     let units = n_in.div_ceil(16 / es);
     let (shape, lanes_log2) = elementwise_shape(m, units, gpu.props().max_grid_y);
-    let f = gpu.function(
+    let kernel = gpu.kernel(
         &BUILTIN,
-        by_dtype(T::DTYPE, k::SWIGLU_F32, k::SWIGLU_BF16, k::SWIGLU_F16),
+        by_dtype(
+            T::DTYPE,
+            k::fg_swiglu_f32,
+            k::fg_swiglu_bf16,
+            k::fg_swiglu_f16,
+        ),
     )?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (m, n_in, ldx, ldy) = (u32_of(m), u32_of(n_in), u32_of(ldx), u32_of(ldy));
-    let vec = vec as u32;
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&m)
-        .arg(&n_in)
-        .arg(&xs.ptr)
-        .arg(&ldx)
-        .arg(&ys.ptr)
-        .arg(&ldy)
-        .arg(&lanes_log2)
-        .arg(&vec);
-    // SAFETY: argument order and types match `fg_swiglu_*`; extents checked above; x and y are
-    // distinct buffers (one shared and one exclusive borrow).
-    unsafe { l.launch(cfg) }?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    let args = SwigluArgs {
+        m: u32_of(m),
+        n_in: u32_of(n_in),
+        x: xs.ptr,
+        ldx: u32_of(ldx),
+        y: ys.ptr,
+        ldy: u32_of(ldy),
+        lanes_log2,
+        vec: vec as u32,
+    };
+    // SAFETY: extents checked above; x and y are distinct buffers (one shared and one exclusive
+    // borrow).
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
     Ok(())
 }
 
@@ -586,56 +585,92 @@ fn launch_row<T: RowElement>(
             (y, ldy),
         ],
     ) as u32;
-    let (m, n, ldx, ldr, ldy) = (
-        u32_of(m),
-        u32_of(n),
-        u32_of(o.ldx),
-        u32_of(ldr),
-        u32_of(ldy),
-    );
-    let name = match op {
-        RowOp::LayerNorm => by_dtype(
-            T::DTYPE,
-            k::LAYER_NORM_F32,
-            k::LAYER_NORM_BF16,
-            k::LAYER_NORM_F16,
-        ),
-        RowOp::RmsNorm => by_dtype(T::DTYPE, k::RMS_NORM_F32, k::RMS_NORM_BF16, k::RMS_NORM_F16),
-        RowOp::RmsScale => by_dtype(
-            T::DTYPE,
-            k::RMS_SCALE_F32,
-            k::RMS_SCALE_BF16,
-            k::RMS_SCALE_F16,
-        ),
-    };
-    let f = gpu.function(&BUILTIN, name)?;
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (x, bias, gamma, beta, rstd) = (o.x.ptr, p(o.bias), p(o.gamma), p(o.beta), p(o.rstd));
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&m).arg(&n).arg(&x).arg(&ldx);
+    let (m, n, x, ldx) = (u32_of(m), u32_of(n), o.x.ptr, u32_of(o.ldx));
+    let (ldr, ldy, eps, dt) = (u32_of(ldr), u32_of(ldy), o.eps, T::DTYPE);
+    /// Loads `entry` and launches it with `args` on `shape`.
+    ///
+    /// # Safety
+    /// As [`fused_gemm_host::launch::Kernel::launch`].
+    unsafe fn launch<A: ParamLayout>(
+        gpu: &Gpu,
+        shape: LaunchShape,
+        entry: Entry<A>,
+        args: &A,
+    ) -> Result<()> {
+        let kernel = gpu.kernel(&BUILTIN, entry)?;
+        let cfg = shape.prepare(&kernel, gpu.props())?;
+        // SAFETY: the caller's.
+        unsafe { kernel.launch(gpu, cfg, args) }
+    }
+    // SAFETY (the three launches): every operand's extent was checked; the shape's group covers
+    // N.
     match op {
         RowOp::LayerNorm => {
-            l.arg(&bias)
-                .arg(&res)
-                .arg(&ldr)
-                .arg(&gamma)
-                .arg(&beta)
-                .arg(&o.eps)
-                .arg(&y)
-                .arg(&ldy);
+            let entry = by_dtype(
+                dt,
+                k::fg_layer_norm_f32,
+                k::fg_layer_norm_bf16,
+                k::fg_layer_norm_f16,
+            );
+            let args = LayerNormArgs {
+                m,
+                n,
+                x,
+                ldx,
+                bias: p(o.bias),
+                res,
+                ldr,
+                gamma: p(o.gamma),
+                beta: p(o.beta),
+                eps,
+                y,
+                ldy,
+                group,
+                vec,
+            };
+            unsafe { launch(gpu, shape, entry, &args) }
         }
         RowOp::RmsNorm => {
-            l.arg(&gamma).arg(&o.eps).arg(&y).arg(&ldy);
+            let entry = by_dtype(
+                dt,
+                k::fg_rms_norm_f32,
+                k::fg_rms_norm_bf16,
+                k::fg_rms_norm_f16,
+            );
+            let args = RmsNormArgs {
+                m,
+                n,
+                x,
+                ldx,
+                gamma: p(o.gamma),
+                eps,
+                y,
+                ldy,
+                group,
+                vec,
+            };
+            unsafe { launch(gpu, shape, entry, &args) }
         }
         RowOp::RmsScale => {
-            l.arg(&o.eps).arg(&rstd);
+            let entry = by_dtype(
+                dt,
+                k::fg_rms_scale_f32,
+                k::fg_rms_scale_bf16,
+                k::fg_rms_scale_f16,
+            );
+            let args = RmsScaleArgs {
+                m,
+                n,
+                x,
+                ldx,
+                eps,
+                rstd: p(o.rstd),
+                group,
+                vec,
+            };
+            unsafe { launch(gpu, shape, entry, &args) }
         }
     }
-    l.arg(&group).arg(&vec);
-    // SAFETY: argument order and types match the chosen `fg_layer_norm_*`/`fg_rms_norm_*`/
-    // `fg_rms_scale_*`; every operand's extent was checked; the shape's group covers N.
-    unsafe { l.launch(cfg) }?;
-    Ok(())
 }
 
 /// LayerNorm of `s = x + bias + residual` over each row of N values, out of place:
@@ -1032,13 +1067,13 @@ mod tests {
     fn every_kernel_name_is_an_entry_point() {
         for dtype in [DType::F32, DType::Bf16, DType::F16] {
             for act in Activation::ALL {
-                let name = bias_act_kernel(dtype, act);
+                let name = bias_act_kernel(dtype, act).name();
                 assert!(k::ALL.contains(&name), "{name}");
                 assert!(name.ends_with(dtype.name()), "{name}");
             }
         }
         assert_eq!(
-            bias_act_kernel(DType::Bf16, Activation::GeluTanh),
+            bias_act_kernel(DType::Bf16, Activation::GeluTanh).name(),
             "fg_bias_gelu_tanh_bf16"
         );
     }

@@ -31,8 +31,8 @@
 
 use std::time::Instant;
 
+use cudarc::driver::CudaEvent;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, PushKernelArg};
 use fused_gemm::Gpu;
 use fused_gemm::host::cudarc;
 use fused_gemm::host::launch::LaunchShape;
@@ -150,20 +150,18 @@ pub struct Timed {
 /// # Errors
 /// PTX or launch errors from the host runtime.
 pub fn spin(gpu: &Gpu, ns: u64) -> Result<()> {
-    let f = gpu.function(
+    let kernel = gpu.kernel(
         &fused_gemm::ptx::BUILTIN,
-        fused_gemm::kernels::rowwise::SPIN_NS,
+        fused_gemm::kernels::rowwise::fg_spin_ns,
     )?;
     let shape = LaunchShape {
         grid: (1, 1, 1),
         block: (1, 1, 1),
         smem_bytes: 0,
     };
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let mut l = gpu.stream().launch_builder(&f);
-    l.arg(&ns);
-    // SAFETY: `fg_spin_ns(ns: u64)` touches no memory.
-    unsafe { l.launch(cfg) }.map_err(BenchError::from)?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    // SAFETY: the spin kernel touches no memory.
+    unsafe { kernel.launch(gpu, cfg, &ns) }?;
     Ok(())
 }
 

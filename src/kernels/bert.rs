@@ -6,33 +6,29 @@
 
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
 use crate::device::kernel::bert::{Ptx, attention, attention_mma, embed, pool};
-#[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
+use crate::device::kernel::bert::{attention::AttnKernelArgs, embed::EmbedArgs, pool::PoolArgs};
 use crate::device::types::{Bf16, F16};
 
 macro_rules! bert_entries {
     ($t:ty, $dt:literal, $embed:ident = $embed_fn:ident, $pool:ident = $pool_fn:ident) => {
         entry! {
-            #[doc = concat!("Embeddings + LayerNorm, ", $dt, " storage. Args: `(ids, token_types (0 = none), rows, seq_len, hidden, word, vocab, position, positions, token_type, types, gamma, beta, eps, out)`.")]
-            $embed = fn $embed_fn(
+            #[doc = concat!("Embeddings + LayerNorm, ", $dt, " storage (`bert::embed`).")]
+            $embed = fn $embed_fn(a: EmbedArgs<$t> {
                 ids: *const u32, token_types: *const u32, rows: u32, seq_len: u32, hidden: u32,
                 word: *const $t, vocab: u32, position: *const $t, positions: u32,
                 token_type: *const $t, types: u32, gamma: *const $t, beta: *const $t, eps: f32,
                 out: *mut $t,
-            ) {
-                unsafe {
-                    embed::embed_layer_norm::<_, Ptx>(&embed::EmbedArgs {
-                        ids, token_types, rows, seq_len, hidden, word, vocab, position, positions,
-                        token_type, types, gamma, beta, eps, out,
-                    })
-                }
+            }) {
+                unsafe { embed::embed_layer_norm::<_, Ptx>(&a) }
             }
         }
         entry! {
-            #[doc = concat!("Masked mean pooling + L2 normalization, ", $dt, " input, f32 output. Args: `(hidden, lengths, batch, seq_len, hidden_size, out)`.")]
-            $pool = fn $pool_fn(hidden: *const $t, lengths: *const u32, batch: u32, seq_len: u32, hidden_size: u32, out: *mut f32) {
-                unsafe {
-                    pool::mean_pool_l2::<_, Ptx>(&pool::PoolArgs { hidden, lengths, batch, seq_len, hidden_size, out })
-                }
+            #[doc = concat!("Masked mean pooling + L2 normalization, ", $dt, " input, f32 output (`bert::pool`).")]
+            $pool = fn $pool_fn(a: PoolArgs<$t> {
+                hidden: *const $t, lengths: *const u32, batch: u32, seq_len: u32, hidden_size: u32,
+                out: *mut f32,
+            }) {
+                unsafe { pool::mean_pool_l2::<_, Ptx>(&a) }
             }
         }
     };
@@ -62,13 +58,16 @@ bert_entries!(
 macro_rules! attn_entry {
     ($konst:ident = $name:ident, $t:ty, $hd:literal, $module:ident :: $body:ident, $what:literal) => {
         entry! {
-            #[doc = concat!("Masked attention, head dim ", $hd, ", ", $what, ". Args: `(qkv, lengths, batch, seq_len, heads, out, skip_if)`: returns at once when `skip_if` is not null and the `u32` there is nonzero (an early exit decided by an earlier kernel).")]
-            $konst = fn $name(qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32, out: *mut $t, skip_if: *const u32) {
+            #[doc = concat!("Masked attention, head dim ", $hd, ", ", $what, ". Returns at once when `skip_if` is not null and the `u32` there is nonzero (an early exit decided by an earlier kernel).")]
+            $konst = fn $name(p: AttnKernelArgs<$t> {
+                qkv: *const $t, lengths: *const u32, batch: u32, seq_len: u32, heads: u32,
+                out: *mut $t, skip_if: *const u32,
+            }) {
                 unsafe {
                     if !skip_if.is_null() && crate::device::arch::atomic::load_acquire_u32(skip_if) != 0 {
                         return;
                     }
-                    $module::$body::<_, Ptx, $hd>(&attention::AttnArgs { qkv, lengths, batch, seq_len, heads, out })
+                    $module::$body::<_, Ptx, $hd>(&attention::AttnArgs::from(p))
                 }
             }
         }

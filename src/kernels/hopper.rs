@@ -44,6 +44,38 @@ pub mod probe {
     /// Exported name of the `wgmma` probe with N = 256.
     pub const WGMMA_N256: &str = "fg_hopper_probe_wgmma_n256";
 
+    crate::device::param_list! {
+        /// The parameters of the TMA probe.
+        #[derive(Clone, Copy, Debug)]
+        pub struct TmaProbeArgs {
+            /// Device address of the tensor map (bf16, 128-byte swizzle, 64 × `rows` boxes).
+            pub tmap: u64,
+            /// The output, `rows · 32` words.
+            pub out: *mut u32,
+            /// Column of the box.
+            pub x: i32,
+            /// Row of the box.
+            pub y: i32,
+            /// Rows of the box.
+            pub rows: u32,
+        }
+    }
+    check_params!(TmaProbeArgs { tmap: u64, out: *mut u32, x: i32, y: i32, rows: u32 });
+
+    crate::device::param_list! {
+        /// The parameters of the `wgmma` probes.
+        #[derive(Clone, Copy, Debug)]
+        pub struct WgmmaProbeArgs {
+            /// Device address of A's tensor map (64×64 box).
+            pub tmap_a: u64,
+            /// Device address of B's tensor map (N×64 box).
+            pub tmap_b: u64,
+            /// D, 64×N f32.
+            pub out: *mut f32,
+        }
+    }
+    check_params!(WgmmaProbeArgs { tmap_a: u64, tmap_b: u64, out: *mut f32 });
+
     #[cfg(all(
         target_arch = "nvptx64",
         feature = "builtin-kernels",
@@ -63,7 +95,7 @@ pub mod probe {
 
         /// One CTA of 128 threads: TMA-copies the 64 × `rows` box at (x, y) of the bf16 matrix
         /// `tmap` describes (128-byte swizzle) into shared memory, then writes the shared bytes
-        /// as they are, `rows · 32` words, to `out`.
+        /// as they are, `rows · 32` words, to `out`. Parameters: [`super::TmaProbeArgs`]'s fields.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn fg_hopper_probe_tma(
             tmap: u64,
@@ -148,6 +180,7 @@ pub mod probe {
             }
         }
 
+        /// Parameters: [`super::WgmmaProbeArgs`]'s fields.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn fg_hopper_probe_wgmma_n128(
             tmap_a: u64,
@@ -157,6 +190,7 @@ pub mod probe {
             unsafe { wgmma_probe::<16>(tmap_a, tmap_b, out) }
         }
 
+        /// Parameters: [`super::WgmmaProbeArgs`]'s fields.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn fg_hopper_probe_wgmma_n256(
             tmap_a: u64,
@@ -172,13 +206,20 @@ pub mod probe {
 
     #[cfg(not(target_arch = "nvptx64"))]
     mod host {
-        use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
-        use fused_gemm_host::launch::LaunchShape;
+        use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+        use fused_gemm_host::launch::{Entry, LaunchShape};
         use fused_gemm_host::tensor_map::MapKey;
         use fused_gemm_host::{Error, Gpu, Result, cudarc};
 
+        use super::{TmaProbeArgs, WgmmaProbeArgs};
         use crate::device::types::DType;
         use crate::ptx::BUILTIN;
+
+        // SAFETY (all three): the sm_90a module's probes take these structs' fields (as
+        // `check_params!` lists them beside the structs).
+        const TMA_ENTRY: Entry<TmaProbeArgs> = unsafe { Entry::new(super::TMA) };
+        const WGMMA_N128_ENTRY: Entry<WgmmaProbeArgs> = unsafe { Entry::new(super::WGMMA_N128) };
+        const WGMMA_N256_ENTRY: Entry<WgmmaProbeArgs> = unsafe { Entry::new(super::WGMMA_N256) };
 
         fn require_sm90a(gpu: &Gpu) -> Result<()> {
             let arch = gpu.module_arch(&BUILTIN)?;
@@ -219,18 +260,25 @@ pub mod probe {
             require_sm90a(gpu)?;
             let map = map_of(gpu, a, rows, k, box_rows)?;
             let mut out = gpu.zeros::<u32>(box_rows as usize * 32)?;
-            let f = gpu.function(&BUILTIN, super::TMA)?;
+            let kernel = gpu.kernel(&BUILTIN, TMA_ENTRY)?;
             let shape = LaunchShape {
                 grid: (1, 1, 1),
                 block: (128, 1, 1),
                 smem_bytes: box_rows * 128 + 1024,
             };
-            let cfg = shape.prepare(&f, gpu.props())?;
-            let mut l = gpu.stream().launch_builder(&f);
-            l.arg(&map).arg(&mut out).arg(&x).arg(&y).arg(&box_rows);
-            // SAFETY: argument order and types match `fg_hopper_probe_tma`; `out` holds
-            // box_rows·32 words; the map describes `a`.
-            unsafe { l.launch(cfg) }?;
+            let cfg = shape.prepare(&kernel, gpu.props())?;
+            {
+                let (out, _written) = out.device_ptr_mut(gpu.stream());
+                let args = TmaProbeArgs {
+                    tmap: map,
+                    out: out as *mut u32,
+                    x,
+                    y,
+                    rows: box_rows,
+                };
+                // SAFETY: `out` holds box_rows·32 words; the map describes `a`.
+                unsafe { kernel.launch(gpu, cfg, &args) }?;
+            }
             gpu.download(&out)
         }
 
@@ -247,8 +295,8 @@ pub mod probe {
         ) -> Result<Vec<f32>> {
             require_sm90a(gpu)?;
             let entry = match n {
-                128 => super::WGMMA_N128,
-                256 => super::WGMMA_N256,
+                128 => WGMMA_N128_ENTRY,
+                256 => WGMMA_N256_ENTRY,
                 _ => return Err(Error::invalid("n", "128 or 256", n)),
             };
             if a.len() != 64 * 64 || b.len() != n * 64 {
@@ -257,18 +305,24 @@ pub mod probe {
             let ma = map_of(gpu, a, 64, 64, 64)?;
             let mb = map_of(gpu, b, n, 64, n as u32)?;
             let mut out = gpu.zeros::<f32>(64 * n)?;
-            let f = gpu.function(&BUILTIN, entry)?;
+            let kernel = gpu.kernel(&BUILTIN, entry)?;
             let shape = LaunchShape {
                 grid: (1, 1, 1),
                 block: (128, 1, 1),
                 smem_bytes: (8192 + n * 128 + 1024) as u32,
             };
-            let cfg = shape.prepare(&f, gpu.props())?;
-            let mut l = gpu.stream().launch_builder(&f);
-            l.arg(&ma).arg(&mb).arg(&mut out);
-            // SAFETY: argument order and types match the probe; `out` holds 64·n floats; the
-            // maps describe `a` and `b` with the probe's boxes.
-            unsafe { l.launch(cfg) }?;
+            let cfg = shape.prepare(&kernel, gpu.props())?;
+            {
+                let (out, _written) = out.device_ptr_mut(gpu.stream());
+                let args = WgmmaProbeArgs {
+                    tmap_a: ma,
+                    tmap_b: mb,
+                    out: out as *mut f32,
+                };
+                // SAFETY: `out` holds 64·n floats; the maps describe `a` and `b` with the
+                // probe's boxes.
+                unsafe { kernel.launch(gpu, cfg, &args) }?;
+            }
             gpu.download(&out)
         }
     }

@@ -1,9 +1,10 @@
 //! Unfused element-wise and row kernels (bodies in `fused_gemm_device::kernel::rowwise`), one
 //! entry point per storage type and variant. Host launchers: `fused_gemm::rowwise`.
 //!
-//! Names: `fg_<op>[_<activation>]_<dtype>`. Arguments are `u32` sizes and leading dimensions
-//! (elements), `u64` device addresses (0 = operand absent) and `f32` scalars, in the order of
-//! the body's signature.
+//! Names: `fg_<op>[_<activation>]_<dtype>`. Parameters are the fields of the op's struct in
+//! `fused_gemm_device::kernel::rowwise` (`BiasActArgs`, `SwigluArgs`, `LayerNormArgs`,
+//! `RmsNormArgs`, `RmsScaleArgs`): `u32` sizes and leading dimensions (elements), `u64` device
+//! addresses (0 = operand absent) and `f32` scalars, in the order of the body's signature.
 
 #[cfg(all(target_arch = "nvptx64", feature = "builtin-kernels"))]
 use crate::device::kernel::rowwise as rw;
@@ -14,8 +15,11 @@ macro_rules! bias_act_entries {
     ($($konst:ident = $name:ident <$e:ty, $act:ident>;)*) => {$(
         entry! {
             #[doc = concat!("`y = ", stringify!($act), "(x + bias)`, storage `", stringify!($e),
-                "` (`rowwise::bias_act`). Args: `(m, n, x, ldx, bias, y, ldy, lanes_log2, vec)`.")]
-            $konst = fn $name(m: u32, n: u32, x: u64, ldx: u32, bias: u64, y: u64, ldy: u32, lanes_log2: u32, vec: u32) {
+                "` (`rowwise::bias_act`).")]
+            $konst = fn $name(p: crate::device::kernel::rowwise::BiasActArgs {
+                m: u32, n: u32, x: u64, ldx: u32, bias: u64, y: u64, ldy: u32, lanes_log2: u32,
+                vec: u32,
+            }) {
                 unsafe { rw::bias_act::<$e, { rw::act::$act }>(m, n, x, ldx, bias, y, ldy, lanes_log2, vec) }
             }
         }
@@ -45,29 +49,39 @@ macro_rules! row_entries {
        $scale:ident = $scale_fn:ident: $e:ty;)*) => {$(
         entry! {
             #[doc = concat!("SwiGLU on interleaved columns, storage `", stringify!($e),
-                "` (`rowwise::swiglu`). Args: `(m, n_in, x, ldx, y, ldy, lanes_log2, vec)`.")]
-            $swiglu = fn $swiglu_fn(m: u32, n_in: u32, x: u64, ldx: u32, y: u64, ldy: u32, lanes_log2: u32, vec: u32) {
+                "` (`rowwise::swiglu`).")]
+            $swiglu = fn $swiglu_fn(p: crate::device::kernel::rowwise::SwigluArgs {
+                m: u32, n_in: u32, x: u64, ldx: u32, y: u64, ldy: u32, lanes_log2: u32, vec: u32,
+            }) {
                 unsafe { rw::swiglu::<$e>(m, n_in, x, ldx, y, ldy, lanes_log2, vec) }
             }
         }
         entry! {
             #[doc = concat!("Bias + residual + LayerNorm, storage `", stringify!($e),
-                "` (`rowwise::layer_norm`). Args: `(m, n, x, ldx, bias, res, ldr, gamma, beta, eps, y, ldy, group, vec)`.")]
-            $ln = fn $ln_fn(m: u32, n: u32, x: u64, ldx: u32, bias: u64, res: u64, ldr: u32, gamma: u64, beta: u64, eps: f32, y: u64, ldy: u32, group: u32, vec: u32) {
+                "` (`rowwise::layer_norm`).")]
+            $ln = fn $ln_fn(p: crate::device::kernel::rowwise::LayerNormArgs {
+                m: u32, n: u32, x: u64, ldx: u32, bias: u64, res: u64, ldr: u32, gamma: u64,
+                beta: u64, eps: f32, y: u64, ldy: u32, group: u32, vec: u32,
+            }) {
                 unsafe { rw::layer_norm::<$e>(m, n, x, ldx, bias, res, ldr, gamma, beta, eps, y, ldy, group, vec) }
             }
         }
         entry! {
             #[doc = concat!("RMSNorm, storage `", stringify!($e),
-                "` (`rowwise::rms_norm`). Args: `(m, n, x, ldx, gamma, eps, y, ldy, group, vec)`.")]
-            $rms = fn $rms_fn(m: u32, n: u32, x: u64, ldx: u32, gamma: u64, eps: f32, y: u64, ldy: u32, group: u32, vec: u32) {
+                "` (`rowwise::rms_norm`).")]
+            $rms = fn $rms_fn(p: crate::device::kernel::rowwise::RmsNormArgs {
+                m: u32, n: u32, x: u64, ldx: u32, gamma: u64, eps: f32, y: u64, ldy: u32,
+                group: u32, vec: u32,
+            }) {
                 unsafe { rw::rms_norm::<$e>(m, n, x, ldx, gamma, eps, y, ldy, group, vec) }
             }
         }
         entry! {
             #[doc = concat!("Per-row 1/RMS (f32 out), storage `", stringify!($e),
-                "` (`rowwise::rms_scale`). Args: `(m, n, x, ldx, eps, rstd, group, vec)`.")]
-            $scale = fn $scale_fn(m: u32, n: u32, x: u64, ldx: u32, eps: f32, rstd: u64, group: u32, vec: u32) {
+                "` (`rowwise::rms_scale`).")]
+            $scale = fn $scale_fn(p: crate::device::kernel::rowwise::RmsScaleArgs {
+                m: u32, n: u32, x: u64, ldx: u32, eps: f32, rstd: u64, group: u32, vec: u32,
+            }) {
                 unsafe { rw::rms_scale::<$e>(m, n, x, ldx, eps, rstd, group, vec) }
             }
         }

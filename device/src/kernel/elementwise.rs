@@ -2,6 +2,21 @@
 
 use crate::arch::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
 
+crate::param_list! {
+    /// The parameters of [`axpy_f32`]'s entry point.
+    #[derive(Clone, Copy, Debug)]
+    pub struct AxpyArgs {
+        /// Elements.
+        pub n: u64,
+        /// The scale of x.
+        pub alpha: f32,
+        /// x, `n` f32.
+        pub x: *const f32,
+        /// y, `n` f32 (read and written).
+        pub y: *mut f32,
+    }
+}
+
 /// `y[i] = alpha · x[i] + y[i]` for `i < n`, f32. Grid-stride loop: any 1-D grid covers any `n`.
 ///
 /// # Safety

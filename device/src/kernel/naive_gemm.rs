@@ -2,6 +2,31 @@
 
 use crate::arch::thread::{block_dim_x, block_idx_x, block_idx_y, thread_idx_x, thread_idx_y};
 
+crate::param_list! {
+    /// The parameters of [`gemm_f32`]'s entry point.
+    #[derive(Clone, Copy, Debug)]
+    pub struct GemmNaiveArgs {
+        /// M.
+        pub m: u32,
+        /// N.
+        pub n: u32,
+        /// K.
+        pub k: u32,
+        /// A, M×K (`lda`).
+        pub a: *const f32,
+        /// Leading dimension of A.
+        pub lda: u32,
+        /// B, K×N (`ldb`).
+        pub b: *const f32,
+        /// Leading dimension of B.
+        pub ldb: u32,
+        /// C, M×N (`ldc`), written.
+        pub c: *mut f32,
+        /// Leading dimension of C.
+        pub ldc: u32,
+    }
+}
+
 /// `C = A·B` in f32. A is M×K row-major with leading dimension `lda`, B is K×N row-major
 /// (`ldb`), C is M×N row-major (`ldc`); all leading dimensions in elements. Block (16, 16),
 /// grid (ceil(N/16), ceil(M/16)): thread (x, y) of block (bx, by) computes C[by·16+y, bx·16+x].

@@ -367,6 +367,54 @@ unsafe fn store_unit<E: Element>(row: u64, col: u32, n: u32, vec: bool, v: &[f32
 
 // ---- element-wise ---------------------------------------------------------------------------
 
+crate::param_list! {
+    /// The parameters of the [`bias_act`] entry points (one per storage type and activation).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct BiasActArgs {
+        /// M.
+        pub m: u32,
+        /// N.
+        pub n: u32,
+        /// x, M×N (`ldx`).
+        pub x: u64,
+        /// Leading dimension of x, elements.
+        pub ldx: u32,
+        /// The bias, N elements, or 0 for none.
+        pub bias: u64,
+        /// y, M×N (`ldy`); may be `x`.
+        pub y: u64,
+        /// Leading dimension of y, elements.
+        pub ldy: u32,
+        /// log2 of the threads that cover one row's units.
+        pub lanes_log2: u32,
+        /// Nonzero when every access may be 16 bytes wide (see [`bias_act`]).
+        pub vec: u32,
+    }
+}
+
+crate::param_list! {
+    /// The parameters of the [`swiglu`] entry points (one per storage type).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SwigluArgs {
+        /// M.
+        pub m: u32,
+        /// Input columns N (even).
+        pub n_in: u32,
+        /// x, M×`n_in` (`ldx`), gate and up columns interleaved.
+        pub x: u64,
+        /// Leading dimension of x, elements.
+        pub ldx: u32,
+        /// y, M×`n_in/2` (`ldy`).
+        pub y: u64,
+        /// Leading dimension of y, elements.
+        pub ldy: u32,
+        /// log2 of the threads that cover one row's units.
+        pub lanes_log2: u32,
+        /// Nonzero when the wide accesses are allowed (see [`swiglu`]).
+        pub vec: u32,
+    }
+}
+
 /// `y[r, c] = act(x[r, c] + bias[c])` over an M×N matrix; `bias` has length N (one value per
 /// column, broadcast down the rows) or is 0 for none. `x` and `y` may be the same matrix
 /// (in place: each element is read and written by the same thread).
@@ -658,6 +706,91 @@ pub unsafe fn row_norm<E: Element, const OP: u32>(
             }
         }
         base += stride;
+    }
+}
+
+crate::param_list! {
+    /// The parameters of the [`layer_norm`] entry points (one per storage type).
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    pub struct LayerNormArgs {
+        /// M.
+        pub m: u32,
+        /// N.
+        pub n: u32,
+        /// x, M×N (`ldx`).
+        pub x: u64,
+        /// Leading dimension of x, elements.
+        pub ldx: u32,
+        /// The bias, N elements, or 0 for none.
+        pub bias: u64,
+        /// The residual, M×N (`ldr`), or 0 for none.
+        pub res: u64,
+        /// Leading dimension of the residual, elements.
+        pub ldr: u32,
+        /// γ, N elements.
+        pub gamma: u64,
+        /// β, N elements.
+        pub beta: u64,
+        /// ε, added to the variance.
+        pub eps: f32,
+        /// y, M×N (`ldy`).
+        pub y: u64,
+        /// Leading dimension of y, elements.
+        pub ldy: u32,
+        /// Threads per row (a multiple of 32).
+        pub group: u32,
+        /// Nonzero when every access may be 16 bytes wide (see [`row_norm`]).
+        pub vec: u32,
+    }
+}
+
+crate::param_list! {
+    /// The parameters of the [`rms_norm`] entry points (one per storage type).
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    pub struct RmsNormArgs {
+        /// M.
+        pub m: u32,
+        /// N.
+        pub n: u32,
+        /// x, M×N (`ldx`).
+        pub x: u64,
+        /// Leading dimension of x, elements.
+        pub ldx: u32,
+        /// γ, N elements.
+        pub gamma: u64,
+        /// ε, added to the mean square.
+        pub eps: f32,
+        /// y, M×N (`ldy`).
+        pub y: u64,
+        /// Leading dimension of y, elements.
+        pub ldy: u32,
+        /// Threads per row (a multiple of 32).
+        pub group: u32,
+        /// Nonzero when every access may be 16 bytes wide (see [`row_norm`]).
+        pub vec: u32,
+    }
+}
+
+crate::param_list! {
+    /// The parameters of the [`rms_scale`] entry points (one per storage type).
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    pub struct RmsScaleArgs {
+        /// M.
+        pub m: u32,
+        /// N.
+        pub n: u32,
+        /// x, M×N (`ldx`).
+        pub x: u64,
+        /// Leading dimension of x, elements.
+        pub ldx: u32,
+        /// ε, added to the mean square.
+        pub eps: f32,
+        /// The per-row inverse RMS, M f32 values.
+        pub rstd: u64,
+        /// Threads per row (a multiple of 32).
+        pub group: u32,
+        /// Nonzero when every access may be 16 bytes wide (see [`row_norm`]).
+        pub vec: u32,
     }
 }
 

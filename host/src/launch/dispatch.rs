@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use cudarc::driver::PushKernelArg;
 use fused_gemm_device::gemm::{TileShape, is_row_tile};
 use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
 
+use super::entry::{GemmParams, Kernel};
 use super::norm_finish::{launch_norm_finish, norm_finish_grid};
 use super::report::LaunchReport;
 use super::workspace::{grow, row_stats};
-use crate::kernel::{GemmKernelSpec, KernelVariant, Param};
+use crate::kernel::{GemmKernelSpec, KernelVariant};
 use crate::options::LaunchOptions;
 use crate::plan::{Plan, Planner, Problem};
 use crate::validate::{BLayout, Checked, GemmCall, Work, check_gemm};
@@ -81,16 +81,17 @@ where
         .transpose()?;
     let (params, finish) = build(stats);
 
-    let args = Param(plan.gemm_args(&checked, call, workspace, counters));
-    let params = Param(params);
-    let func = spec.function(gpu, variant)?;
-    let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
-    let mut l = gpu.stream().launch_builder(&func);
-    l.arg(&args).arg(&params);
-    // SAFETY: the entry point takes (GemmArgs, E::Params) by value; `check_gemm` validated every
-    // operand against the shapes the kernel reads and writes, and the workspaces were sized by
-    // the plan.
-    unsafe { l.launch(cfg) }?;
+    let args = GemmParams {
+        args: plan.gemm_args(&checked, call, workspace, counters),
+        epilogue: params,
+    };
+    // SAFETY: `#[fused_gemm]` declares the sm_80 variants with (GemmArgs, E::Params), and the
+    // launcher it generates passes `E::Params` as `P`.
+    let kernel = unsafe { Kernel::<GemmParams<P>>::from_function(spec.function(gpu, variant)?) };
+    let cfg = plan.launch_shape().prepare(&kernel, gpu.props())?;
+    // SAFETY: `check_gemm` validated every operand against the shapes the kernel reads and
+    // writes, and the workspaces were sized by the plan.
+    unsafe { kernel.launch(gpu, cfg, &args) }?;
 
     let mut report = LaunchReport::ran(spec.name, variant, plan, why);
     if let Some(shape) = finish_grid {

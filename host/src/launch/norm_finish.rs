@@ -1,11 +1,11 @@
 //! The finishing kernel of a row norm whose rows span several CTA tiles: it merges the
 //! per-tile statistics, normalizes C and runs the stages after the norm.
 
-use cudarc::driver::PushKernelArg;
 use fused_gemm_device::kernel::norm_finish::{self, NormFinishArgs};
 use fused_gemm_device::params::KernelParam;
 
-use crate::kernel::{GemmKernelSpec, Param, in_signature};
+use super::entry::{Kernel, LaunchMode, NormFinishParams};
+use crate::kernel::{GemmKernelSpec, in_signature};
 use crate::shape::LaunchShape;
 use crate::validate::{Checked, GemmCall};
 use crate::{Error, Gpu, Result};
@@ -113,16 +113,24 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
             spec.name
         ))
     })?;
-    let f = spec.finish_function(gpu, entry)?;
-    let fargs = Param(NormFinishArgs {
-        c: call.c.ptr,
-        m: checked.m,
-        n: checked.n,
-        ldc: call.c.ld as u32,
-        tiles_n,
-        cols_per_cta,
-        _pad: 0,
-    });
+    // SAFETY: `#[fused_gemm]` declares the finishing entry point with (NormFinishArgs,
+    // K::Params, Post::Params), and the launcher it generates passes those as `N` and `Q`.
+    let kernel = unsafe {
+        Kernel::<NormFinishParams<N, Q>>::from_function(spec.finish_function(gpu, entry)?)
+    };
+    let args = NormFinishParams {
+        args: NormFinishArgs {
+            c: call.c.ptr,
+            m: checked.m,
+            n: checked.n,
+            ldc: call.c.ld as u32,
+            tiles_n,
+            cols_per_cta,
+            _pad: 0,
+        },
+        norm,
+        post,
+    };
     // In stream order by default: launched as the GEMM's programmatic dependent (sm_90+) the
     // finishing kernel was never clearly faster on the H200 (within 1 µs at 4096 rows, 6-14 µs
     // slower at 8192²), so that launch is kept for
@@ -143,38 +151,16 @@ pub(crate) fn launch_norm_finish<N: KernelParam, Q: KernelParam>(
             0
         },
     };
-    let cfg = shape.prepare(&f, gpu.props())?;
-    let (mut fargs, mut norm, mut post) = (fargs, Param(norm), Param(post));
-    if dependent {
-        let mut ptrs = vec![&mut fargs as *mut Param<NormFinishArgs> as *mut std::ffi::c_void];
-        if in_signature::<N>() {
-            ptrs.push(&mut norm as *mut Param<N> as *mut std::ffi::c_void);
-        }
-        ptrs.push(&mut post as *mut Param<Q> as *mut std::ffi::c_void);
-        // SAFETY: as below; in modules of sm_90 and above, the `#[fused_gemm]` finishing entry
-        // points wait for the GEMM before they call `norm_finish::run` (tests/ptx.rs checks
-        // it), and the values live until the call returns.
-        unsafe {
-            crate::driver_ext::launch::programmatic_dependent(
-                f.cu_function(),
-                cfg.grid_dim,
-                cfg.block_dim,
-                cfg.shared_mem_bytes,
-                gpu.stream().cu_stream(),
-                &mut ptrs,
-            )
-        }?;
+    let cfg = shape.prepare(&kernel, gpu.props())?;
+    let mode = if dependent {
+        LaunchMode::ProgrammaticDependent
     } else {
-        let mut l = gpu.stream().launch_builder(&f);
-        l.arg(&fargs);
-        if in_signature::<N>() {
-            l.arg(&norm);
-        }
-        l.arg(&post);
-        // SAFETY: (NormFinishArgs, K::Params, Post::Params) by value; C and the statistics were
-        // validated and sized by the caller.
-        unsafe { l.launch(cfg) }?;
-    }
+        LaunchMode::Plain
+    };
+    // SAFETY: C and the statistics were validated and sized by the caller; in modules of sm_90
+    // and above, the `#[fused_gemm]` finishing entry points wait for the GEMM before they call
+    // `norm_finish::run` (tests/ptx.rs checks it), and only those run as dependents.
+    unsafe { kernel.launch_as(gpu, cfg, mode, &args) }?;
     Ok(dependent)
 }
 

@@ -17,17 +17,16 @@
 //! first few once per kernel and shape class. Whether the Hopper path runs at all stays the
 //! model's decision.
 
-use cudarc::driver::PushKernelArg;
-use fused_gemm_device::gemm::GemmArgs;
 use fused_gemm_device::gemm::sm90::{self, Sm90Args, cluster_m, cta_rows, is_sm90_tile};
 use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::target::Mainloop;
 use fused_gemm_device::types::DType;
 
+use super::entry::{Kernel, LaunchMode, Sm90Params};
 use super::norm_finish::{launch_norm_finish, norm_finish_grid};
 use super::report::LaunchReport;
 use super::workspace::{grow, row_stats};
-use crate::kernel::{GemmKernelSpec, KernelVariant, Param, in_signature};
+use crate::kernel::{GemmKernelSpec, KernelVariant};
 use crate::options::NormExchange;
 use crate::plan::sm90::{GROUP_M, always_stages_c, norm_cluster, plan_with};
 use crate::plan::{NORM_STATS_BYTES, NormPath, Plan, Problem};
@@ -358,27 +357,31 @@ where
         .then(|| norm_finish_grid::<Q>(gpu, spec, call, checked))
         .transpose()?;
     let (params, finish) = build(stats);
-    // Hopper plans never split K (`plan.splits` is 1); a split tail is in `Sm90Args`.
-    let args = Param(plan.gemm_args(checked, call, workspace, counters));
     let (norm_cluster, norm_exchange) = match plan.norm {
         NormPath::Cluster { ctas } => (ctas, 0),
         NormPath::GlobalExchange { ctas } => (ctas, 1),
         _ => (0, 0),
     };
-    let tma = Param(Sm90Args {
-        tmap_a,
-        tmap_b,
-        group_m: GROUP_M,
-        norm_cluster,
-        tmap_c,
-        tmap_r,
-        tail_splits: plan.tail_splits,
-        norm_exchange,
-    });
-    let mut params = Param(params);
-    let func = spec.function(gpu, variant)?;
+    let args = Sm90Params {
+        // Hopper plans never split K (`plan.splits` is 1); a split tail is in `Sm90Args`.
+        args: plan.gemm_args(checked, call, workspace, counters),
+        epilogue: params,
+        sm90: Sm90Args {
+            tmap_a,
+            tmap_b,
+            group_m: GROUP_M,
+            norm_cluster,
+            tmap_c,
+            tmap_r,
+            tail_splits: plan.tail_splits,
+            norm_exchange,
+        },
+    };
+    // SAFETY: `#[fused_gemm]` declares the Hopper variants with (GemmArgs, E::Params, Sm90Args),
+    // and the launcher it generates passes `E::Params` as `P`.
+    let kernel = unsafe { Kernel::<Sm90Params<P>>::from_function(spec.function(gpu, variant)?) };
     // A row-norm plan's grid holds at most as many clusters as run at once (`choose`).
-    let cfg = plan.launch_shape().prepare(&func, gpu.props())?;
+    let cfg = plan.launch_shape().prepare(&kernel, gpu.props())?;
     // CTAs per cluster: pairs along M, a row-norm cluster along N (launched as a cluster even
     // of one, so that its distributed shared-memory accesses have a cluster to address), or 1.
     let cluster = if norm_exchange == 0 && norm_cluster > 0 {
@@ -386,44 +389,19 @@ where
     } else {
         cluster
     };
-    if cluster > 1 || (norm_cluster > 0 && norm_exchange == 0) {
-        let (mut args, mut tma) = (args, tma);
-        let mut ptrs = vec![&mut args as *mut Param<GemmArgs> as *mut std::ffi::c_void];
-        if in_signature::<P>() {
-            ptrs.push(&mut params as *mut Param<P> as *mut std::ffi::c_void);
-        }
-        ptrs.push(&mut tma as *mut Param<Sm90Args> as *mut std::ffi::c_void);
-        // SAFETY: as below; the grid is a multiple of the cluster, and the parameter values
-        // live until the call returns (the driver copies them).
-        unsafe {
-            crate::driver_ext::launch::kernel_with_cluster(
-                func.cu_function(),
-                cfg.grid_dim,
-                cfg.block_dim,
-                cfg.shared_mem_bytes,
-                gpu.stream().cu_stream(),
-                (cluster, 1, 1),
-                &mut ptrs,
-            )
-        }?;
-    } else {
-        let mut l = gpu.stream().launch_builder(&func);
-        l.arg(&args);
-        if in_signature::<P>() {
-            l.arg(&params);
-        }
-        l.arg(&tma);
-        // SAFETY: the entry point takes (GemmArgs, E::Params, Sm90Args) by value; `check_gemm`
-        // validated every operand, `ineligible` checked what TMA needs, the maps describe A and
-        // B with the variant's boxes, and the launch shape is the one `sm90::run` documents.
+    let mode = if cluster > 1 || (norm_cluster > 0 && norm_exchange == 0) {
+        LaunchMode::Cluster((cluster, 1, 1))
+    } else if norm_exchange != 0 {
         // A global exchange spins on its group's CTAs: a cooperative launch makes them all
         // resident together (or fails), and `choose` sized the grid to what fits.
-        if norm_exchange != 0 {
-            unsafe { l.launch_cooperative(cfg) }?;
-        } else {
-            unsafe { l.launch(cfg) }?;
-        }
-    }
+        LaunchMode::Cooperative
+    } else {
+        LaunchMode::Plain
+    };
+    // SAFETY: `check_gemm` validated every operand, `ineligible` checked what TMA needs, the maps
+    // describe A and B with the variant's boxes, the workspaces were sized by the plan, and the
+    // launch shape is the one `sm90::run` documents.
+    unsafe { kernel.launch_as(gpu, cfg, mode, &args) }?;
     let mut report = LaunchReport::ran(spec.name, variant, plan, why);
     report.tma_store = tmap_c != 0;
     report.tma_residual = tmap_r != 0;

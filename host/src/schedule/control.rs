@@ -24,7 +24,7 @@
 
 use std::collections::BTreeSet;
 
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
 use fused_gemm_device::gemm::GemmArgs;
 use fused_gemm_device::kernel::control::{
     GATE_SMEM_BYTES, GateParams, LoopArgs, LoopTask, LoopWait, OpLoop,
@@ -33,12 +33,11 @@ use fused_gemm_device::kernel::persistent::{EPI_WORDS, INLINE_WAITS};
 use serde::Serialize;
 
 use super::dag::{Dep, DepRows, OpSpec, Region, WaveGraph, producer_rows};
-use super::family::Family;
+use super::family::{EpiWords, Family};
 use super::table::{SplitScratch, gemm_args, split_scratch_bytes};
 use super::waves::{FixedArms, Program, ScheduleOptions, VDevice, Variant, schedule};
 use crate::gpu::DeviceProps;
-use crate::kernel::Param;
-use crate::launch::LaunchShape;
+use crate::launch::{GemmParams, Kernel, LaunchShape};
 use crate::tensor::MatrixDesc;
 use crate::{Error, Gpu, Result};
 
@@ -869,15 +868,6 @@ pub enum Trips {
     Device(u64),
 }
 
-/// The epilogue parameter words, passed by pointer (the driver copies the entry point's
-/// declared parameter size).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug)]
-struct EpiWords([u64; EPI_WORDS]);
-
-// SAFETY: plain integers, the layout the device's `Params` types are read from.
-unsafe impl DeviceRepr for EpiWords {}
-
 fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: only called on `LoopTask`, `LoopWait`, `OpLoop` and `u32` slices: `#[repr(C)]`
     // integers without implicit padding (sizes asserted in the device crate).
@@ -915,7 +905,7 @@ fn alloc_scratch(
 /// Dropping it waits for the device's work first. A CUDA graph that recorded its launches
 /// holds the addresses of its tables: drop the graph before the runner.
 pub struct ControlRunner {
-    func: CudaFunction,
+    kernel: Kernel<LoopArgs>,
     cfg: LaunchConfig,
     args: LoopArgs,
     /// CTAs launched and CTA slots of the device.
@@ -954,14 +944,17 @@ impl ControlRunner {
         family.check()?;
         plan.check_body(body)?;
         let props = *gpu.props();
-        let func = gpu.function(family.ptx, family.entry)?;
+        // SAFETY: a control family's persistent entry point takes `LoopArgs`
+        // (`fused_gemm::kernels::control`).
+        let kernel =
+            unsafe { Kernel::<LoopArgs>::from_function(gpu.function(family.ptx, family.entry)?) };
         let shape = LaunchShape {
             grid: (plan.ctas, 1, 1),
             block: (family.threads, 1, 1),
             smem_bytes: family.smem_bytes,
         };
-        let cfg = shape.prepare(&func, &props)?;
-        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(
+        let cfg = shape.prepare(&kernel, &props)?;
+        let per_sm = kernel.occupancy_max_active_blocks_per_multiprocessor(
             family.threads,
             family.smem_bytes as usize,
             None,
@@ -1000,7 +993,7 @@ impl ControlRunner {
         };
         buffers.extend([t, o, w, ops, counters]);
         Ok(ControlRunner {
-            func,
+            kernel,
             cfg,
             args,
             ctas: plan.ctas,
@@ -1042,14 +1035,10 @@ impl ControlRunner {
             }
             Trips::Device(p) => args.trips_ptr = p,
         }
-        let a = Param(args);
-        let mut l = gpu.stream().launch_builder(&self.func);
-        l.arg(&a);
-        // SAFETY: the entry point takes `LoopArgs` by value; the tables were encoded from a
-        // plan over validated operators (every iteration up to `max_trips`), the kernel clamps
-        // the trip count to `max_trips`, and the grid fits the co-resident CTAs (checked in
-        // `new`).
-        unsafe { l.launch(self.cfg) }?;
+        // SAFETY: the tables were encoded from a plan over validated operators (every iteration
+        // up to `max_trips`), the kernel clamps the trip count to `max_trips`, and the grid fits
+        // the co-resident CTAs (checked in `new`).
+        unsafe { self.kernel.launch(gpu, self.cfg, &args) }?;
         Ok(())
     }
 
@@ -1073,10 +1062,17 @@ pub struct HostStats {
 }
 
 struct HostOp {
-    func: CudaFunction,
+    kernel: HostKernel,
     cfg: LaunchConfig,
     args: GemmArgs,
     epi: [u64; EPI_WORDS],
+}
+
+/// The grid entry point of a [`HostOp`]'s arm: the gate's takes its parameters as
+/// [`GateParams`] (read from the epilogue words at every launch), the others the words.
+enum HostKernel {
+    Gate(Kernel<GemmParams<GateParams>>),
+    Grid(Kernel<GemmParams<EpiWords>>),
 }
 
 /// The host-driven execution of a body (what Cocktailer compares to): per iteration, per
@@ -1112,7 +1108,7 @@ impl HostDriven {
         for (j, op) in body.ops.iter().enumerate() {
             let v = &plan.variants[j];
             let arm = &family.arms[v.arm];
-            let func = gpu.function(family.ptx, arm.grid_entry)?;
+            let grid = arm.grid_kernel(gpu, family.ptx)?;
             let is_gate = op.spec.kind == GATE_KIND;
             let shape = if is_gate {
                 LaunchShape {
@@ -1127,9 +1123,16 @@ impl HostDriven {
                     smem_bytes: arm.tile.smem_bytes(true),
                 }
             };
-            let cfg = shape.prepare(&func, &props)?;
+            let cfg = shape.prepare(&grid, &props)?;
+            let kernel = if is_gate {
+                // SAFETY: the gate's grid entry point takes (GemmArgs, GateParams)
+                // (`fused_gemm::kernels::control::GATE_ENTRY`).
+                HostKernel::Gate(unsafe { Kernel::from_function((*grid).clone()) })
+            } else {
+                HostKernel::Grid(grid)
+            };
             ops.push(HostOp {
-                func,
+                kernel,
                 cfg,
                 args: gemm_args(&body.graph, j, v, scratch[j]),
                 epi: op.spec.epi,
@@ -1219,21 +1222,24 @@ impl HostDriven {
                 for (w, e) in epi.iter_mut().enumerate() {
                     *e = mv(*e, s.epi[w]);
                 }
-                let pa = Param(args);
-                let pe = EpiWords(epi);
-                let mut l = stream.launch_builder(&op.func);
-                l.arg(&pa);
-                if b.spec.kind == GATE_KIND {
-                    let gp = Param(read_gate(&epi));
-                    l.arg(&gp);
-                    // SAFETY: the gate entry takes `(GemmArgs, GateParams)`; operands validated.
-                    unsafe { l.launch(op.cfg) }?;
-                } else {
-                    l.arg(&pe);
-                    // SAFETY: the grid entry takes `(GemmArgs, Params)`, `Params` no larger
-                    // than the words passed; operands validated at every iteration.
-                    unsafe { l.launch(op.cfg) }?;
-                }
+                match &op.kernel {
+                    HostKernel::Gate(k) => {
+                        let p = GemmParams {
+                            args,
+                            epilogue: read_gate(&epi),
+                        };
+                        // SAFETY: operands validated at every iteration.
+                        unsafe { k.launch(gpu, op.cfg, &p) }
+                    }
+                    HostKernel::Grid(k) => {
+                        let p = GemmParams {
+                            args,
+                            epilogue: EpiWords(epi),
+                        };
+                        // SAFETY: as above.
+                        unsafe { k.launch(gpu, op.cfg, &p) }
+                    }
+                }?;
                 st.launches += 1;
             }
         }

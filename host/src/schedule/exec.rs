@@ -1,28 +1,16 @@
 //! Running a [`Schedule`] on the GPU: device tables, split-K scratch, the occupancy check, and
 //! the launches.
 
-use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
-use fused_gemm_device::gemm::GemmArgs;
-use fused_gemm_device::kernel::persistent::{EPI_WORDS, ProgramArgs, Task, Wait};
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use fused_gemm_device::kernel::persistent::{ProgramArgs, Task, Wait};
 use serde::Serialize;
 
 use super::dag::WaveGraph;
-use super::family::Family;
+use super::family::{EpiWords, Family};
 use super::table::{SplitScratch, encode, gemm_args, split_scratch_bytes};
 use super::waves::{Program, Schedule, VDevice};
-use crate::kernel::Param;
-use crate::launch::LaunchShape;
+use crate::launch::{GemmParams, Kernel, LaunchShape};
 use crate::{Error, Gpu, Result};
-
-/// The epilogue parameter words, passed by pointer: the driver copies as many bytes as the
-/// entry point declares for its `Params` (`cuLaunchKernel` takes parameter sizes from the
-/// kernel image), which is at most these 80.
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug)]
-struct EpiWords([u64; EPI_WORDS]);
-
-// SAFETY: plain integers, the layout the device's `Params` types are read from.
-unsafe impl DeviceRepr for EpiWords {}
 
 /// Occupancy of `family`'s persistent entry point on `gpu` as the driver reports it
 /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor` with its block size and shared memory).
@@ -50,15 +38,14 @@ pub fn vdevice(gpu: &Gpu, family: &Family) -> Result<VDevice> {
 
 enum Step {
     Persistent {
-        func: CudaFunction,
+        kernel: Kernel<ProgramArgs>,
         cfg: LaunchConfig,
-        args: Param<ProgramArgs>,
+        args: ProgramArgs,
     },
     Grid {
-        func: CudaFunction,
+        kernel: Kernel<GemmParams<EpiWords>>,
         cfg: LaunchConfig,
-        args: Param<GemmArgs>,
-        epi: EpiWords,
+        args: GemmParams<EpiWords>,
     },
 }
 
@@ -149,14 +136,20 @@ impl WaveRunner {
         for prog in &s.programs {
             match prog {
                 Program::Persistent(p) => {
-                    let func = gpu.function(family.ptx, family.entry)?;
+                    // SAFETY: a wave family's persistent entry point takes `ProgramArgs`
+                    // (`fused_gemm::kernels::waves`).
+                    let kernel = unsafe {
+                        Kernel::<ProgramArgs>::from_function(
+                            gpu.function(family.ptx, family.entry)?,
+                        )
+                    };
                     let shape = LaunchShape {
                         grid: (p.ctas, 1, 1),
                         block: (family.threads, 1, 1),
                         smem_bytes: family.smem_bytes,
                     };
-                    let cfg = shape.prepare(&func, &props)?;
-                    let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(
+                    let cfg = shape.prepare(&kernel, &props)?;
+                    let per_sm = kernel.occupancy_max_active_blocks_per_multiprocessor(
                         family.threads,
                         family.smem_bytes as usize,
                         None,
@@ -197,24 +190,20 @@ impl WaveRunner {
                         slots,
                         resident_fraction: (p.ctas as u64).min(slots) as f64 / slots as f64,
                     });
-                    steps.push(Step::Persistent {
-                        func,
-                        cfg,
-                        args: Param(args),
-                    });
+                    steps.push(Step::Persistent { kernel, cfg, args });
                 }
                 Program::Launches(ops) => {
                     for &op in ops {
                         let v = &s.variants[op];
                         let arm = &family.arms[v.arm];
-                        let func = gpu.function(family.ptx, arm.grid_entry)?;
+                        let kernel = arm.grid_kernel(gpu, family.ptx)?;
                         let shape = LaunchShape {
                             grid: (v.tiles_n, v.tiles_m, v.splits),
                             block: (family.threads, 1, 1),
                             smem_bytes: arm.tile.smem_bytes(true),
                         };
-                        let cfg = shape.prepare(&func, &props)?;
-                        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(
+                        let cfg = shape.prepare(&kernel, &props)?;
+                        let per_sm = kernel.occupancy_max_active_blocks_per_multiprocessor(
                             family.threads,
                             shape.smem_bytes as usize,
                             None,
@@ -229,10 +218,12 @@ impl WaveRunner {
                             resident_fraction: ctas.min(slots) as f64 / slots as f64,
                         });
                         steps.push(Step::Grid {
-                            func,
+                            kernel,
                             cfg,
-                            args: Param(gemm_args(graph, op, v, scratch[op])),
-                            epi: EpiWords(graph.ops()[op].epi),
+                            args: GemmParams {
+                                args: gemm_args(graph, op, v, scratch[op]),
+                                epilogue: EpiWords(graph.ops()[op].epi),
+                            },
                         });
                     }
                 }
@@ -283,26 +274,16 @@ impl WaveRunner {
     fn launch_with(&self, gpu: &Gpu, skip_if: u64) -> Result<()> {
         for step in &self.steps {
             match step {
-                Step::Persistent { func, cfg, args } => {
-                    let args = Param(ProgramArgs { skip_if, ..args.0 });
-                    let mut l = gpu.stream().launch_builder(func);
-                    l.arg(&args);
-                    // SAFETY: the entry point takes `ProgramArgs` by value; the tables were
-                    // encoded from a schedule over validated operators, with arms of this family,
-                    // and the grid fits the device's co-resident CTAs (checked in `new`).
-                    unsafe { l.launch(*cfg) }?;
+                Step::Persistent { kernel, cfg, args } => {
+                    let args = ProgramArgs { skip_if, ..*args };
+                    // SAFETY: the tables were encoded from a schedule over validated
+                    // operators, with arms of this family, and the grid fits the device's
+                    // co-resident CTAs (checked in `new`).
+                    unsafe { kernel.launch(gpu, *cfg, &args) }?;
                 }
-                Step::Grid {
-                    func,
-                    cfg,
-                    args,
-                    epi,
-                } => {
-                    let mut l = gpu.stream().launch_builder(func);
-                    l.arg(args).arg(epi);
-                    // SAFETY: the grid entry takes `(GemmArgs, Params)` by value, `Params` no
-                    // larger than the words passed; operands validated when the graph was built.
-                    unsafe { l.launch(*cfg) }?;
+                Step::Grid { kernel, cfg, args } => {
+                    // SAFETY: operands validated when the graph was built.
+                    unsafe { kernel.launch(gpu, *cfg, args) }?;
                 }
             }
         }

@@ -2,11 +2,24 @@
 //! plain grid entry point of each arm for operators launched on their own.
 
 use fused_gemm_device::gemm::TileShape;
+use fused_gemm_device::kernel::persistent::EPI_WORDS;
+use fused_gemm_device::params::KernelParam;
 use fused_gemm_device::types::DType;
 
+use crate::launch::{GemmParams, Kernel};
 use crate::module::PtxSet;
 use crate::plan::model::estimate_registers;
-use crate::{Error, Result};
+use crate::{Error, Gpu, Result};
+
+/// An operator's epilogue parameter words, passed where a grid entry point takes its kind's
+/// `Params`: the driver copies as many bytes as the entry point declares (`cuLaunchKernel` takes
+/// parameter sizes from the kernel image), which is at most these `8·EPI_WORDS`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EpiWords(pub(crate) [u64; EPI_WORDS]);
+
+// SAFETY: plain integers, the layout the device's `Params` types are read from.
+unsafe impl KernelParam for EpiWords {}
 
 /// One instantiated (epilogue kind, tile shape) of a [`Family`]. Its index in
 /// [`Family::arms`] is the `arm` the device dispatches on.
@@ -19,6 +32,26 @@ pub struct Arm {
     /// The grid entry point computing this arm with one CTA per tile (for plain launches):
     /// parameters `(GemmArgs, <kind's Params>)`, grid `(⌈N/BN⌉, ⌈M/BM⌉, splits)`.
     pub grid_entry: &'static str,
+}
+
+impl Arm {
+    /// The grid entry point on `gpu`, taking an operator's epilogue words for the kind's
+    /// parameters.
+    ///
+    /// # Errors
+    /// Module-loading errors, [`Error::KernelNotFound`].
+    pub(crate) fn grid_kernel(
+        &self,
+        gpu: &Gpu,
+        ptx: &'static PtxSet,
+    ) -> Result<Kernel<GemmParams<EpiWords>>> {
+        let func = gpu.function(ptx, self.grid_entry)?;
+        // SAFETY: a grid entry point takes (GemmArgs, <kind's Params>) by value, the Params no
+        // larger than the epilogue words (the family macros assert it), so the driver reads
+        // a prefix of them; were they zero-sized, the words would be one parameter past the
+        // entry point's last, never read.
+        Ok(unsafe { Kernel::from_function(func) })
+    }
 }
 
 /// A persistent entry point and its arms. All arms share the block size; the entry point's

@@ -133,6 +133,43 @@ pub struct AttnArgs<E> {
     pub out: *mut E,
 }
 
+crate::param_list! {
+    /// The parameters of the attention entry points (one per storage type and head dimension):
+    /// [`AttnArgs`] and an early-exit flag.
+    #[derive(Clone, Copy)]
+    pub struct AttnKernelArgs<E> {
+        /// [`AttnArgs::qkv`].
+        pub qkv: *const E,
+        /// [`AttnArgs::lengths`].
+        pub lengths: *const u32,
+        /// [`AttnArgs::batch`].
+        pub batch: u32,
+        /// [`AttnArgs::seq_len`].
+        pub seq_len: u32,
+        /// [`AttnArgs::heads`].
+        pub heads: u32,
+        /// [`AttnArgs::out`].
+        pub out: *mut E,
+        /// Null, or a `u32` the entry point reads first: it returns at once when that is
+        /// nonzero (an early exit decided by an earlier kernel of the stream).
+        pub skip_if: *const u32,
+    }
+}
+
+impl<E> From<AttnKernelArgs<E>> for AttnArgs<E> {
+    #[inline(always)]
+    fn from(p: AttnKernelArgs<E>) -> Self {
+        AttnArgs {
+            qkv: p.qkv,
+            lengths: p.lengths,
+            batch: p.batch,
+            seq_len: p.seq_len,
+            heads: p.heads,
+            out: p.out,
+        }
+    }
+}
+
 /// Number of CTAs for a launch: `B · H · ceil(T / ATTN_BQ)` (block index = `(b·H + h)·QB + qb`).
 #[inline(always)]
 pub const fn attn_ctas(batch: u64, heads: u64, seq_len: u64) -> u64 {

@@ -21,39 +21,42 @@ pub const EMBED_MAX_CHUNKS: usize = 8;
 /// Largest hidden size the kernel supports: 32 lanes × 8 chunks × 4 = 1024 (BERT-large).
 pub const EMBED_MAX_HIDDEN: u32 = 32 * EMBED_MAX_CHUNKS as u32 * 4;
 
-/// Arguments of [`embed_layer_norm`]. Tables are row-major with `hidden` columns.
-#[derive(Clone, Copy)]
-pub struct EmbedArgs<E> {
-    /// Token ids, `[B·T]` (row-major `[B, T]`).
-    pub ids: *const u32,
-    /// Token type ids, `[B·T]`, or null for all zeros.
-    pub token_types: *const u32,
-    /// `B·T`.
-    pub rows: u32,
-    /// T: the position of row `r` is `r % T`.
-    pub seq_len: u32,
-    /// Hidden size d, `1..=EMBED_MAX_HIDDEN`.
-    pub hidden: u32,
-    /// Word embeddings, `[vocab, d]`.
-    pub word: *const E,
-    /// Rows of `word`.
-    pub vocab: u32,
-    /// Position embeddings, `[positions, d]`.
-    pub position: *const E,
-    /// Rows of `position`.
-    pub positions: u32,
-    /// Token type embeddings, `[types, d]`.
-    pub token_type: *const E,
-    /// Rows of `token_type`.
-    pub types: u32,
-    /// LayerNorm scale γ, `[d]`.
-    pub gamma: *const E,
-    /// LayerNorm shift β, `[d]`.
-    pub beta: *const E,
-    /// LayerNorm ε, added to the (biased) variance.
-    pub eps: f32,
-    /// Output, `[B·T, d]`.
-    pub out: *mut E,
+crate::param_list! {
+    /// Arguments of [`embed_layer_norm`], and the parameters of its entry points (one per storage
+    /// type). Tables are row-major with `hidden` columns.
+    #[derive(Clone, Copy)]
+    pub struct EmbedArgs<E> {
+        /// Token ids, `[B·T]` (row-major `[B, T]`).
+        pub ids: *const u32,
+        /// Token type ids, `[B·T]`, or null for all zeros.
+        pub token_types: *const u32,
+        /// `B·T`.
+        pub rows: u32,
+        /// T: the position of row `r` is `r % T`.
+        pub seq_len: u32,
+        /// Hidden size d, `1..=EMBED_MAX_HIDDEN`.
+        pub hidden: u32,
+        /// Word embeddings, `[vocab, d]`.
+        pub word: *const E,
+        /// Rows of `word`.
+        pub vocab: u32,
+        /// Position embeddings, `[positions, d]`.
+        pub position: *const E,
+        /// Rows of `position`.
+        pub positions: u32,
+        /// Token type embeddings, `[types, d]`.
+        pub token_type: *const E,
+        /// Rows of `token_type`.
+        pub types: u32,
+        /// LayerNorm scale γ, `[d]`.
+        pub gamma: *const E,
+        /// LayerNorm shift β, `[d]`.
+        pub beta: *const E,
+        /// LayerNorm ε, added to the (biased) variance.
+        pub eps: f32,
+        /// Output, `[B·T, d]`.
+        pub out: *mut E,
+    }
 }
 
 /// `out[r] = (x − μ)/√(σ² + ε)·γ + β` with `x = word[ids[r]] + position[r % T] +

@@ -30,21 +30,24 @@ pub const POOL_NORM_EPS: f32 = 1e-12;
 #[derive(Clone, Copy)]
 struct F4([f32; 4]);
 
-/// Arguments of [`mean_pool_l2`].
-#[derive(Clone, Copy)]
-pub struct PoolArgs<E> {
-    /// Hidden states, `[B·T, d]` row-major.
-    pub hidden: *const E,
-    /// Sequence lengths, `[B]`, each in `1..=T`.
-    pub lengths: *const u32,
-    /// B.
-    pub batch: u32,
-    /// T.
-    pub seq_len: u32,
-    /// d, `1..=POOL_MAX_HIDDEN`.
-    pub hidden_size: u32,
-    /// Sentence embeddings, `[B, d]` f32.
-    pub out: *mut f32,
+crate::param_list! {
+    /// Arguments of [`mean_pool_l2`], and the parameters of its entry points (one per storage
+    /// type).
+    #[derive(Clone, Copy)]
+    pub struct PoolArgs<E> {
+        /// Hidden states, `[B·T, d]` row-major.
+        pub hidden: *const E,
+        /// Sequence lengths, `[B]`, each in `1..=T`.
+        pub lengths: *const u32,
+        /// B.
+        pub batch: u32,
+        /// T.
+        pub seq_len: u32,
+        /// d, `1..=POOL_MAX_HIDDEN`.
+        pub hidden_size: u32,
+        /// Sentence embeddings, `[B, d]` f32.
+        pub out: *mut f32,
+    }
 }
 
 /// The pooling kernel body; see the [module docs](self). Launch: grid `B`, block
