@@ -242,18 +242,18 @@ pub struct TileCtx {
     pub scratch: *mut u8,
     /// Bytes available at `scratch`.
     pub scratch_bytes: u32,
-    /// Byte offset from `scratch` of a 64-row × 64-column tile of the `residual` matrix that
-    /// the mainloop copied into shared memory with TMA (16-bit elements, 128-byte rows in the
-    /// 128-byte swizzle, [`crate::copy::tma::swizzle_128b_offset`]), covering this call's
-    /// columns `warp_col..warp_col + 64`; or 0: `residual` reads global memory. Only the Hopper
-    /// mainloop sets it, for one-fragment-row (`MI = 1`) chunks.
+    /// Byte offset from `scratch` of a copy of the operand of a [`Stage::READS_MATRIX`] stage
+    /// in shared memory: 64 rows × 64 columns (16-bit elements, 128-byte rows in the 128-byte
+    /// swizzle, [`crate::copy::tma::swizzle_128b_offset`]; zeros past M and N) covering this
+    /// call's columns `warp_col..warp_col + 64`; or 0: the stage reads global memory. Set only
+    /// for one-fragment-row (`MI = 1`) calls, by mainloops that copy the operand ahead.
     pub staged_residual: u32,
-    /// The tile row of this warp's first fragment row in the `staged_residual` tile.
+    /// The row of the `staged_residual` copy that holds this warp's first fragment row.
     pub staged_row: u32,
-    /// Byte offset from `scratch` of the column bias value of column `warp_col` (16-bit
-    /// elements, one per column, contiguous over this call's columns, zeros past N) that the
-    /// mainloop copied into shared memory ([`Stage::STAGED_BIAS`]), or 0: `bias` reads global
-    /// memory. The first `bias` of the list takes it and sets it to 0.
+    /// Byte offset from `scratch` of a copy of the vector of a [`Stage::COLUMN_VECTOR`] stage
+    /// in shared memory: the value of column `warp_col` (16-bit elements, one per column,
+    /// contiguous over this call's columns, zeros past N), or 0: the stage reads global memory.
+    /// The first stage of the list that reads it takes it and sets it to 0.
     pub staged_bias: u32,
 }
 
@@ -389,22 +389,24 @@ pub trait Stage {
     /// Whether this is the empty stage list ([`Nil`]): a kernel may then skip the fragment
     /// layout the stages see (the norm finishing kernel's wide loads and stores).
     const IS_EMPTY: bool = false;
-    /// Whether the list has a stage whose code per value is long (erf GELU: a degree-9
-    /// polynomial and two MUFU operations). The Hopper epilogue runs the chunks of such a list,
-    /// or of one with a row norm, in a loop (one copy of the chain) instead of writing them out.
-    const LONG_CHAIN: bool = false;
-    /// Whether the list has a `residual` stage, whose tiles the Hopper mainloop can copy into
-    /// shared memory ([`TileCtx::staged_residual`]); lists without one compile no such copies.
-    const RESIDUAL: bool = false;
-    /// Whether the list's first column `bias`, with no pair stage before it, may read its
-    /// values from shared memory ([`TileCtx::staged_bias`]); [`Self::staged_bias`] gives its
-    /// vector.
-    const STAGED_BIAS: bool = false;
+    /// Cost class: whether the stage's code per value is long (erf GELU: a degree-9 polynomial
+    /// and two MUFU operations), so that a mainloop that could write the epilogue out once per
+    /// chunk of the tile runs one copy of it in a loop instead. For a list: whether any stage is.
+    const HEAVY_PER_VALUE: bool = false;
+    /// Whether the stage reads an M×N operand of its own at each value's coordinates (the
+    /// `residual` matrix; not C, which `accumulate` reads), whose tiles a mainloop may copy
+    /// into shared memory ahead of the epilogue ([`TileCtx::staged_residual`]). For a list:
+    /// whether any stage does; lists without one compile no such copies.
+    const READS_MATRIX: bool = false;
+    /// Whether the stage's first operation reads one value of the output type per output column
+    /// from a vector of length N ([`Self::column_vector`]; `bias`): a mainloop may copy the
+    /// tile's values of it into shared memory ([`TileCtx::staged_bias`]). For a list: whether a
+    /// stage before any pair stage does (the first such stage's vector).
+    const COLUMN_VECTOR: bool = false;
 
-    /// The address of the vector of the list's first column `bias` (see [`Self::STAGED_BIAS`]),
-    /// or 0.
+    /// The address of the vector of [`Self::COLUMN_VECTOR`], or 0.
     #[inline(always)]
-    fn staged_bias(p: &Self::Params) -> u64 {
+    fn column_vector(p: &Self::Params) -> u64 {
         let _ = p;
         0
     }
@@ -465,17 +467,17 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     type Params = Cons<H::Params, T::Params>;
     const PAIRS: bool = H::PAIRS || T::PAIRS;
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
-    const RESIDUAL: bool = H::RESIDUAL || T::RESIDUAL;
-    const LONG_CHAIN: bool = H::LONG_CHAIN || T::LONG_CHAIN;
-    const STAGED_BIAS: bool = H::STAGED_BIAS || (!H::PAIRS && T::STAGED_BIAS);
+    const READS_MATRIX: bool = H::READS_MATRIX || T::READS_MATRIX;
+    const HEAVY_PER_VALUE: bool = H::HEAVY_PER_VALUE || T::HEAVY_PER_VALUE;
+    const COLUMN_VECTOR: bool = H::COLUMN_VECTOR || (!H::PAIRS && T::COLUMN_VECTOR);
     #[inline(always)]
-    fn staged_bias(p: &Self::Params) -> u64 {
-        if H::STAGED_BIAS {
-            H::staged_bias(&p.head)
+    fn column_vector(p: &Self::Params) -> u64 {
+        if H::COLUMN_VECTOR {
+            H::column_vector(&p.head)
         } else if H::PAIRS {
             0
         } else {
-            T::staged_bias(&p.tail)
+            T::column_vector(&p.tail)
         }
     }
     #[inline(always)]

@@ -26,13 +26,13 @@ macro_rules! params {
 pub type NoParams = super::Nil;
 
 macro_rules! elementwise {
-    ($(#[$m:meta])* $name:ident, $f:expr $(, long_chain = $long:expr)?) => {
+    ($(#[$m:meta])* $name:ident, $f:expr $(, heavy_per_value = $heavy:expr)?) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $name;
         impl Stage for $name {
             type Params = NoParams;
-            $(const LONG_CHAIN: bool = $long;)?
+            $(const HEAVY_PER_VALUE: bool = $heavy;)?
             #[inline(always)]
             fn apply<Out: Element, const MI: usize, const NI: usize>(_: &NoParams, acc: &mut Acc<MI, NI>, _: &mut TileCtx) {
                 acc.map($f);
@@ -50,7 +50,7 @@ elementwise!(
     /// `gelu`: x·Φ(x) with the exact (erf) normal CDF, as BERT's `"gelu"`.
     Gelu,
     math::gelu_erf,
-    long_chain = true
+    heavy_per_value = true
 );
 elementwise!(
     /// `gelu_tanh`: the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU).
@@ -132,9 +132,9 @@ impl Stage for ScaleCol {
 pub struct BiasCol;
 impl Stage for BiasCol {
     type Params = VectorParams;
-    const STAGED_BIAS: bool = true;
+    const COLUMN_VECTOR: bool = true;
     #[inline(always)]
-    fn staged_bias(p: &VectorParams) -> u64 {
+    fn column_vector(p: &VectorParams) -> u64 {
         p.ptr
     }
     #[inline(always)]
@@ -144,7 +144,7 @@ impl Stage for BiasCol {
         ctx: &mut TileCtx,
     ) {
         if ctx.staged_bias != 0 && !ctx.paired && core::mem::size_of::<Out>() == 2 {
-            // The mainloop's copy: no bounds checks (zeros past N), one 4-byte shared read
+            // The copy in shared memory: no bounds checks (zeros past N), one 4-byte shared read
             // per column pair (the 8 row groups of a warp read the same word).
             for ni in 0..NI {
                 let off = ctx.staged_bias + 2 * (8 * ni as u32 + 2 * ctx.t);
@@ -198,14 +198,13 @@ params!(
     MatrixParams { ptr: u64, ld: u32, _pad: u32 }
 );
 
-/// `residual`: x + R[r, c], R an M × N matrix (output shape). Reads the tile the Hopper
-/// mainloop staged in shared memory when there is one ([`TileCtx::staged_residual`]), else
-/// global memory.
+/// `residual`: x + R[r, c], R an M × N matrix (output shape). Reads R's tile from shared memory
+/// when the mainloop copied it there ([`TileCtx::staged_residual`]), else from global memory.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Residual;
 impl Stage for Residual {
     type Params = MatrixParams;
-    const RESIDUAL: bool = true;
+    const READS_MATRIX: bool = true;
     #[inline(always)]
     fn apply<Out: Element, const MI: usize, const NI: usize>(
         p: &MatrixParams,
@@ -213,8 +212,8 @@ impl Stage for Residual {
         ctx: &mut TileCtx,
     ) {
         if ctx.staged_residual != 0 && MI == 1 && !ctx.paired {
-            // The pairs sit where the staged C store puts this thread's outputs: no bounds
-            // checks (TMA wrote zeros past M and N) and conflict-free 4-byte reads.
+            // The copy's swizzle puts each of this thread's pairs in one word: no bounds
+            // checks (zeros past M and N) and conflict-free 4-byte reads.
             for ni in 0..NI {
                 for h in 0..2 {
                     let row = ctx.staged_row + ctx.g + 8 * h as u32;

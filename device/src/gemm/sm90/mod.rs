@@ -64,18 +64,18 @@
 //! Each consumer warpgroup hands its accumulators to the stages in 64-column chunks
 //! ([`EPI_COLS`]), one `finish_chunk` call per chunk: fewer values live at once next to the
 //! 128 accumulator registers. Chunks are written out one after another, except for stage lists
-//! with a row norm or a long stage ([`Stage::LONG_CHAIN`], erf GELU): eight copies of a row
-//! norm's chain outgrew the instruction cache, and erf GELU ran 5-11 % faster in a loop, so
-//! those run the chunks in a loop (one copy of the chain). Short chains (bias, tanh GELU, SiLU)
-//! were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the end of a tile's
-//! k-loop the warpgroup prefetches the tiles its stages will read into L2
+//! with a row norm or a stage heavy per value ([`Stage::HEAVY_PER_VALUE`], erf GELU): eight
+//! copies of a row norm's chain outgrew the instruction cache, and erf GELU ran 5-11 % faster
+//! in a loop, so those run the chunks in a loop (one copy of the chain). Short chains (bias,
+//! tanh GELU, SiLU) were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the
+//! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
 //! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
 //!
-//! The list's first column `bias` ([`Stage::STAGED_BIAS`]; 16-bit C, no row norm, no long
-//! chain) reads the tile's bias from shared memory: each consumer thread loads one column when
-//! the tile's mainloop starts and stores it after, in a buffer in the padding before the
-//! staging buffers ([`bias_offset`]). Loaded per chunk from global memory, the bias was the
-//! GELU epilogue's top wait.
+//! A list whose first stage reading a column vector is `bias` ([`Stage::COLUMN_VECTOR`]; 16-bit
+//! C, no row norm, no stage heavy per value) reads the tile's bias from shared memory: each
+//! consumer thread loads one column when the tile's mainloop starts and stores it after, in a
+//! buffer in the padding before the staging buffers ([`bias_offset`]). Loaded per chunk from
+//! global memory, the bias was the GELU epilogue's top wait.
 //!
 //! # Row-norm clusters
 //!
@@ -570,13 +570,13 @@ pub unsafe fn run<
     if always_staged && dynamic_shared_size() < smem_bytes_staged(&tile) {
         crate::arch::trap();
     }
-    let staged_residual = E::RESIDUAL && tma_c && sm90.tmap_r != 0;
+    let staged_residual = E::READS_MATRIX && tma_c && sm90.tmap_r != 0;
     let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
     // A row-norm group has no staging buffers: each CTA's last tile reads its residual and
     // stages C in the ring instead (`ring_epilogue_offset`), which the producer hands over
     // (with the residual in it) on barrier `rbar(c, 0)` of each consumer warpgroup `c`. Earlier
     // tiles (rows wider than one round) read global memory and store C per thread.
-    let ring_residual = row_norm && E::RESIDUAL && sm90.tmap_r != 0;
+    let ring_residual = row_norm && E::READS_MATRIX && sm90.tmap_r != 0;
     let ring_store = row_norm && stages_c(out_bytes, traits) && sm90.tmap_c != 0;
     let ring_epilogue = (ring_residual || ring_store) && ring_epilogue_fits(&tile);
     let (ring_residual, ring_store) = (ring_residual && ring_epilogue, ring_store && ring_epilogue);
@@ -585,11 +585,11 @@ pub unsafe fn run<
     // the epilogue: each thread loads one column when the tile's mainloop starts and stores
     // it after the mainloop, so no chunk of the epilogue waits on a global load of the bias
     // (loaded per chunk, it was the epilogue's top stall). 16-bit C; no row norm (their
-    // kernels spilled with more live values) and no long chain (erf GELU: its chunk loop was
-    // then written out three times, ptxas of sm_90a).
-    let stage_bias = E::STAGED_BIAS
+    // kernels spilled with more live values) and no stage heavy per value (erf GELU: its chunk
+    // loop was then written out three times, ptxas of sm_90a).
+    let stage_bias = E::COLUMN_VECTOR
         && !E::ROW_REDUCTION
-        && !E::LONG_CHAIN
+        && !E::HEAVY_PER_VALUE
         && core::mem::size_of::<Out>() == 2
         && (!pingpong || bn <= 128);
     // Ping-pong warpgroups run different tiles: a buffer each, and their own named barrier
@@ -860,7 +860,7 @@ pub unsafe fn run<
             let (m0, n0) = (tm * bm, tn * bn);
             let bias_col = if pingpong { tid % 128 } else { tid - 128 };
             let bias_value = if stage_bias {
-                bias_share(E::staged_bias(epi), args.n, n0, bn, bias_col)
+                bias_share(E::column_vector(epi), args.n, n0, bn, bias_col)
             } else {
                 0
             };
@@ -1125,7 +1125,7 @@ pub unsafe fn run<
                     staged_chunks += staged as u32;
                 }};
             }
-            if E::ROW_REDUCTION || E::LONG_CHAIN {
+            if E::ROW_REDUCTION || E::HEAVY_PER_VALUE {
                 // Written out per chunk, a row norm's chain (its statistics, the partials, both
                 // norm passes) outgrew the instruction cache, and erf GELU ran 5-11 % slower
                 // than in a loop. A loop keeps one copy. Each turn takes the first chunk and
