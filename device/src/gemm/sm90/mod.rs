@@ -3,6 +3,23 @@
 //! output tiles in grouped order (the mainloop shape of CODA, Guo et al., arXiv 2605.19269; the same split into
 //! producer / consumers / tile scheduler as CUTLASS 3's warp-specialized kernels).
 //!
+//! # Collectives
+//!
+//! [`run`] sets up the barriers and composes one piece per file (CUTLASS 3's collectives):
+//! - `scheduler`: the persistent tile scheduler (trait `TileScheduler`): which tiles a CTA
+//!   computes, in which order, over which k-tiles (grouped raster, cluster units, tail splits);
+//! - `mainloop`: the ring (trait `Mainloop`): the producer's TMA loads and the consumers'
+//!   `wgmma` k-loop into an `Acc`;
+//! - `epilogue`: the consumers' chunked epilogue and store of C (staging buffers, TMA or
+//!   threads' stores, the staged residual and bias), with `row_norm` for row-norm groups and
+//!   `tail` for the fixup of split tail tiles.
+//!
+//! Every piece is inlined into the kernel, most with `#[inline(always)]`. The scheduler's
+//! `coords`, `k_range` and tail split and the epilogue's `prefetch` and `load_residual` carry
+//! no inline attribute: the compiler then inlines them only after optimizing each alone (as it
+//! did when they were closures of one kernel function), and the kernels' code depends on that
+//! order.
+//!
 //! # Roles (384 threads, three warpgroups)
 //!
 //! - Warpgroup 0, the **producer**, gives registers back (`setmaxnreg.dec` to
@@ -116,36 +133,26 @@
 //! and N, and the threads' stores are predicated on M and N.
 
 mod epilogue;
+mod mainloop;
 mod row_norm;
 mod scheduler;
 mod tail;
 
 pub use scheduler::tile_coords;
 
-use self::epilogue::{Staging, bias_share, finish_chunk};
-use self::row_norm::{RowNormCta, row_norm_epilogue};
-use self::scheduler::TailSplit;
+use self::epilogue::{Epilogue, EpiloguePlan};
+use self::mainloop::{Mainloop, Ring, WgmmaTma};
+use self::row_norm::RowNorm;
+use self::scheduler::{GroupedRaster, TileScheduler, with_first_tile};
 use self::tail::{TailPiece, tail_fixup};
-use crate::arch::mbarrier::{
-    arrive, arrive_expect_tx, arrive_remote_cta, cluster_ctarank, cluster_sync, fence_init, init,
-    wait_parity,
-};
-use crate::arch::shared::{dynamic_shared_base, dynamic_shared_size, shared_addr};
+use crate::arch::mbarrier::{cluster_ctarank, cluster_sync, fence_init, init};
+use crate::arch::shared::{dynamic_shared_base, shared_addr};
 use crate::arch::sync::sync_threads;
-use crate::arch::thread::{
-    block_and_grid_x_uncached, block_idx_x, grid_dim_x, thread_idx_x, uncached,
-};
-use crate::copy::tma::{
-    bulk_read_wait_barrier, bulk_wait_group, bulk_wait_group_read, fence_tensormap_acquire,
-    load_2d, load_2d_multicast, prefetch_tensormap,
-};
-use crate::epilogue::stages::Moments;
-use crate::epilogue::{Acc, NormPass, Prefetch, Stage};
-use crate::gemm::finish::Cta;
+use crate::arch::thread::{block_idx_x, thread_idx_x};
+use crate::copy::tma::bulk_wait_group;
+use crate::epilogue::{Acc, Stage};
 use crate::gemm::{GemmArgs, TileShape};
-use crate::mma::sm90::{
-    WgmmaInput, commit_group, fence, fence_operands, smem_desc_offset, smem_desc_sw128, wait_group,
-};
+use crate::mma::sm90::WgmmaInput;
 use crate::params::KernelParam;
 use crate::types::Element;
 
@@ -439,30 +446,108 @@ unsafe fn claim_registers() {
     core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const CONSUMER_REGS, options(nostack));
 }
 
-/// A ring position: stage index and the parity of its current lap.
+/// The CTA's dynamic shared memory: the ring of `STAGES` stages (each the A block, then the B
+/// block), then a `full` and an `empty` mbarrier per stage, the two ping-pong `turn`
+/// mbarriers, 16 bytes for a row-norm cluster's two exchange mbarriers or a split tail's two
+/// flags, the four residual mbarriers ([`residual_bar`]), the column bias buffers
+/// ([`bias_offset`]), and from [`staging_offset`] the staging buffers; a row-norm cluster's
+/// exchange follows [`smem_bytes`].
 #[derive(Clone, Copy)]
-struct Ring<const STAGES: u32> {
-    stage: u32,
-    phase: u32,
+struct SharedMem<const STAGES: u32> {
+    /// Generic address of its first byte.
+    ptr: *mut u8,
+    /// Its `.shared` address.
+    base: u32,
+    /// Bytes of a ring stage, and of its A block.
+    stage_bytes: u32,
+    a_bytes: u32,
 }
 
-impl<const STAGES: u32> Ring<STAGES> {
+impl<const STAGES: u32> SharedMem<STAGES> {
+    /// Bytes of the ring.
     #[inline(always)]
-    fn at(pos: u64) -> Self {
-        Ring {
-            stage: (pos % STAGES as u64) as u32,
-            phase: ((pos / STAGES as u64) & 1) as u32,
-        }
+    fn ring_bytes(&self) -> u32 {
+        STAGES * self.stage_bytes
     }
 
+    /// `.shared` address of stage `s`'s A block.
     #[inline(always)]
-    fn advance(&mut self) {
-        self.stage += 1;
-        if self.stage == STAGES {
-            self.stage = 0;
-            self.phase ^= 1;
-        }
+    fn stage_a(&self, s: u32) -> u32 {
+        self.base + s * self.stage_bytes
     }
+
+    /// `.shared` address of stage `s`'s B block.
+    #[inline(always)]
+    fn stage_b(&self, s: u32) -> u32 {
+        self.base + s * self.stage_bytes + self.a_bytes
+    }
+
+    /// The mbarrier on which stage `s`'s copies complete.
+    #[inline(always)]
+    fn full(&self, s: u32) -> u32 {
+        self.base + self.ring_bytes() + 8 * s
+    }
+
+    /// The mbarrier on which the consumers release stage `s`.
+    #[inline(always)]
+    fn empty(&self, s: u32) -> u32 {
+        self.base + self.ring_bytes() + 8 * (STAGES + s)
+    }
+
+    /// Ping-pong: `turn[c]` completes a phase when the other warpgroup has issued its last
+    /// k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
+    #[inline(always)]
+    fn turn(&self, c: u32) -> u32 {
+        self.base + self.ring_bytes() + 8 * (2 * STAGES + c)
+    }
+
+    /// A row-norm cluster's exchange mbarrier of buffer `p` (0 or 1).
+    #[inline(always)]
+    fn xchg_bar(&self, p: u32) -> u32 {
+        self.base + self.ring_bytes() + 8 * (2 * STAGES + 2 + p)
+    }
+
+    /// Byte offset of a row-norm cluster's exchange buffers ([`NORM_XCHG_BYTES`]).
+    #[inline(always)]
+    fn xchg_buf(&self) -> u32 {
+        self.ring_bytes() + 16 * STAGES + 32
+    }
+
+    /// Consumer warpgroup `c`'s flag of a split tail tile (where the exchange mbarriers of a
+    /// row-norm cluster would be).
+    ///
+    /// # Safety
+    /// `ptr` is the dynamic shared memory of a kernel launched with [`smem_bytes`].
+    #[inline(always)]
+    unsafe fn tail_flag(&self, c: u32) -> *mut u32 {
+        let flag = self
+            .ptr
+            .add((self.ring_bytes() + 8 * (2 * STAGES + 2) + 4 * c) as usize);
+        flag as *mut u32
+    }
+
+    /// The mbarrier of consumer warpgroup `c`'s residual copies into its staging buffer `b`
+    /// ([`residual_bar`]).
+    #[inline(always)]
+    fn residual_bar(&self, c: u32, b: u32) -> u32 {
+        self.base + self.ring_bytes() + residual_bar(STAGES, c, b)
+    }
+}
+
+/// A consumer thread's place: its warpgroup among the consumers, its warp in it and its lane.
+#[derive(Clone, Copy)]
+struct Consumer {
+    /// Thread index in the CTA (128..384).
+    tid: u32,
+    /// Consumer warpgroup, 0 or 1.
+    c: u32,
+    /// Warp within the warpgroup.
+    w: u32,
+    lane: u32,
+    /// Thread 0 of the warpgroup: it issues the warpgroup's bulk copies.
+    leader: bool,
+    /// First row of the warpgroup's first 64-row half within the CTA's tile.
+    row0: u32,
 }
 
 /// `C = epilogue(A·B)` with this CTA (or cluster) persistent over tiles (tile pairs)
@@ -527,91 +612,24 @@ pub unsafe fn run<
 
     let tid = thread_idx_x();
     let wg = tid / 128;
-    let smem = dynamic_shared_base();
-    let base = shared_addr(smem);
-    let ring_bytes = STAGES * stage_bytes;
-    let full = |s: u32| base + ring_bytes + 8 * s;
-    let empty = |s: u32| base + ring_bytes + 8 * (STAGES + s);
-    // Ping-pong: `turn[c]` completes a phase when the other warpgroup has issued its last
-    // k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
-    let turn = |c: u32| base + ring_bytes + 8 * (2 * STAGES + c);
-    let s_a = |s: u32| base + s * stage_bytes;
-    let s_b = |s: u32| base + s * stage_bytes + a_bytes;
-    // One arrival per consumer warp that reads a stage, in every CTA whose producer fills it
-    // (with a cluster, each CTA's B half lands in both).
-    let releases = if pingpong { 4 } else { 8 } * cluster;
-    // Row norms on cooperative 128-row tiles with `norm_cluster = cn`: the cluster's CTAs
-    // compute `cn` adjacent tiles of one row block and swap row statistics (see `row_norm_epilogue`).
-    let row_norm = E::ROW_REDUCTION && WM == 8 && MI == 1 && sm90.norm_cluster > 0;
-    let cn = if row_norm { sm90.norm_cluster } else { 1 };
-    // A row wider than the cluster would be normalized over part of its columns: a broken
-    // launch contract, stopped here rather than answered wrongly.
-    // Row statistics through global memory: CTAs `cn·u .. cn·u + cn` form the group.
-    let global_x = row_norm && sm90.norm_exchange != 0;
-    if cn > MAX_NORM_CLUSTER
-        || (row_norm && args.n.div_ceil(bn) > cn)
-        || (global_x && (args.workspace == 0 || args.counters == 0))
-    {
-        crate::arch::trap();
-    }
-    // The exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive per phase) and buffers.
-    let xbar = |p: u32| base + ring_bytes + 8 * (2 * STAGES + 2 + p);
-    let xbuf = ring_bytes + 16 * STAGES + 32;
-    // C through shared memory (see `stages_c`): with C's tensor map thread 0 of each consumer
-    // warpgroup stores a staged chunk with TMA, and the residual (`Sm90Args::tmap_r`) comes in
-    // the same way; without it the warpgroup's threads copy the chunk out. Kernels without a
-    // row norm always stage (a compile-time choice: the per-thread stores of the accumulators,
-    // written out for every chunk, are not in them); a row norm's cluster has no staging
-    // buffers, so its kernels stage only when given C's map.
-    let (out_bytes, traits) = (core::mem::size_of::<Out>(), EpilogueTraits::of::<E>());
-    let always_staged = always_stages_c(out_bytes, traits);
-    let tma_c = stages_c(out_bytes, traits) && sm90.tmap_c != 0 && !row_norm;
-    let staged = always_staged || tma_c;
-    if always_staged && dynamic_shared_size() < smem_bytes_staged(&tile) {
-        crate::arch::trap();
-    }
-    let staged_residual = E::READS_MATRIX && tma_c && sm90.tmap_r != 0;
-    let rbar = |c: u32, b: u32| base + ring_bytes + residual_bar(STAGES, c, b);
-    // A row-norm group has no staging buffers: each CTA's last tile reads its residual and
-    // stages C in the ring instead (`ring_epilogue_offset`), which the producer hands over
-    // (with the residual in it) on barrier `rbar(c, 0)` of each consumer warpgroup `c`. Earlier
-    // tiles (rows wider than one round) read global memory and store C per thread.
-    let ring_residual = row_norm && E::READS_MATRIX && sm90.tmap_r != 0;
-    let ring_store = row_norm && stages_c(out_bytes, traits) && sm90.tmap_c != 0;
-    let ring_epilogue = (ring_residual || ring_store) && ring_epilogue_fits(&tile);
-    let (ring_residual, ring_store) = (ring_residual && ring_epilogue, ring_store && ring_epilogue);
-    let per_half = (NI / EPI_FRAGS) as u32;
-    // The tile's column bias, copied into shared memory by the consumer warpgroups that run
-    // the epilogue: each thread loads one column when the tile's mainloop starts and stores
-    // it after the mainloop, so no chunk of the epilogue waits on a global load of the bias
-    // (loaded per chunk, it was the epilogue's top stall). 16-bit C; no row norm (their
-    // kernels spilled with more live values) and no stage heavy per value (erf GELU: its chunk
-    // loop was then written out three times, ptxas of sm_90a).
-    let stage_bias = E::COLUMN_VECTOR
-        && !E::ROW_REDUCTION
-        && !E::HEAVY_PER_VALUE
-        && core::mem::size_of::<Out>() == 2
-        && (!pingpong || bn <= 128);
-    // Ping-pong warpgroups run different tiles: a buffer each, and their own named barrier
-    // (`1 + c`, as the staged stores). Cooperative ones share the tile's columns: one buffer,
-    // each of the 256 consumer threads copies one column, barrier 3 spans both.
-    let bias_buf = |c: u32| bias_offset(ring_bytes, STAGES) + if pingpong { c * 2 * bn } else { 0 };
-    let bias_barrier = |c: u32| if pingpong { (1 + c, 128) } else { (3, 256) };
+    let ptr = dynamic_shared_base();
+    let smem = SharedMem::<STAGES> {
+        ptr,
+        base: shared_addr(ptr),
+        stage_bytes,
+        a_bytes,
+    };
+    let mainloop = WgmmaTma::<In, MI, NI, STAGES>::new(smem, sm90, tile);
+    let rn = RowNorm::new::<E>(args, sm90, &tile);
+    let plan = EpiloguePlan::new::<Out, E>(sm90, &tile, rn.active);
+    let rn = rn.with_ring::<Out, E>(sm90, &tile);
 
     if tid == 0 {
-        for s in 0..STAGES {
-            init(full(s), 1);
-            init(empty(s), releases);
-        }
-        init(turn(0), 4);
-        init(turn(1), 4);
-        if row_norm && !global_x {
-            init(xbar(0), 64 * cn);
-            init(xbar(1), 64 * cn);
-        }
-        if staged_residual || ring_epilogue {
+        mainloop.init_barriers();
+        rn.init_barriers(&smem);
+        if plan.staged_residual || rn.ring_epilogue {
             for q in 0..4 {
-                init(rbar(q / 2, q % 2), 1);
+                init(smem.residual_bar(q / 2, q % 2), 1);
             }
         }
         fence_init();
@@ -628,36 +646,12 @@ pub unsafe fn run<
         // Plain reads, which LLVM hoists for every thread: all warps then take their first
         // constant-bank reads before `setmaxnreg`. With `uncached` reads here (thread 0 only)
         // the gain was gone.
-        let (tm_count, tn_count) = (args.m.div_ceil(bm), args.n.div_ceil(bn));
-        let unit0 = block_idx_x();
-        if unit0 < tm_count * tn_count {
-            let group0 = if sm90.group_m == 0 { 1 } else { sm90.group_m };
-            let (tm, tn) = tile_coords(unit0, tm_count, tn_count, group0);
-            fence_tensormap_acquire(sm90.tmap_a);
-            fence_tensormap_acquire(sm90.tmap_b);
-            for kt in 0..args.k.div_ceil(BK).min(STAGES) {
-                arrive_expect_tx(full(kt), stage_bytes);
-                load_2d(
-                    s_a(kt),
-                    sm90.tmap_a,
-                    (kt * BK) as i32,
-                    (tm * bm) as i32,
-                    full(kt),
-                );
-                load_2d(
-                    s_b(kt),
-                    sm90.tmap_b,
-                    (kt * BK) as i32,
-                    (tn * bn) as i32,
-                    full(kt),
-                );
-            }
-        }
+        with_first_tile(args, sm90, bm, bn, |first| mainloop.prime(first, args.k));
     }
-    let rank = if global_x {
+    let rank = if rn.global {
         sync_threads();
-        block_idx_x() % cn
-    } else if cluster > 1 || cn > 1 {
+        block_idx_x() % rn.cn
+    } else if cluster > 1 || rn.cn > 1 {
         // The peers' arrivals, multicast copies and statistics target these barriers.
         cluster_sync();
         cluster_ctarank()
@@ -666,146 +660,32 @@ pub unsafe fn run<
         0
     };
     // Along M (2×1 cluster tiles) or along N (row-norm clusters); the other is 0.
-    let (rank_m, rank_n) = if cn > 1 { (0, rank) } else { (rank, 0) };
-
-    // Work units: tiles, or with a cluster pairs of tiles along M (rank r takes the r-th).
-    let tiles_m = args.m.div_ceil(bm);
-    let tiles_n = args.n.div_ceil(bn);
-    let units_m = tiles_m.div_ceil(cluster);
-    let units_n = tiles_n.div_ceil(cn);
-    let units = units_m * units_n;
-    // Read again at each use, like the grid in `coords`: kept live, ptxas spilled it.
-    let k_tiles = || uncached(args.k).div_ceil(BK);
-    let n_units = grid_dim_x() / (cluster * cn);
-    let unit = block_idx_x() / (cluster * cn);
-    let my_tiles = if unit < units {
-        (units - unit).div_ceil(n_units)
-    } else {
-        0
-    };
-    // The last round's tiles in K pieces (`Sm90Args::tail_splits`, ping-pong only): this CTA's
-    // piece, if any, follows its whole tiles.
-    let tail = || {
-        if pingpong {
-            TailSplit::of(sm90.tail_splits, units, k_tiles())
-        } else {
-            None
-        }
-    };
-    let my_tiles = if !pingpong {
-        my_tiles
-    } else if let Some(t) = tail() {
-        if t.tiles * t.pieces > n_units
-            || t.pieces > k_tiles()
-            || args.workspace == 0
-            || args.counters == 0
-        {
-            crate::arch::trap();
-        }
-        t.full_rounds + t.has_piece() as u32
-    } else {
-        my_tiles
-    };
-    // The piece, when unit `i` is one.
-    let piece_at = |i: u32| tail().filter(|t| t.has_piece() && i == t.full_rounds);
-    let group = if sm90.group_m == 0 { 1 } else { sm90.group_m };
-    // The unit loops' epilogues need every register: the grid's shape is read again for each
-    // unit rather than kept live (ptxas spilled it with the tail split's code).
-    let coords = |i: u32| {
-        let (b, g) = block_and_grid_x_uncached();
-        let (unit, n_units) = (b / (cluster * cn), g / (cluster * cn));
-        let units_m = uncached(args.m).div_ceil(bm).div_ceil(cluster);
-        let units_n = uncached(args.n).div_ceil(bn).div_ceil(cn);
-        let l = match piece_at(i) {
-            Some(t) => t.full_rounds * n_units + t.tile(),
-            None => unit + i * n_units,
-        };
-        let (um, un) = tile_coords(l, units_m, units_n, group);
-        (um * cluster + rank_m, un * cn + rank_n)
-    };
-    // The k-tiles of this CTA's `i`-th unit: all, or its piece's share.
-    let k_range = |i: u32| match piece_at(i) {
-        Some(t) => t.k_tiles(),
-        None => (0, k_tiles()),
-    };
-    // With a cluster, this CTA loads its half of the B block for both CTAs.
-    let b_rows = bn / cluster;
+    let (rank_m, rank_n) = if rn.cn > 1 { (0, rank) } else { (rank, 0) };
+    let sched = GroupedRaster::<WM>::new(args, sm90, bm, bn, rn.cn, rank_m, rank_n);
+    let my_tiles = sched.count();
 
     if wg == 0 {
         release_registers();
         if tid == 0 {
-            fence_tensormap_acquire(sm90.tmap_a);
-            fence_tensormap_acquire(sm90.tmap_b);
-            prefetch_tensormap(sm90.tmap_a);
-            prefetch_tensormap(sm90.tmap_b);
-            if ring_residual {
-                fence_tensormap_acquire(sm90.tmap_r);
-                prefetch_tensormap(sm90.tmap_r);
-            }
+            mainloop.fence_tensor_maps();
+            rn.fence_tensor_maps(sm90);
             let mut ring = Ring::<STAGES>::at(0);
             for i in 0..my_tiles {
-                let (tm, tn) = coords(i);
-                let row_a = (tm * bm) as i32;
-                // A row-norm cluster's last CTAs may lie past N: TMA reads zeros there.
-                let row_b = (tn * bn + rank_m * b_rows) as i32;
-                let (k_first, k_end) = k_range(i);
-                for kt in k_first..k_end {
-                    let s = ring.stage;
-                    if early && i == 0 && kt < STAGES {
-                        ring.advance();
-                        continue;
-                    }
-                    let k0 = (kt * BK) as i32;
-                    // CTA-scope acquire also with a cluster: the peers' arrivals only say that
-                    // their wgmma reads of the stage completed, and the copies below are
-                    // async-proxy writes. A cluster-scope acquire adds an L1 invalidation
-                    // (`CCTL.IVALL`) per k-tile.
-                    wait_parity(empty(s), ring.phase ^ 1);
-                    arrive_expect_tx(full(s), stage_bytes);
-                    load_2d(s_a(s), sm90.tmap_a, k0, row_a, full(s));
-                    if cluster > 1 {
-                        let dst = s_b(s) + rank_m * b_rows * 128;
-                        load_2d_multicast(dst, sm90.tmap_b, k0, row_b, full(s), 0b11);
-                    } else {
-                        load_2d(s_b(s), sm90.tmap_b, k0, row_b, full(s));
-                    }
-                    ring.advance();
-                }
+                mainloop.load(&mut ring, &sched, i, rank_m, |kt| {
+                    early && i == 0 && kt < STAGES
+                });
             }
-            if ring_epilogue && my_tiles > 0 {
-                let (tm, tn) = coords(my_tiles - 1);
-                let pos = my_tiles as u64 * k_tiles() as u64;
+            if rn.ring_epilogue && my_tiles > 0 {
+                let last = sched.coords(my_tiles - 1);
+                let pos = my_tiles as u64 * sched.k_tiles() as u64;
                 for c in 0..2 {
-                    // The stage's last k-tile is consumed (TMA fills boxes past M and N with
-                    // zeros and counts their bytes).
-                    wait_parity(empty(ring.stage), ring.phase ^ 1);
-                    let bytes = if ring_residual {
-                        per_half * STAGING_BYTES
-                    } else {
-                        0
-                    };
-                    arrive_expect_tx(rbar(c, 0), bytes);
-                    let dst = base + ring_epilogue_offset(&tile, pos, c);
-                    for j in 0..per_half * ring_residual as u32 {
-                        load_2d(
-                            dst + j * STAGING_BYTES,
-                            sm90.tmap_r,
-                            (tn * bn + j * EPI_COLS) as i32,
-                            (tm * bm + 64 * c) as i32,
-                            rbar(c, 0),
-                        );
-                    }
+                    // The stage's last k-tile is consumed.
+                    mainloop.wait_free(ring);
+                    rn.fill_ring(&smem, sm90, &tile, c, last, pos);
                     ring.advance();
                 }
             }
-            if cluster > 1 {
-                // Stay until every stage is released by both CTAs' consumers: after that no
-                // remote arrival targets this CTA, so it may exit (CUTLASS's producer tail).
-                for _ in 0..STAGES {
-                    wait_parity(empty(ring.stage), ring.phase ^ 1);
-                    ring.advance();
-                }
-            }
+            mainloop.drain(&mut ring);
         }
     } else {
         claim_registers();
@@ -813,152 +693,47 @@ pub unsafe fn run<
         let lane = tid & 31;
         let w = (tid / 32) % 4;
         let leader = tid % 128 == 0;
-        if (tma_c || ring_store) && leader {
-            fence_tensormap_acquire(sm90.tmap_c);
-            prefetch_tensormap(sm90.tmap_c);
-        }
-        if staged_residual && leader {
-            fence_tensormap_acquire(sm90.tmap_r);
-            prefetch_tensormap(sm90.tmap_r);
-        }
-        // Chunks this warpgroup has staged: they alternate between its two buffers.
-        let mut staged_chunks = 0u32;
-        // First row of this warpgroup's first half within the tile.
-        let wg_row0 = if pingpong { 0 } else { c * 64 * MI as u32 };
+        plan.fence_tensor_maps(sm90, rn.ring_store, leader);
+        let thread = Consumer {
+            tid,
+            c,
+            w,
+            lane,
+            leader,
+            row0: if pingpong { 0 } else { c * 64 * MI as u32 },
+        };
+        let mut epilogue =
+            Epilogue::<Out, MI, NI, STAGES, E>::new(plan, args, epi, sm90, smem, tile, thread);
         let (first, step) = if pingpong { (c, 2) } else { (0, 1) };
         let mut i = first;
         while i < my_tiles {
-            let (tm, tn) = coords(i);
-            // The epilogue's residual tile travels to L2 during the last PREFETCH_K_TILES
-            // k-tiles of the mainloop, so its loads do not expose a DRAM round trip per chunk.
-            // Issued at the start of a long mainloop, the lines were evicted again by its A
-            // and B traffic (LayerNorm at 8192³ got slower).
+            let (tm, tn) = sched.coords(i);
             // A piece of a split tile does not know yet whether it runs the epilogue.
-            let piece = piece_at(i).is_some();
+            let piece = sched.piece(i).is_some();
             let prefetch_at = if piece {
                 u32::MAX
             } else {
-                k_tiles().saturating_sub(PREFETCH_K_TILES)
+                sched.k_tiles().saturating_sub(PREFETCH_K_TILES)
             };
-            let prefetch = || {
-                if !E::PAIRS {
-                    E::prefetch::<Out>(
-                        epi,
-                        &Prefetch {
-                            m: args.m,
-                            n: args.n,
-                            row0: tm * bm + wg_row0,
-                            col0: tn * bn,
-                            rows: 64 * MI as u32,
-                            cols: bn,
-                            thread: tid % 128,
-                            threads: 128,
-                        },
-                    );
-                }
-            };
-            let (m0, n0) = (tm * bm, tn * bn);
-            let bias_col = if pingpong { tid % 128 } else { tid - 128 };
-            let bias_value = if stage_bias {
-                bias_share(E::column_vector(epi), args.n, n0, bn, bias_col)
-            } else {
-                0
-            };
-            // The epilogue's chunks: `chunks` per 64-row half (those past N skipped), half by
-            // half; `staged_chunks` counts them over this warpgroup's tiles.
-            let chunks = (args.n - n0).div_ceil(EPI_COLS).min(per_half);
-            let tile_chunks = MI as u32 * chunks;
-            let first_chunk = staged_chunks;
-            // Copies the residual of the tile's chunk `q` into the staging buffer that chunk
-            // will use (`first_chunk + q` alternates them), completing on its mbarrier.
-            let load_residual = |q: u32| {
-                let (h, j) = (q / chunks, q % chunks);
-                let b = (first_chunk + q) & 1;
-                arrive_expect_tx(rbar(c, b), STAGING_BYTES);
-                load_2d(
-                    base + staging_offset(&tile) + (2 * c + b) * STAGING_BYTES,
-                    sm90.tmap_r,
-                    (n0 + j * EPI_COLS) as i32,
-                    (m0 + wg_row0 + 64 * h) as i32,
-                    rbar(c, b),
-                );
-            };
-            if pingpong && i > 0 {
-                // The other warpgroup's mainloop of tile i - 1 is done: this is the
-                // ((i - 1) / 2)-th hand-over to warpgroup c.
-                wait_parity(turn(c), ((i - 1) / 2) & 1);
-            }
+            let out = epilogue.begin(tm, tn);
+            mainloop.wait_turn(&thread, i);
             let mut acc = Acc::<MI, NI>::zero();
             // Every unit before a piece is whole: the ring position counts whole tiles.
-            let mut ring = Ring::<STAGES>::at(i as u64 * k_tiles() as u64);
-            let mut prev = 0;
-            let (k_first, k_end) = k_range(i);
-            for kt in k_first..k_end {
-                let s = ring.stage;
-                if kt == prefetch_at {
-                    prefetch();
-                    if staged_residual && leader {
-                        // Both buffers are free once this warpgroup's earlier stores have read
-                        // them: the first two chunks' residual arrives during the mainloop.
-                        bulk_wait_group_read::<0>();
-                        load_residual(0);
-                        if tile_chunks > 1 {
-                            load_residual(1);
-                        }
-                    }
-                }
-                wait_parity(full(s), ring.phase);
-                fence();
-                // One descriptor per operand and stage; the k-steps and 64-row halves move its
-                // start field by constants.
-                let (desc_a, desc_b) = (
-                    smem_desc_sw128(s_a(s) + wg_row0 * 128),
-                    smem_desc_sw128(s_b(s)),
-                );
-                for kk in 0..BK / 16 {
-                    let b = smem_desc_offset(desc_b, kk * 32);
-                    for h in 0..MI {
-                        let a = smem_desc_offset(desc_a, 64 * h as u32 * 128 + kk * 32);
-                        In::mma::<NI>(&mut acc.v[h], a, b);
-                    }
-                }
-                commit_group();
-                // The previous k-tile's batch is done: its stage may be refilled.
-                wait_group::<1>();
-                for h in 0..MI {
-                    fence_operands(&mut acc.v[h]);
-                }
-                if kt > k_first && lane == 0 {
-                    arrive(empty(prev));
-                    if cluster > 1 {
-                        arrive_remote_cta(empty(prev), rank_m ^ 1);
-                    }
-                }
-                prev = s;
-                ring.advance();
+            let ring = Ring::<STAGES>::at(i as u64 * sched.k_tiles() as u64);
+            let k = sched.k_range(i);
+            let last = mainloop.mma(&mut acc, ring, k, rank_m, &thread, prefetch_at, || {
+                epilogue.at_prefetch(&out)
+            });
+            if pingpong && i + 1 < my_tiles {
+                mainloop.hand_over(&thread);
             }
-            // Every k-tile is issued: the other warpgroup may start its mainloop while this
-            // one's last batch completes (CUTLASS's ping-pong hands over at the same point).
-            if pingpong && i + 1 < my_tiles && lane == 0 {
-                arrive(turn(1 - c));
-            }
-            wait_group::<0>();
-            for h in 0..MI {
-                fence_operands(&mut acc.v[h]);
-            }
-            if k_end > k_first && lane == 0 {
-                arrive(empty(prev));
-                if cluster > 1 {
-                    arrive_remote_cta(empty(prev), rank_m ^ 1);
-                }
-            }
-            if let Some(t) = if piece { piece_at(i) } else { None } {
-                let flag = smem.add((ring_bytes + 8 * (2 * STAGES + 2) + 4 * c) as usize);
+            mainloop.mma_tail(&mut acc, k, last, rank_m, &thread);
+            if let Some(t) = if piece { sched.piece(i) } else { None } {
                 let last = tail_fixup(
                     args,
                     &mut acc,
                     &TailPiece {
-                        flag: flag as *mut u32,
+                        flag: smem.tail_flag(c),
                         barrier: 1 + c,
                         thread: tid % 128,
                         tile: t.tile(),
@@ -969,209 +744,22 @@ pub unsafe fn run<
                 if !last {
                     // A piece is a CTA's last unit: its earlier tiles' bulk stores must be done
                     // before it exits.
-                    if tma_c && leader {
+                    if epilogue.waits_for_stores() {
                         bulk_wait_group::<0>();
                     }
                     i += step;
                     continue;
                 }
-                if staged_residual && leader {
-                    bulk_wait_group_read::<0>();
-                    load_residual(0);
-                    if tile_chunks > 1 {
-                        load_residual(1);
-                    }
-                }
+                epilogue.residual_ahead(&out);
             }
-
-            if row_norm {
-                // The CTA's last tile runs its epilogue through the ring (`ring_epilogue`).
-                let (residual, stage_c) = if ring_epilogue && i + 1 == my_tiles {
-                    wait_parity(rbar(c, 0), 0);
-                    let buf = ring_epilogue_offset(&tile, my_tiles as u64 * k_tiles() as u64, c);
-                    (
-                        if ring_residual { buf } else { 0 },
-                        if ring_store { buf } else { 0 },
-                    )
-                } else {
-                    (0, 0)
-                };
-                row_norm_epilogue::<Out, NI, E>(
-                    args,
-                    epi,
-                    &acc.v[0],
-                    &RowNormCta {
-                        tid: tid - 128,
-                        lane,
-                        row: wg_row0 + 16 * w,
-                        tile_m: tm,
-                        m0,
-                        n0,
-                        bm,
-                        bn,
-                        rank: rank_n,
-                        cn,
-                        iter: i,
-                        global: global_x,
-                    },
-                    smem,
-                    xbuf,
-                    xbar(i & 1),
-                    residual,
-                    stage_c,
-                    sm90.tmap_c,
-                );
+            if rn.active {
+                epilogue.row_norm_tile(&out, &acc, &rn, rank_n, i, &sched);
                 i += step;
                 continue;
             }
-            if stage_bias {
-                let (id, threads) = bias_barrier(c);
-                // The buffer's readers of the previous tile are past it: on ping-pong tiles
-                // with staged C the chunks' barriers ordered that already.
-                if !(pingpong && staged) {
-                    bulk_read_wait_barrier(false, id, threads);
-                }
-                if bias_col < bn {
-                    *(smem.add((bias_buf(c) + 2 * bias_col) as usize) as *mut u16) = bias_value;
-                }
-                bulk_read_wait_barrier(false, id, threads);
-            }
-            // A row norm over rows wider than one chunk (and no cluster): the chunks of each
-            // 64-row half merge their row statistics and the last writes one partial per tile
-            // (slot `tn` of ⌈N/BN⌉) for the finishing kernel.
-            let partials = E::ROW_REDUCTION && args.n > EPI_COLS;
-            // Row statistics of the current 64-row half: its chunks run one after another.
-            let mut stats = [Moments::default(); 2];
-            // Chunk `j` of half `h` (columns `64j..` of rows `64h..`): the epilogue and the
-            // store of C. The epilogue runs on 64-column chunks: fewer values live at once, so
-            // the stages do not spill next to the 128 accumulator registers.
-            macro_rules! chunk_body {
-                ($h:expr, $j:expr, $part:expr) => {{
-                    let (h, j): (u32, u32) = ($h, $j);
-                    let col0 = n0 + j * EPI_COLS;
-                    let half_row = wg_row0 + 64 * h;
-                    let ctx = Cta {
-                        tid: tid - 128,
-                        threads: 256,
-                        lane,
-                        warp_m: half_row / 16 + w,
-                        warp_n: 0,
-                        warps_n: 1,
-                        tile_m: tm,
-                        tile_n: tn * (bn / EPI_COLS) + j,
-                        split: 0,
-                        tiles_n: args.n.div_ceil(EPI_COLS),
-                        m0,
-                        n0: col0,
-                        bm,
-                        bn: EPI_COLS,
-                        warp_row: m0 + half_row + 16 * w,
-                        warp_col: col0,
-                    };
-                    let q = staged_chunks - first_chunk;
-                    let out = Staging {
-                        tmap: sm90.tmap_c,
-                        copy_out: always_staged && !tma_c,
-                        buf: staging_offset(&tile) + (2 * c + (staged_chunks & 1)) * STAGING_BYTES,
-                        warp: w,
-                        thread: tid % 128,
-                        barrier: 1 + c,
-                        leader,
-                        x: col0,
-                        y: m0 + half_row,
-                        residual_bar: if staged_residual {
-                            rbar(c, staged_chunks & 1)
-                        } else {
-                            0
-                        },
-                        residual_phase: (staged_chunks >> 1) & 1,
-                    };
-                    // Once the stages have read this chunk's residual: the next chunk's goes
-                    // into the other buffer when the store of the chunk before has read it
-                    // (chunks 0 and 1 were copied during the mainloop).
-                    let load_next = || {
-                        if staged_residual && leader && q >= 1 && q + 1 < tile_chunks {
-                            bulk_wait_group_read::<0>();
-                            load_residual(q + 1);
-                        }
-                    };
-                    if j == 0 {
-                        stats = [Moments::default(); 2];
-                    }
-                    let (ctx, pass) = if partials {
-                        let ctx = Cta {
-                            tile_n: tn,
-                            tiles_n: args.n.div_ceil(bn),
-                            ..ctx
-                        };
-                        (
-                            ctx,
-                            NormPass::Partial {
-                                last: j + 1 == chunks,
-                            },
-                        )
-                    } else {
-                        (ctx, NormPass::Local)
-                    };
-                    let out = if staged { Some(&out) } else { None };
-                    let bias = if stage_bias {
-                        bias_buf(c) + 2 * j * EPI_COLS
-                    } else {
-                        0
-                    };
-                    finish_chunk::<Out, E>(
-                        args, epi, $part, &ctx, smem, pass, &mut stats, out, bias, load_next,
-                    );
-                    staged_chunks += staged as u32;
-                }};
-            }
-            if E::ROW_REDUCTION || E::HEAVY_PER_VALUE {
-                // Written out per chunk, a row norm's chain (its statistics, the partials, both
-                // norm passes) outgrew the instruction cache, and erf GELU ran 5-11 % slower
-                // than in a loop. A loop keeps one copy. Each turn takes the first chunk and
-                // shifts the others down (moves between constant indices, so the accumulators
-                // stay in registers, and the chunk in hand is not a copy: picking chunk q by
-                // selects kept 32 more values live and spilled the ping-pong kernels, ptxas -v
-                // of sm_90a).
-                // The trip count is a run-time value (chunks past N are skipped, the last
-                // half's not visited): the builder's high unroll threshold would otherwise
-                // write the loop out again.
-                let mut rest = acc;
-                let mut q = 0;
-                while q < (MI as u32 - 1) * per_half + chunks {
-                    let (h, j) = (q / per_half, q % per_half);
-                    let part = rest.first_chunk::<EPI_FRAGS>();
-                    rest.shift_chunks::<EPI_FRAGS>();
-                    if j < chunks {
-                        chunk_body!(h, j, part);
-                    }
-                    q += 1;
-                }
-            } else {
-                // Written out (not a loop) so every accumulator index is a constant and the
-                // array stays in registers without selects: short chains ran 1-4 % faster so.
-                macro_rules! chunk {
-                    ($h:literal, $j:literal) => {
-                        if $h < MI && $j < NI / EPI_FRAGS && $j < chunks {
-                            let mut part = Acc::<1, EPI_FRAGS>::zero();
-                            for f in 0..EPI_FRAGS {
-                                part.v[0][f] = acc.v[$h][$j * EPI_FRAGS + f];
-                            }
-                            chunk_body!($h, $j, part);
-                        }
-                    };
-                }
-                chunk!(0, 0);
-                chunk!(0, 1);
-                chunk!(0, 2);
-                chunk!(0, 3);
-                chunk!(1, 0);
-                chunk!(1, 1);
-                chunk!(1, 2);
-                chunk!(1, 3);
-            }
+            epilogue.tile(&out, acc);
             i += step;
-            if tma_c && leader && i >= my_tiles {
+            if epilogue.waits_for_stores() && i >= my_tiles {
                 // The bulk stores read shared memory and write C after they are issued: both
                 // must be done before the CTA exits. Waiting here, not after the loop: any
                 // instruction after the loop makes ptxas keep the consumer code within the

@@ -1,45 +1,260 @@
-//! The row-norm epilogue of the Hopper kernel: a row-norm group's CTAs
-//! ([`super::Sm90Args::norm_cluster`]) each compute a tile of the same row block, swap the
-//! rows' statistics through distributed shared memory or global memory, and normalize and
-//! store in the same kernel (see the [module docs](super), "Row-norm clusters").
+//! The row-norm epilogue of the Hopper kernel: a row-norm group's CTAs ([`Sm90Args::norm_cluster`])
+//! each compute a tile of the same row block, swap the rows' statistics through distributed
+//! shared memory or global memory, and normalize and store in the same kernel (see the
+//! [module docs](super), "Row-norm clusters"). A group's last tile may run its epilogue
+//! through the ring ([`ring_epilogue_offset`]).
 
-use super::epilogue::{Staging, store_staged};
-use super::{EPI_COLS, EPI_FRAGS, MAX_NORM_CLUSTER, STAGING_BYTES};
+use super::epilogue::{Epilogue, EpilogueTile, Staging, store_staged};
+use super::scheduler::TileScheduler;
+use super::{
+    Consumer, EPI_COLS, EPI_FRAGS, EpilogueTraits, MAX_NORM_CLUSTER, STAGING_BYTES, SharedMem,
+    Sm90Args, cta_rows, ring_epilogue_fits, ring_epilogue_offset, row_norm_cluster_tile, stages_c,
+};
 use crate::arch::atomic::{atomic_add_acq_rel_u32, load_acquire_u32};
 use crate::arch::global::st_u32;
-use crate::arch::mbarrier::{arrive_remote, wait_parity_cluster};
+use crate::arch::mbarrier::{
+    arrive_expect_tx, arrive_remote, init, wait_parity, wait_parity_cluster,
+};
 use crate::arch::shared::{shared_addr, st_cluster_f32x4};
 use crate::arch::sync::{named_barrier, nanosleep, sync_warp, thread_fence};
 use crate::arch::thread::uncached;
-use crate::copy::tma::bulk_wait_group;
+use crate::copy::tma::{bulk_wait_group, fence_tensormap_acquire, load_2d, prefetch_tensormap};
 use crate::copy::{ld_global_cg_v4, st_global_cg_v4};
 use crate::epilogue::stages::Moments;
 use crate::epilogue::store::store_tile;
 use crate::epilogue::{Acc, NormPass, Stage};
-use crate::gemm::GemmArgs;
 use crate::gemm::finish::{Cta, tile_ctx};
+use crate::gemm::{GemmArgs, TileShape};
 use crate::types::Element;
+
+/// How a kernel finishes row norms in a row-norm group: decided once per launch.
+#[derive(Clone, Copy)]
+pub(super) struct RowNorm {
+    /// The kernel runs as a row-norm group: a row norm on a cooperative 128-row tile with
+    /// [`Sm90Args::norm_cluster`] > 0.
+    pub(super) active: bool,
+    /// CTAs per group (1 when not active).
+    pub(super) cn: u32,
+    /// The group is not a cluster: statistics go through global memory
+    /// ([`Sm90Args::norm_exchange`]).
+    pub(super) global: bool,
+    /// Each CTA's last tile reads its residual from the ring, copied there by the producer.
+    pub(super) ring_residual: bool,
+    /// Each CTA's last tile stages C in the ring and stores it with TMA.
+    pub(super) ring_store: bool,
+    /// One of the two: the last tile's epilogue goes through the ring.
+    pub(super) ring_epilogue: bool,
+}
+
+impl RowNorm {
+    /// The row-norm group of the stage list `E` on tiles of shape `tile`, without the ring
+    /// epilogue ([`Self::with_ring`]). Traps on a launch whose rows are wider than the group,
+    /// or whose global exchange lacks its workspace.
+    ///
+    /// # Safety
+    /// Reads the kernel's parameters; every thread may call it.
+    #[inline(always)]
+    pub(super) unsafe fn new<E: Stage>(args: &GemmArgs, sm90: &Sm90Args, tile: &TileShape) -> Self {
+        // Row norms on cooperative 128-row tiles with `norm_cluster = cn`: the cluster's CTAs
+        // compute `cn` adjacent tiles of one row block and swap row statistics (see `row_norm_epilogue`).
+        let row_norm = E::ROW_REDUCTION && row_norm_cluster_tile(tile) && sm90.norm_cluster > 0;
+        let cn = if row_norm { sm90.norm_cluster } else { 1 };
+        // A row wider than the cluster would be normalized over part of its columns: a broken
+        // launch contract, stopped here rather than answered wrongly.
+        // Row statistics through global memory: CTAs `cn·u .. cn·u + cn` form the group.
+        let global_x = row_norm && sm90.norm_exchange != 0;
+        if cn > MAX_NORM_CLUSTER
+            || (row_norm && args.n.div_ceil(tile.bn) > cn)
+            || (global_x && (args.workspace == 0 || args.counters == 0))
+        {
+            crate::arch::trap();
+        }
+        RowNorm {
+            active: row_norm,
+            cn,
+            global: global_x,
+            ring_residual: false,
+            ring_store: false,
+            ring_epilogue: false,
+        }
+    }
+
+    /// With the ring epilogue of a group writing `Out` through the stage list `E`.
+    #[inline(always)]
+    pub(super) fn with_ring<Out: Element, E: Stage>(
+        self,
+        sm90: &Sm90Args,
+        tile: &TileShape,
+    ) -> Self {
+        let row_norm = self.active;
+        let (out_bytes, traits) = (core::mem::size_of::<Out>(), EpilogueTraits::of::<E>());
+        // A row-norm group has no staging buffers: each CTA's last tile reads its residual and
+        // stages C in the ring instead (`ring_epilogue_offset`), which the producer hands over
+        // (with the residual in it) on barrier `rbar(c, 0)` of each consumer warpgroup `c`. Earlier
+        // tiles (rows wider than one round) read global memory and store C per thread.
+        let ring_residual = row_norm && E::READS_MATRIX && sm90.tmap_r != 0;
+        let ring_store = row_norm && stages_c(out_bytes, traits) && sm90.tmap_c != 0;
+        let ring_epilogue = (ring_residual || ring_store) && ring_epilogue_fits(tile);
+        let (ring_residual, ring_store) =
+            (ring_residual && ring_epilogue, ring_store && ring_epilogue);
+        RowNorm {
+            ring_residual,
+            ring_store,
+            ring_epilogue,
+            ..self
+        }
+    }
+
+    /// Initializes the cluster exchange's two mbarriers (`cn` CTAs × 64 writer lanes arrive
+    /// per phase).
+    ///
+    /// # Safety
+    /// One thread, before the cluster's barrier.
+    #[inline(always)]
+    pub(super) unsafe fn init_barriers<const STAGES: u32>(&self, smem: &SharedMem<STAGES>) {
+        if self.active && !self.global {
+            init(smem.xchg_bar(0), 64 * self.cn);
+            init(smem.xchg_bar(1), 64 * self.cn);
+        }
+    }
+
+    /// The producer's fence and prefetch of the residual's tensor map, for the ring epilogue.
+    ///
+    /// # Safety
+    /// The producer thread, before [`Self::fill_ring`].
+    #[inline(always)]
+    pub(super) unsafe fn fence_tensor_maps(&self, sm90: &Sm90Args) {
+        if self.ring_residual {
+            fence_tensormap_acquire(sm90.tmap_r);
+            prefetch_tensormap(sm90.tmap_r);
+        }
+    }
+
+    /// Producer, after the CTA's last k-tile, for consumer warpgroup `c`, once the ring stage
+    /// it gets is free: copies the residual of the CTA's last tile `(tm, tn)` into the
+    /// warpgroup's epilogue buffers ([`ring_epilogue_offset`] of ring position `pos`), or
+    /// just hands the stage over, on the warpgroup's residual barrier 0.
+    ///
+    /// # Safety
+    /// The producer thread, [`Self::ring_epilogue`].
+    #[inline(always)]
+    pub(super) unsafe fn fill_ring<const STAGES: u32>(
+        &self,
+        smem: &SharedMem<STAGES>,
+        sm90: &Sm90Args,
+        tile: &TileShape,
+        c: u32,
+        (tm, tn): (u32, u32),
+        pos: u64,
+    ) {
+        let (bm, bn) = (cta_rows(tile), tile.bn);
+        let per_half = bn / EPI_COLS;
+        // TMA fills boxes past M and N with zeros and counts their bytes.
+        let bytes = if self.ring_residual {
+            per_half * STAGING_BYTES
+        } else {
+            0
+        };
+        arrive_expect_tx(smem.residual_bar(c, 0), bytes);
+        let dst = smem.base + ring_epilogue_offset(tile, pos, c);
+        for j in 0..per_half * self.ring_residual as u32 {
+            load_2d(
+                dst + j * STAGING_BYTES,
+                sm90.tmap_r,
+                (tn * bn + j * EPI_COLS) as i32,
+                (tm * bm + 64 * c) as i32,
+                smem.residual_bar(c, 0),
+            );
+        }
+    }
+}
+
+impl<Out: Element, const MI: usize, const NI: usize, const STAGES: u32, E: Stage>
+    Epilogue<'_, Out, MI, NI, STAGES, E>
+{
+    /// The epilogue of tile `t` (unit `i` of `sched`) in a row-norm group `rn`, where this CTA
+    /// has rank `rank`: [`row_norm_epilogue`], through the ring on the CTA's last tile.
+    ///
+    /// # Safety
+    /// All 256 consumer threads call it together, after the tile's mainloop.
+    #[inline(always)]
+    pub(super) unsafe fn row_norm_tile<S: TileScheduler>(
+        &self,
+        t: &EpilogueTile,
+        acc: &Acc<MI, NI>,
+        rn: &RowNorm,
+        rank: u32,
+        i: u32,
+        sched: &S,
+    ) {
+        let Consumer {
+            tid,
+            c,
+            w,
+            lane,
+            row0,
+            ..
+        } = self.thread;
+        let my_tiles = sched.count();
+        // The CTA's last tile runs its epilogue through the ring (`ring_epilogue`).
+        let (residual, stage_c) = if rn.ring_epilogue && i + 1 == my_tiles {
+            wait_parity(self.smem.residual_bar(c, 0), 0);
+            let buf = ring_epilogue_offset(&self.tile, my_tiles as u64 * sched.k_tiles() as u64, c);
+            (
+                if rn.ring_residual { buf } else { 0 },
+                if rn.ring_store { buf } else { 0 },
+            )
+        } else {
+            (0, 0)
+        };
+        row_norm_epilogue::<Out, NI, E>(
+            self.args,
+            self.epi,
+            &acc.v[0],
+            &RowNormCta {
+                tid: tid - 128,
+                lane,
+                row: row0 + 16 * w,
+                tile_m: t.tm,
+                m0: t.m0,
+                n0: t.n0,
+                bm: cta_rows(&self.tile),
+                bn: self.tile.bn,
+                rank,
+                cn: rn.cn,
+                iter: i,
+                global: rn.global,
+            },
+            self.smem.ptr,
+            self.smem.xchg_buf(),
+            self.smem.xchg_bar(i & 1),
+            residual,
+            stage_c,
+            self.sm90.tmap_c,
+        );
+    }
+}
 
 /// Where one consumer warp's accumulators sit, for [`row_norm_epilogue`].
 #[derive(Clone, Copy)]
-pub(super) struct RowNormCta {
+struct RowNormCta {
     /// Thread index among the 256 consumer threads.
-    pub(super) tid: u32,
-    pub(super) lane: u32,
+    tid: u32,
+    lane: u32,
     /// First of the warp's 16 rows within the tile.
-    pub(super) row: u32,
-    pub(super) tile_m: u32,
-    pub(super) m0: u32,
-    pub(super) n0: u32,
-    pub(super) bm: u32,
-    pub(super) bn: u32,
+    row: u32,
+    tile_m: u32,
+    m0: u32,
+    n0: u32,
+    bm: u32,
+    bn: u32,
     /// This CTA's rank in the row-norm cluster and the cluster's size.
-    pub(super) rank: u32,
-    pub(super) cn: u32,
+    rank: u32,
+    cn: u32,
     /// The tile's index in this CTA's sequence (the same in every CTA of the cluster).
-    pub(super) iter: u32,
+    iter: u32,
     /// The CTAs are not a cluster: statistics go through global memory ([`exchange_global`]).
-    pub(super) global: bool,
+    global: bool,
 }
 
 /// The epilogue of a row-norm cluster ([`super::Sm90Args::norm_cluster`]) for one tile and one
@@ -75,7 +290,7 @@ pub(super) struct RowNormCta {
 /// for `64·cn` arrivals and made visible to the cluster.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
+unsafe fn row_norm_epilogue<Out: Element, const NI: usize, E: Stage>(
     args: &GemmArgs,
     epi: &E::Params,
     frags: &[[f32; 4]; NI],

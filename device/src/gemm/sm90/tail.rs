@@ -26,12 +26,12 @@ pub(super) struct TailPiece {
 }
 
 /// The fixup of a split tail tile (CUTLASS's serial split-K reduction, as
-/// [`super::finish`]'s split-K): every piece writes its accumulators to its workspace slot; the
-/// last piece to arrive (an acq_rel counter per tail tile, reset to 0 by that piece for the next
-/// launch) sums all slots in piece order, so the result does not depend on the arrival order,
-/// and returns `true` to run the epilogue. The others return `false`. Slots are laid out
-/// fragment-major with the 128 threads innermost: each 16-byte store of a warp covers 512
-/// contiguous bytes.
+/// [`crate::gemm::finish`]'s split-K): every piece writes its accumulators to its workspace
+/// slot; the last piece to arrive (an acq_rel counter per tail tile, reset to 0 by that piece
+/// for the next launch) sums all slots in piece order, so the result does not depend on the
+/// arrival order, and returns `true` to run the epilogue. The others return `false`. Slots are
+/// laid out fragment-major with the 128 threads innermost: each 16-byte store of a warp covers
+/// 512 contiguous bytes.
 ///
 /// # Safety
 /// All 128 threads of the warpgroup call it together; `args.workspace` and `args.counters`
