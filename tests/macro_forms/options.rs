@@ -1,7 +1,4 @@
 // Every option, alone and combined, on the host side of the expansion.
-static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
-    fused_gemm::host::module::PtxSet::new("ui", &[]);
-
 use fused_gemm::device::gemm::sm90::TILES_SM90;
 use fused_gemm::device::target::{Arch, Mainloop};
 use fused_gemm::device::types::DType;
@@ -37,57 +34,132 @@ pub fn derived_tile() {}
 #[fused_gemm(epilogue = [rms_norm(eps = 1e-6)], tile = (32, 768, 32), b_layout = col, arch = sm_80)]
 pub fn row_tile_fewer_stages() {}
 
-fn main() {
-    assert_eq!((DEFAULTS.input, DEFAULTS.output), (DType::Bf16, DType::Bf16));
+#[test]
+fn every_option_alone_and_combined() {
+    assert_eq!(
+        (DEFAULTS.input, DEFAULTS.output),
+        (DType::Bf16, DType::Bf16)
+    );
     assert!(DEFAULTS.b_col && DEFAULTS.norm_finish.is_none());
     // No `arch`, 16-bit inputs, B stored N×K, no `tile`: the mma.sync variants (three tiles with
     // 16-byte loads, one bounds-checked) for every module, and a TMA + wgmma variant per Hopper
     // tile for the sm_90a module.
-    let sm80 = DEFAULTS.variants.iter().filter(|v| v.mainloop == Mainloop::Sm80);
+    let sm80 = DEFAULTS
+        .variants
+        .iter()
+        .filter(|v| v.mainloop == Mainloop::Sm80);
     assert_eq!(sm80.clone().count(), 4);
     assert_eq!(sm80.filter(|v| !v.vec).count(), 1);
-    let tma: Vec<_> = DEFAULTS.variants.iter().filter(|v| v.mainloop.is_sm90()).collect();
+    let tma: Vec<_> = DEFAULTS
+        .variants
+        .iter()
+        .filter(|v| v.mainloop.is_sm90())
+        .collect();
     assert_eq!(tma.len(), TILES_SM90.len());
     assert_eq!(DEFAULTS.variants.len(), 4 + TILES_SM90.len());
     for v in &tma {
         assert!(v.vec && TILES_SM90.contains(&v.tile), "{}", v.entry);
         assert!(v.entry.contains("__sm90tma_bf16_bf16_bcol_"), "{}", v.entry);
-        assert!(matches!(v.mainloop, Mainloop::Sm90Tma { cluster_m: 1 | 2 }), "{:?}", v.mainloop);
+        assert!(
+            matches!(v.mainloop, Mainloop::Sm90Tma { cluster_m: 1 | 2 }),
+            "{:?}",
+            v.mainloop
+        );
         assert!(Arch::Sm90a.has(v.mainloop) && !Arch::Sm80.has(v.mainloop));
     }
 
     // `arch = sm_80`: the same kernel without TMA variants.
     assert_eq!(SM80_ONLY.variants.len(), 4);
-    assert!(SM80_ONLY.variants.iter().all(|v| v.mainloop == Mainloop::Sm80));
+    assert!(
+        SM80_ONLY
+            .variants
+            .iter()
+            .all(|v| v.mainloop == Mainloop::Sm80)
+    );
 
     assert_eq!(
         (F16_TO_F32_BROW.input, F16_TO_F32_BROW.output),
         (DType::F16, DType::F32)
     );
     assert!(!F16_TO_F32_BROW.b_col);
-    assert!(F16_TO_F32_BROW.variants[0].entry.contains("_sm80_f16_f32_brow_"));
+    assert!(
+        F16_TO_F32_BROW.variants[0]
+            .entry
+            .contains("_sm80_f16_f32_brow_")
+    );
     // TMA reads B only stored N×K: B stored K×N gets the mma.sync variants alone.
-    assert!(F16_TO_F32_BROW.variants.iter().all(|v| v.mainloop == Mainloop::Sm80));
+    assert!(
+        F16_TO_F32_BROW
+            .variants
+            .iter()
+            .all(|v| v.mainloop == Mainloop::Sm80)
+    );
 
     // sm_80-style variants compiled for sm_90, plus the Hopper (TMA + wgmma) ones.
-    assert!(HOPPER_ONLY.variants.iter().all(|v| v.entry.contains("__sm90_") || v.entry.contains("__sm90tma_")));
-    assert!(HOPPER_ONLY.variants.iter().any(|v| v.entry.contains("__sm90tma_")));
-    assert!(HOPPER_ONLY.variants.iter().any(|v| v.mainloop == Mainloop::Sm80));
+    assert!(
+        HOPPER_ONLY
+            .variants
+            .iter()
+            .all(|v| v.entry.contains("__sm90_") || v.entry.contains("__sm90tma_"))
+    );
+    assert!(
+        HOPPER_ONLY
+            .variants
+            .iter()
+            .any(|v| v.entry.contains("__sm90tma_"))
+    );
+    assert!(
+        HOPPER_ONLY
+            .variants
+            .iter()
+            .any(|v| v.mainloop == Mainloop::Sm80)
+    );
     assert_eq!(
-        HOPPER_ONLY.variants.iter().filter(|v| v.mainloop.is_sm90()).count(),
+        HOPPER_ONLY
+            .variants
+            .iter()
+            .filter(|v| v.mainloop.is_sm90())
+            .count(),
         TILES_SM90.len()
     );
     for v in HOPPER_ONLY.variants {
-        assert_eq!(v.mainloop.is_sm90(), v.entry.contains("__sm90tma_"), "{}", v.entry);
+        assert_eq!(
+            v.mainloop.is_sm90(),
+            v.entry.contains("__sm90tma_"),
+            "{}",
+            v.entry
+        );
     }
 
-    assert_eq!((F32_INPUTS.input, F32_INPUTS.output), (DType::F32, DType::F32));
-    assert!(F32_INPUTS.variants.iter().all(|v| v.entry.contains("__simt_f32_f32_")));
+    assert_eq!(
+        (F32_INPUTS.input, F32_INPUTS.output),
+        (DType::F32, DType::F32)
+    );
+    assert!(
+        F32_INPUTS
+            .variants
+            .iter()
+            .all(|v| v.entry.contains("__simt_f32_f32_"))
+    );
     // f32 inputs run on the CUDA cores only, whatever the arch.
-    assert!(F32_INPUTS.variants.iter().all(|v| v.mainloop == Mainloop::Simt));
-    assert!(F32_DERIVED_TILE.variants.iter().all(|v| v.mainloop == Mainloop::Simt));
+    assert!(
+        F32_INPUTS
+            .variants
+            .iter()
+            .all(|v| v.mainloop == Mainloop::Simt)
+    );
+    assert!(
+        F32_DERIVED_TILE
+            .variants
+            .iter()
+            .all(|v| v.mainloop == Mainloop::Simt)
+    );
     assert!(F32_INPUTS.variants.iter().any(|v| v.tile.bn == 768));
-    assert!(F32_DERIVED_TILE.variants[0].entry.contains("__simt_sm90_f32_bf16_"));
+    assert!(
+        F32_DERIVED_TILE.variants[0]
+            .entry
+            .contains("__simt_sm90_f32_bf16_")
+    );
     assert_eq!(F32_DERIVED_TILE.variants[0].tile.check(), None);
 
     // `tile` compiles one tile, twice: 16-byte loads and bounds-checked loads.
@@ -96,7 +168,11 @@ fn main() {
         assert_eq!(spec.variants[0].tile, spec.variants[1].tile);
         assert!(spec.variants[0].vec && !spec.variants[1].vec);
         // A `tile` rules out the TMA variants (the Hopper mainloop plans its own tiles).
-        assert!(spec.variants.iter().all(|v| v.mainloop == Mainloop::Sm80), "{}", spec.name);
+        assert!(
+            spec.variants.iter().all(|v| v.mainloop == Mainloop::Sm80),
+            "{}",
+            spec.name
+        );
         assert_eq!(spec.variants[0].tile.check(), None);
     }
     let t = FIXED_TILE.variants[0].tile;

@@ -1,7 +1,4 @@
 // Every stage, with the launcher parameters each one adds.
-static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
-    fused_gemm::host::module::PtxSet::new("ui", &[]);
-
 use fused_gemm::fused_gemm;
 use fused_gemm::host::kernel::RopeArgs;
 use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
@@ -26,7 +23,7 @@ pub fn pairs() {}
 #[fused_gemm(epilogue = [bias, rms_norm(eps = 1e-6), rope(theta = 10000), gelu, cast(f16)], out = f32)]
 pub fn norm_then_more() {}
 
-#[fused_gemm(epilogue = [geglu, cast(bf16), square, self::activations::mish, crate::square])]
+#[fused_gemm(epilogue = [geglu, cast(bf16), square, self::activations::mish, crate::stages::square])]
 pub fn user_stages() {}
 
 // Parameter names that the launcher also uses internally are fine (hygiene).
@@ -43,7 +40,8 @@ fn calls(gpu: &Gpu, t: &Tensor, out: &mut Tensor, rope: RopeArgs) -> Result<Laun
     hygienic_names(gpu, t, t, out, 1.0, 2.0, t, 3.0)
 }
 
-fn main() {
+#[test]
+fn every_stage_and_its_launcher_parameters() {
     assert_eq!(
         PAIRS.stages,
         "rope(theta = 500000), bias, residual, swiglu, bias, scale(col), residual"
@@ -55,7 +53,7 @@ fn main() {
     );
     assert_eq!(
         USER_STAGES.stages,
-        "geglu, cast(bf16), square, self::activations::mish, crate::square"
+        "geglu, cast(bf16), square, self::activations::mish, crate::stages::square"
     );
     assert_eq!(activations::mish(0.0), 0.0);
 }
