@@ -7,10 +7,13 @@
 //!
 //! The mainloop ([`sm80`]: `cp.async` + `ldmatrix` + `mma.sync`) leaves an [`Acc`](crate::epilogue::Acc)
 //! in registers; the epilogue stages and the store ([`crate::epilogue`]) never know which
-//! mainloop produced it.
+//! mainloop produced it. [`sm80`] and the f32 [`simt`] mainloop share one CTA driver (`cta`: the
+//! `cp.async` ring, the k-loop, split-K and the epilogue hand-off) and differ only in how a
+//! k-tile is addressed in shared memory and accumulated.
 
 use crate::params::KernelParam;
 
+mod cta;
 mod finish;
 pub mod simt;
 pub mod sm80;
