@@ -1,6 +1,6 @@
 //! Error accumulation: every mistake is reported, not only the first (serde_derive's `Ctxt`).
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::Span;
 
 #[derive(Default)]
 pub struct Errors(Option<syn::Error>);
@@ -21,7 +21,8 @@ impl Errors {
         self.0.is_none()
     }
 
-    pub fn into_compile_errors(self) -> TokenStream {
-        self.0.map(|e| e.to_compile_error()).unwrap_or_default()
+    /// All errors pushed, combined into one (`None` when there were none).
+    pub fn into_error(self) -> Option<syn::Error> {
+        self.0
     }
 }

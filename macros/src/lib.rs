@@ -14,6 +14,8 @@ use syn::spanned::Spanned;
 mod ast;
 mod errors;
 mod expand;
+#[cfg(test)]
+mod fuzz;
 mod parse;
 mod validate;
 
@@ -61,10 +63,32 @@ mod validate;
 /// The kernel crate must define `__FUSED_GEMM_PTX` at its root (`fused_gemm::include_ptx!`).
 #[proc_macro_attribute]
 pub fn fused_gemm(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let attr: proc_macro2::TokenStream = attr.into();
-    let item2: proc_macro2::TokenStream = item.into();
+    match process(attr.into(), item.into()) {
+        Outcome::Expanded(out) => out.into(),
+        Outcome::Rejected { errors, fallback } => {
+            let mut out = errors.map(|e| e.to_compile_error()).unwrap_or_default();
+            out.extend(fallback);
+            out.into()
+        }
+    }
+}
+
+/// What the attribute makes of its input.
+enum Outcome {
+    /// The kernel's entry points, spec and launcher.
+    Expanded(proc_macro2::TokenStream),
+    /// Every error found (`None` when the item is not valid Rust, which rustc reports itself),
+    /// and the user's item to emit beside them.
+    Rejected {
+        errors: Option<syn::Error>,
+        fallback: proc_macro2::TokenStream,
+    },
+}
+
+/// The whole pipeline on `proc_macro2` tokens (so that tests can drive it outside a compiler).
+fn process(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> Outcome {
     let mut errors = errors::Errors::default();
-    let func = match syn::parse2::<syn::Item>(item2.clone()) {
+    let func = match syn::parse2::<syn::Item>(item.clone()) {
         Ok(syn::Item::Fn(f)) => Some(f),
         Ok(other) => {
             errors.push(
@@ -87,12 +111,11 @@ pub fn fused_gemm(attr: TokenStream, item: TokenStream) -> TokenStream {
         validate::check_attr(a, &mut errors);
     }
     match (func, parsed) {
-        (Some(f), Some(a)) if errors.is_empty() => expand::expand(&f, &a).into(),
-        _ => {
-            let mut out = errors.into_compile_errors();
-            out.extend(expand::fallback(&item2));
-            out.into()
-        }
+        (Some(f), Some(a)) if errors.is_empty() => Outcome::Expanded(expand::expand(&f, &a)),
+        _ => Outcome::Rejected {
+            errors: errors.into_error(),
+            fallback: expand::fallback(&item),
+        },
     }
 }
 
