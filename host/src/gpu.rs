@@ -1,7 +1,9 @@
 //! [`Gpu`]: one device, its primary context, a stream, and the modules loaded on it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
@@ -69,6 +71,9 @@ pub(crate) struct Shared {
     /// Per-device state of the layers above, one value per type ([`Gpu::state`]): the launch
     /// workspace, the autotuner, graph captures in progress.
     state: Mutex<HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>>,
+    /// The context's first extra stream ([`Gpu::new_stream`]), kept so that cudarc never makes
+    /// another "first" one, which synchronizes the context.
+    first_stream: OnceLock<Arc<CudaStream>>,
 }
 
 impl Drop for Shared {
@@ -76,8 +81,83 @@ impl Drop for Shared {
         // The workspaces and tensor maps in `state`, freed next, may still be read by kernels in flight on
         // any stream of the context (launches pass their raw addresses, which cudarc does not
         // track); an error here cannot be reported and leaves nothing better to do.
-        let _ = self.ctx.synchronize();
+        let _ = outside_captures(&self.ctx, || self.ctx.synchronize());
     }
+}
+
+/// Stream captures in progress in this process, per CUDA context handle. Every [`Gpu`] of a
+/// device shares its primary context, and a context-wide synchronize (`cuCtxSynchronize`, also
+/// made by cudarc when a context gets its first extra stream) while any thread captures
+/// invalidates that capture; such calls go through [`outside_captures`].
+static CAPTURES: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Notified whenever a capture ends.
+static CAPTURE_ENDED: Condvar = Condvar::new();
+
+/// The longest [`outside_captures`] waits. A capture records launches and takes milliseconds;
+/// one whose closure waits for the waiting thread would otherwise never end.
+const CAPTURE_WAIT: Duration = Duration::from_secs(30);
+
+thread_local! {
+    /// Captures this thread has begun and not ended.
+    static CAPTURING_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+fn captures() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
+    CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One stream capture in progress on a context, from before `cuStreamBeginCapture` until
+/// after `cuStreamEndCapture`: [`outside_captures`] waits for it to be dropped.
+pub(crate) struct CaptureInProgress {
+    key: usize,
+}
+
+impl CaptureInProgress {
+    pub(crate) fn begin(ctx: &CudaContext) -> CaptureInProgress {
+        Self::begin_keyed(ctx.cu_ctx() as usize)
+    }
+
+    fn begin_keyed(key: usize) -> CaptureInProgress {
+        *captures().entry(key).or_default() += 1;
+        CAPTURING_HERE.with(|c| c.set(c.get() + 1));
+        CaptureInProgress { key }
+    }
+}
+
+impl Drop for CaptureInProgress {
+    fn drop(&mut self) {
+        let mut map = captures();
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+        drop(map);
+        CAPTURING_HERE.with(|c| c.set(c.get().saturating_sub(1)));
+        CAPTURE_ENDED.notify_all();
+    }
+}
+
+/// Runs `f`, a call that synchronizes all of `ctx` (see [`CAPTURES`]), once no stream of the
+/// context is being captured, and keeps new captures from beginning until it returns. On a
+/// thread that is itself capturing, `f` runs at once: waiting would never end, and the
+/// driver's error reaches the caller. After [`CAPTURE_WAIT`], `f` runs regardless.
+pub(crate) fn outside_captures<T>(ctx: &CudaContext, f: impl FnOnce() -> T) -> T {
+    outside_captures_keyed(ctx.cu_ctx() as usize, CAPTURE_WAIT, f)
+}
+
+fn outside_captures_keyed<T>(key: usize, patience: Duration, f: impl FnOnce() -> T) -> T {
+    if CAPTURING_HERE.with(Cell::get) > 0 {
+        return f();
+    }
+    let map = captures();
+    let (map, _timed_out) = CAPTURE_ENDED
+        .wait_timeout_while(map, patience, |m| m.contains_key(&key))
+        .unwrap_or_else(|e| e.into_inner());
+    let out = f();
+    drop(map);
+    out
 }
 
 /// A CUDA device ready to launch kernels: primary context, the stream launches go to, and a
@@ -177,6 +257,7 @@ impl Gpu {
                 kernels: Mutex::new(HashMap::new()),
                 local_bytes: Mutex::new(HashMap::new()),
                 state: Mutex::new(HashMap::new()),
+                first_stream: OnceLock::new(),
             }),
             stream,
             options: Default::default(),
@@ -227,11 +308,22 @@ impl Gpu {
     /// A new stream on this device.
     ///
     /// Note: the first extra stream switches cudarc into multi-stream mode, where buffers
-    /// passed to launches record events so that other streams wait for them.
+    /// passed to launches record events so that other streams wait for them. cudarc
+    /// synchronizes the context then, so that first call waits while another thread captures
+    /// a graph on this device; the first stream is kept for the `Gpu`'s lifetime so that this
+    /// happens once.
     pub fn new_stream(&self) -> Result<Stream> {
-        Ok(Stream {
-            inner: self.shared.ctx.new_stream()?,
-        })
+        let (ctx, first) = (&self.shared.ctx, &self.shared.first_stream);
+        let inner = if first.get().is_some() {
+            ctx.new_stream()?
+        } else {
+            outside_captures(ctx, || {
+                let s = ctx.new_stream()?;
+                let _ = first.set(s.clone());
+                Ok::<_, Error>(s)
+            })?
+        };
+        Ok(Stream { inner })
     }
 
     /// A handle to the same device (same caches) whose launches, uploads and downloads go to
@@ -473,5 +565,56 @@ impl Gpu {
             .collect::<std::result::Result<Vec<f32>, _>>()?;
         ms.sort_by(f32::total_cmp);
         Ok(ms[ms.len() / 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+
+    /// Keys no CUDA context has (context handles are aligned pointers).
+    const KEY: usize = 0x11;
+    const OTHER_KEY: usize = 0x13;
+
+    #[test]
+    fn device_synchronizes_wait_for_another_threads_capture() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let (began_tx, began_rx) = std::sync::mpsc::channel();
+        let capturing = {
+            let ended = ended.clone();
+            std::thread::spawn(move || {
+                let capture = CaptureInProgress::begin_keyed(KEY);
+                began_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                ended.store(true, Ordering::SeqCst);
+                drop(capture);
+            })
+        };
+        began_rx.recv().unwrap();
+        // Another context does not wait; this one waits for the capture's end.
+        assert!(outside_captures_keyed(OTHER_KEY, CAPTURE_WAIT, || !ended.load(Ordering::SeqCst)));
+        assert!(outside_captures_keyed(KEY, CAPTURE_WAIT, || ended.load(Ordering::SeqCst)));
+        capturing.join().unwrap();
+        assert!(!captures().contains_key(&KEY));
+    }
+
+    #[test]
+    fn a_capturing_thread_does_not_wait_for_itself_and_waits_are_bounded() {
+        let capture = CaptureInProgress::begin_keyed(KEY + 0x100);
+        let t = Instant::now();
+        assert_eq!(outside_captures_keyed(KEY + 0x100, CAPTURE_WAIT, || 7), 7);
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // Another thread gives up after its patience and runs the call anyway.
+        let waited = std::thread::spawn(|| {
+            let t = Instant::now();
+            outside_captures_keyed(KEY + 0x100, Duration::from_millis(100), || t.elapsed())
+        })
+        .join()
+        .unwrap();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        drop(capture);
+        assert!(!captures().contains_key(&(KEY + 0x100)));
     }
 }

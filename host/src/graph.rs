@@ -15,6 +15,10 @@
 //!   allocated outside the capture, and the workspaces a graph uses stay allocated when later
 //!   launches grow them ([`crate::launch::workspace::Growing`]). Host↔device copies of pageable memory
 //!   cannot be captured (the driver's error is returned).
+//! - Captures on several threads are safe: relaxed mode lets other threads make calls a
+//!   capture forbids on its own thread, and the calls that would synchronize the whole device
+//!   (dropping the last handle of a [`Gpu`], a schedule's buffers, a context's first extra
+//!   stream) wait until the device's captures have ended.
 //! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
 //!   outside a capture are illegal inside it); it is restored afterwards, also on error. With
 //!   captures on several threads of one device it stays paused until the last has ended.
@@ -24,6 +28,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
 
+use crate::gpu::CaptureInProgress;
 use crate::{Error, Gpu, Result};
 
 /// An instantiated CUDA graph, replayable on the stream of the [`Gpu`] that captured it. It
@@ -92,14 +97,15 @@ impl Gpu {
     /// The closure's error (the partial capture is discarded); [`Error::Capture`] when the
     /// driver invalidates the capture or returns no graph; driver errors.
     pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
-        let ctx = self.context();
-        let stream = ctx.new_stream()?;
+        let stream = self.new_stream()?.inner;
+        let in_progress = CaptureInProgress::begin(self.context());
         let tracking = Tracking::begin(self);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
         let handle = self.on_stream(stream.clone());
         let recorded = record(&handle);
         let ended = stream.end_capture(CUgraphInstantiate_flags(0));
         drop(tracking);
+        drop(in_progress);
         recorded?;
         match ended {
             Ok(Some(graph)) => Ok(Graph {

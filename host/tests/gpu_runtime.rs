@@ -244,6 +244,44 @@ fn axpy_graph_replays_like_direct_launches() {
     assert!(twice.iter().zip(&x).all(|(&t, &xi)| t == 2.0 * xi));
 }
 
+/// A capture on one thread survives what other threads do to the same device meanwhile:
+/// opening a second `Gpu` (the same primary context), giving it its first extra stream (cudarc
+/// synchronizes the context then) and dropping it (which synchronizes the context). The
+/// capturing closure pauses between its two launches so that all of this falls inside it.
+#[test]
+fn a_capture_survives_other_threads_synchronizing_the_device() {
+    let Some(gpu) = gpu_or_skip("capture_across_threads") else {
+        return;
+    };
+    let n = 1 << 20;
+    let dx = gpu.upload(&vec![1.0f32; n]).unwrap();
+    let mut y = gpu.upload(&vec![0.0f32; n]).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || -> Result<()> {
+        rx.recv().expect("the capture has begun");
+        for _ in 0..3 {
+            let g = Gpu::new(0)?;
+            let s = g.new_stream()?;
+            let buf = g.on(&s).upload(&[1.0f32; 1024])?;
+            s.synchronize()?;
+            drop((buf, s, g));
+        }
+        Ok(())
+    });
+    let graph = gpu
+        .capture(|g| {
+            axpy(g, 1.0, &dx, &mut y)?;
+            tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            axpy(g, 2.0, &dx, &mut y)
+        })
+        .unwrap();
+    other.join().unwrap().unwrap();
+    graph.replay().unwrap();
+    let got = gpu.download(&y).unwrap();
+    assert!(got.iter().all(|&v| v == 3.0), "{:?}", &got[..4]);
+}
+
 /// `Gpu::time_interleaved` replays every graph in each round: a graph of one axpy and one of
 /// four, both on the same buffer, give one time per graph and per launch, and the buffer ends
 /// with exactly as many axpys as the replays made (warm-up and timed rounds alike).

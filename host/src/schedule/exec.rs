@@ -96,7 +96,8 @@ impl Drop for WaveRunner {
 pub(crate) fn drop_after_device_work(buffers: &[CudaSlice<u8>]) {
     if let Some(b) = buffers.first() {
         // An error cannot be reported from a drop; the buffers are freed regardless.
-        let _ = b.context().synchronize();
+        let ctx = b.context();
+        let _ = crate::gpu::outside_captures(ctx, || ctx.synchronize());
     }
 }
 
