@@ -393,6 +393,56 @@ mod tests {
         Problem::gemm(m, n, k, DType::Bf16)
     }
 
+    /// The regions of a Hopper CTA's dynamic shared memory, in the order the device lays them
+    /// out, never overlap and fit the allocation of every launch that uses them: a row-norm
+    /// group's statistics exchange (written by its peers at any time) once overlapped the
+    /// residual mbarriers and the column bias buffers.
+    #[test]
+    fn shared_memory_regions_are_disjoint_and_allocated() {
+        use fused_gemm_device::gemm::sm90::{
+            BIAS_BYTES, NORM_XCHG_BYTES, STAGING_BYTES, bias_offset, norm_xchg_offset,
+            residual_bar, smem_bytes_row_norm, smem_bytes_staged, stage_bytes, staging_offset,
+        };
+        for t in TILES_SM90 {
+            let (s, ring) = (t.stages, t.stages * stage_bytes(t));
+            let common = [
+                ("ring", 0, ring),
+                // full and empty per stage, two turn, two exchange mbarriers or tail flags.
+                ("mbarriers", ring, ring + 16 * s + 32),
+                (
+                    "residual mbarriers",
+                    ring + residual_bar(s, 0, 0),
+                    ring + residual_bar(s, 1, 1) + 8,
+                ),
+                (
+                    "column bias",
+                    bias_offset(ring, s),
+                    bias_offset(ring, s) + BIAS_BYTES,
+                ),
+            ];
+            let xchg = norm_xchg_offset(ring, s);
+            let staging = staging_offset(t);
+            for (last, alloc) in [
+                (
+                    ("norm exchange", xchg, xchg + NORM_XCHG_BYTES),
+                    smem_bytes_row_norm(t),
+                ),
+                (
+                    ("staging", staging, staging + 4 * STAGING_BYTES),
+                    smem_bytes_staged(t),
+                ),
+            ] {
+                let regions: Vec<_> = common.iter().copied().chain([last]).collect();
+                for w in regions.windows(2) {
+                    assert!(w[0].2 <= w[1].1, "{t:?}: {:?} overlaps {:?}", w[0], w[1]);
+                }
+                assert!(last.2 <= alloc, "{t:?}: {last:?} ends past {alloc} bytes");
+            }
+            assert_eq!(xchg % 16, 0, "{t:?}");
+            assert_eq!(staging % 1024, 0, "{t:?}");
+        }
+    }
+
     #[test]
     fn big_square_gemm_prefers_the_pingpong_tile() {
         let best = TILES_SM90

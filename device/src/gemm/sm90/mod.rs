@@ -228,7 +228,7 @@ pub const fn stage_bytes(t: &TileShape) -> u32 {
 /// the four residual mbarriers ([`residual_bar`]), then the column bias buffers
 /// ([`bias_offset`]).
 pub const fn smem_bytes(t: &TileShape) -> u32 {
-    bias_offset(t.stages * stage_bytes(t), t.stages) + BIAS_BYTES
+    norm_xchg_offset(t.stages * stage_bytes(t), t.stages)
 }
 
 /// Bytes of the column bias buffers ([`crate::epilogue::TileCtx::staged_bias`]), 16-bit
@@ -241,6 +241,12 @@ pub const BIAS_BYTES: u32 = 512;
 /// `ring_bytes` and its `stages` and the mbarriers that follow it.
 pub const fn bias_offset(ring_bytes: u32, stages: u32) -> u32 {
     ring_bytes + 16 * stages + 64
+}
+
+/// Byte offset of a row-norm cluster's statistics exchange ([`NORM_XCHG_BYTES`]) in dynamic
+/// shared memory: after the column bias buffers, where [`smem_bytes`] ends.
+pub const fn norm_xchg_offset(ring_bytes: u32, stages: u32) -> u32 {
+    bias_offset(ring_bytes, stages) + BIAS_BYTES
 }
 
 /// Bytes of one output staging buffer: a consumer warpgroup's 64 rows × [`EPI_COLS`] columns
@@ -338,9 +344,9 @@ pub const fn row_norm_cluster_tile(t: &TileShape) -> bool {
     t.warps_m == 8 && t.bm == 128
 }
 
-/// Dynamic shared memory of a CTA of a row-norm cluster, bytes: [`smem_bytes`] (whose last 16
-/// bytes hold the two exchange mbarriers), then the [`NORM_XCHG_BYTES`] exchange (16-byte
-/// aligned).
+/// Dynamic shared memory of a CTA of a row-norm cluster, bytes: [`smem_bytes`], then the
+/// [`NORM_XCHG_BYTES`] exchange ([`norm_xchg_offset`], 16-byte aligned). A row-norm group has
+/// no staging buffers, so the exchange may take their place.
 pub const fn smem_bytes_row_norm(t: &TileShape) -> u32 {
     smem_bytes(t) + NORM_XCHG_BYTES
 }
@@ -507,10 +513,10 @@ impl<const STAGES: u32> SharedMem<STAGES> {
         self.base + self.ring_bytes() + 8 * (2 * STAGES + 2 + p)
     }
 
-    /// Byte offset of a row-norm cluster's exchange buffers ([`NORM_XCHG_BYTES`]).
+    /// Byte offset of a row-norm cluster's exchange buffers ([`norm_xchg_offset`]).
     #[inline(always)]
     fn xchg_buf(&self) -> u32 {
-        self.ring_bytes() + 16 * STAGES + 32
+        norm_xchg_offset(self.ring_bytes(), STAGES)
     }
 
     /// Consumer warpgroup `c`'s flag of a split tail tile (where the exchange mbarriers of a
