@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use fused_gemm::host::module::Arch;
+use object::{Object, ObjectSymbol};
 
 fn nvdisasm() -> PathBuf {
     tools::cuda_tool(
@@ -80,6 +81,16 @@ fn opcode(line: &str) -> Option<&str> {
         .then_some(op)
 }
 
+/// The ELF symbol indices of the cubin's Hopper functions (`__sm90tma_` in the name).
+fn hopper_symbols(cubin: &[u8]) -> Vec<String> {
+    let elf = object::File::parse(cubin).expect("the sm_90a cubin is an ELF file");
+    elf.symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text)
+        .filter(|s| s.name().is_ok_and(|n| n.contains("__sm90tma_")))
+        .map(|s| s.index().0.to_string())
+        .collect()
+}
+
 #[test]
 fn listing_parser_reads_functions_and_opcodes() {
     let listing = "\
@@ -124,14 +135,23 @@ fn hopper_entry_points_issue_hgmma_and_use_no_local_memory() {
     let ptx = module
         .ptx_text(set.crate_name)
         .expect("the embedded sm_90a PTX unpacks");
+    // Only the Hopper entry points are disassembled (nvdisasm selects functions by ELF symbol
+    // index): the whole cubin's listing is three times as long.
+    let hopper = hopper_symbols(&cubin);
+    assert!(
+        !hopper.is_empty(),
+        "no __sm90tma_ function in the sm_90a cubin"
+    );
     let dir = std::env::temp_dir().join(format!("fused-gemm-sass90a-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("fused_gemm.sm_90a.cubin");
     std::fs::write(&file, &cubin).unwrap();
     drop(cubin);
-    // nvdisasm writes the listing (about 140 MB) to stdout: read it as it comes.
+    // nvdisasm writes the listing (about 35 MB) to stdout: read it as it comes.
     let mut child = Command::new(nvdisasm())
         .arg("--print-code")
+        .arg("--cuda-function-index")
+        .arg(hopper.join(","))
         .arg(&file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
