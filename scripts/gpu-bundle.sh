@@ -3,6 +3,7 @@
 # embedded, into one folder (default target/gpu-bundle) that runs on a GPU host without Rust:
 #   scripts/gpu-bundle.sh [DIR]                      # build DIR and DIR.txz
 #   gpu-bundle/run.sh                                # on a GPU host: run all GPU tests
+#   gpu-bundle/sanitize.sh                           # ... all of them under compute-sanitizer
 #   scripts/gpu-run.sh target/gpu-bundle.txz tests   # or: unpack and run named steps, with logs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,8 @@ for line in sys.stdin:
         shutil.copy(m["executable"], os.path.join(sys.argv[1], "bin"))
 ' "$dest"
 cp scripts/bundle-run.sh "$dest/run.sh"
-chmod +x "$dest/run.sh"
+cp scripts/sanitize.sh scripts/sanitize.exclude "$dest/"
+chmod +x "$dest/run.sh" "$dest/sanitize.sh"
 echo "bundle: $dest ($(du -sh "$dest" | cut -f1)); run it with $dest/run.sh" >&2
 # One compressed file to carry to a GPU host: every binary (about 250 MB) embeds the same PTX
 # and cubins, which an xz dictionary larger than one binary stores once. One thread: xz's
