@@ -1,0 +1,602 @@
+//! GPU stress: random shapes through the public launchers ([`shapes`]) and many threads using
+//! one device at once ([`threads`]), each result against the f64 reference. One binary for
+//! both, so that the test build links one more executable, not two.
+
+/// Random GEMM shapes, offsets and epilogues.
+mod shapes {
+    //! GPU shape fuzz: random GEMMs through the public launchers against the f64 reference.
+    //!
+    //! Each case draws M, N and K from 1 to 5,000 (an awkward value — one off a tile
+    //! multiple, a power of two, 1 — half the time, log-uniform otherwise), a dtype, a B
+    //! layout and an epilogue (none, bias + GELU, bias + residual + LayerNorm, SwiGLU). A, B
+    //! and the residual are views at random offsets into one large buffer per dtype (leading
+    //! dimension 5,072, offsets aligned to 16 bytes half the time); C is a view at a random
+    //! offset into a larger buffer filled with NaN. Per case: every element of C is written
+    //! and nothing around it; the first, last and two random rows match the f64 reference
+    //! within `assert_close`'s per-element bounds. A launch may refuse an operand with a typed
+    //! validation error only when some operand is not 16-byte aligned; any other error fails.
+    //!
+    //! `FUSED_GEMM_SEED` replays a run (the seed is printed first); `FUSED_GEMM_FUZZ_CASES`
+    //! sets the number of cases (default 2,000).
+
+    use fused_gemm::device::types::DType;
+    use fused_gemm::host::reference::epilogue::{PairLayout, RefStage, apply_stages, round_slice};
+    use fused_gemm::host::testing::{compare, gpu_or_skip, rng};
+    use fused_gemm::host::{Error, Gpu, LaunchReport, Result, Tensor};
+    use fused_gemm::kernels::{blocks, gemm};
+    use rand::RngExt;
+    use rand::rngs::StdRng;
+
+    /// Largest M, N and K.
+    const MAX_DIM: usize = 5000;
+    /// Rows and columns of the operand pools (a multiple of 8: aligned rows).
+    const POOL: usize = 5072;
+    const AWKWARD: &[usize] = &[
+        1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 383, 384,
+        511, 513, 767, 768, 1023, 1025, 2047, 2048, 2049, 3071, 3072, 4095, 4096, 4097, 5000,
+    ];
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Epilogue {
+        Plain,
+        BiasGelu,
+        BiasResidualLayerNorm,
+        SwiGlu,
+    }
+
+    /// One operand pool: a POOL × POOL buffer of values in [-1, 1) and its host copy.
+    struct Pool {
+        t: Tensor,
+        host: Vec<f32>,
+    }
+
+    impl Pool {
+        fn new(gpu: &Gpu, rng: &mut StdRng, dtype: DType) -> Pool {
+            let data: Vec<f64> = (0..POOL * POOL)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let host: Vec<f32> = round_slice(dtype, &data)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect();
+            Pool {
+                t: Tensor::from_f32(gpu, POOL, POOL, dtype, &host).unwrap(),
+                host,
+            }
+        }
+
+        fn at(&self, r: usize, c: usize) -> f64 {
+            self.host[r * POOL + c] as f64
+        }
+    }
+
+    fn dim(rng: &mut StdRng) -> usize {
+        if rng.random_bool(0.5) {
+            AWKWARD[rng.random_range(0..AWKWARD.len())]
+        } else {
+            let x: f64 = rng.random_range(0.0..(MAX_DIM as f64).ln());
+            (x.exp().round() as usize).clamp(1, MAX_DIM)
+        }
+    }
+
+    /// A random offset of a `len`-long range in `0..POOL`, a multiple of 8 when `aligned`.
+    fn offset(rng: &mut StdRng, len: usize, aligned: bool) -> usize {
+        let o = rng.random_range(0..=POOL - len);
+        if aligned { o / 8 * 8 } else { o }
+    }
+
+    fn random_vec(rng: &mut StdRng, len: usize, dtype: DType) -> Vec<f64> {
+        let v: Vec<f64> = (0..len).map(|_| rng.random_range(-1.0..1.0)).collect();
+        round_slice(dtype, &v)
+    }
+
+    fn upload_vec(gpu: &Gpu, dtype: DType, v: &[f64]) -> Tensor {
+        let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        Tensor::vector_from_f32(gpu, dtype, &f).unwrap()
+    }
+
+    #[test]
+    fn random_shapes_offsets_and_epilogues_match_the_reference() {
+        let Some(gpu) = gpu_or_skip("gpu_fuzz") else {
+            return;
+        };
+        let mut rng = rng("gpu_fuzz");
+        let cases: usize = std::env::var("FUSED_GEMM_FUZZ_CASES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2000);
+        let start = std::time::Instant::now();
+        let pools = [
+            (DType::Bf16, Pool::new(&gpu, &mut rng, DType::Bf16)),
+            (DType::F16, Pool::new(&gpu, &mut rng, DType::F16)),
+        ];
+        let (mut ran, mut refused) = (0usize, Vec::new());
+        let mut worst = 0.0f64;
+        for case in 0..cases {
+            let (dtype, pool) = {
+                let (d, p) = &pools[rng.random_range(0..pools.len())];
+                (*d, p)
+            };
+            let epilogue = [
+                Epilogue::Plain,
+                Epilogue::BiasGelu,
+                Epilogue::BiasResidualLayerNorm,
+                Epilogue::SwiGlu,
+            ][rng.random_range(0..4)];
+            let b_col = epilogue != Epilogue::Plain || rng.random_bool(0.5);
+            let f32_out = epilogue == Epilogue::Plain
+                && b_col
+                && dtype == DType::Bf16
+                && rng.random_bool(0.3);
+            let out = if f32_out { DType::F32 } else { dtype };
+            let (m, k) = (dim(&mut rng), dim(&mut rng));
+            let mut n = dim(&mut rng);
+            if epilogue == Epilogue::SwiGlu {
+                n = (n + n % 2).min(MAX_DIM);
+            }
+            let width = if epilogue == Epilogue::SwiGlu {
+                n / 2
+            } else {
+                n
+            };
+            let aligned = rng.random_bool(0.5);
+            let (ar, ac) = (offset(&mut rng, m, false), offset(&mut rng, k, aligned));
+            let (br, bc) = if b_col {
+                (offset(&mut rng, n, false), offset(&mut rng, k, aligned))
+            } else {
+                (offset(&mut rng, k, false), offset(&mut rng, n, aligned))
+            };
+            let (rr, rc) = (offset(&mut rng, m, false), offset(&mut rng, n, aligned));
+            // C inside a NaN-filled buffer: up to 3 rows above and below, 0-16 columns either side.
+            let (top, bottom) = (rng.random_range(0..4), rng.random_range(0..4));
+            let left = if aligned {
+                8 * rng.random_range(0..3)
+            } else {
+                rng.random_range(0..17)
+            };
+            let right = rng.random_range(0..17);
+            // Aligned cases keep C's rows 16-byte aligned too.
+            let c_cols = if aligned {
+                (left + width + right).next_multiple_of(8)
+            } else {
+                left + width + right
+            };
+            let c_rows = top + m + bottom;
+            let mut c_buf = Tensor::zeros(&gpu, c_rows, c_cols, out).unwrap();
+            c_buf.poison(&gpu).unwrap();
+
+            let bias = random_vec(&mut rng, n, dtype);
+            let gamma = random_vec(&mut rng, n, dtype);
+            let beta = random_vec(&mut rng, n, dtype);
+            let (bias_t, gamma_t, beta_t) = (
+                upload_vec(&gpu, dtype, &bias),
+                upload_vec(&gpu, dtype, &gamma),
+                upload_vec(&gpu, dtype, &beta),
+            );
+            let label = format!(
+                "case {case}: {epilogue:?} {}->{} {m}x{n}x{k} b_col {b_col} A@({ar},{ac}) \
+                 B@({br},{bc}) R@({rr},{rc}) C@({top},{left}) in {c_rows}x{c_cols}",
+                dtype.name(),
+                out.name()
+            );
+            let launched: Result<LaunchReport> = (|| {
+                let a = pool.t.slice(ar..ar + m, ac..ac + k)?;
+                let b = if b_col {
+                    pool.t.slice(br..br + n, bc..bc + k)?
+                } else {
+                    pool.t.slice(br..br + k, bc..bc + n)?
+                };
+                let res = pool.t.slice(rr..rr + m, rc..rc + n)?;
+                let mut c = c_buf.slice_mut(top..top + m, left..left + width)?;
+                let g = &gpu;
+                match (epilogue, dtype, b_col, out) {
+                    (Epilogue::Plain, DType::Bf16, true, DType::F32) => {
+                        gemm::gemm_bf16_f32(g, &a, &b, &mut c)
+                    }
+                    (Epilogue::Plain, DType::Bf16, true, _) => gemm::gemm_bf16(g, &a, &b, &mut c),
+                    (Epilogue::Plain, DType::Bf16, false, _) => {
+                        gemm::gemm_bf16_brow(g, &a, &b, &mut c)
+                    }
+                    (Epilogue::Plain, _, true, _) => gemm::gemm_f16(g, &a, &b, &mut c),
+                    (Epilogue::Plain, _, false, _) => gemm::gemm_f16_brow(g, &a, &b, &mut c),
+                    (Epilogue::BiasGelu, DType::Bf16, ..) => {
+                        blocks::ffn_up_bias_gelu(g, &a, &b, &mut c, &bias_t)
+                    }
+                    (Epilogue::BiasGelu, ..) => {
+                        blocks::ffn_up_bias_gelu_f16(g, &a, &b, &mut c, &bias_t)
+                    }
+                    (Epilogue::BiasResidualLayerNorm, DType::Bf16, ..) => {
+                        blocks::proj_bias_residual_layer_norm(
+                            g, &a, &b, &mut c, &bias_t, &res, &gamma_t, &beta_t,
+                        )
+                    }
+                    (Epilogue::BiasResidualLayerNorm, ..) => {
+                        blocks::proj_bias_residual_layer_norm_f16(
+                            g, &a, &b, &mut c, &bias_t, &res, &gamma_t, &beta_t,
+                        )
+                    }
+                    (Epilogue::SwiGlu, DType::Bf16, ..) => blocks::mlp_up_swiglu(g, &a, &b, &mut c),
+                    (Epilogue::SwiGlu, ..) => blocks::mlp_up_swiglu_f16(g, &a, &b, &mut c),
+                }
+            })();
+            let report = match launched {
+                Ok(r) => r,
+                Err(e @ (Error::Driver(_) | Error::LaunchLimit(_) | Error::OutOfMemory { .. })) => {
+                    panic!("{label}: {e}")
+                }
+                Err(e) => {
+                    assert!(!aligned, "{label}: aligned operands refused: {e}");
+                    refused.push(format!("{label}: {e}"));
+                    continue;
+                }
+            };
+            ran += 1;
+
+            let got = c_buf.download_f32(&gpu).unwrap();
+            for (i, v) in got.iter().enumerate() {
+                let (r, col) = (i / c_cols, i % c_cols);
+                let inside = (top..top + m).contains(&r) && (left..left + width).contains(&col);
+                if inside {
+                    assert!(
+                        v.is_finite(),
+                        "{label}: C[{}, {}] = {v} (not written?)",
+                        r - top,
+                        col - left
+                    );
+                } else {
+                    assert!(
+                        v.is_nan(),
+                        "{label}: element ({r}, {col}) outside C was written: {v}"
+                    );
+                }
+            }
+
+            let mut rows = vec![0, m - 1, rng.random_range(0..m), rng.random_range(0..m)];
+            rows.sort_unstable();
+            rows.dedup();
+            for &r in &rows {
+                let acc: Vec<f64> = (0..n)
+                    .map(|j| {
+                        (0..k)
+                            .map(|kk| {
+                                let bv = if b_col {
+                                    pool.at(br + j, bc + kk)
+                                } else {
+                                    pool.at(br + kk, bc + j)
+                                };
+                                pool.at(ar + r, ac + kk) * bv
+                            })
+                            .sum()
+                    })
+                    .collect();
+                let stages = match epilogue {
+                    Epilogue::Plain => vec![],
+                    Epilogue::BiasGelu => vec![RefStage::BiasCol(bias.clone()), RefStage::Gelu],
+                    Epilogue::BiasResidualLayerNorm => vec![
+                        RefStage::BiasCol(bias.clone()),
+                        RefStage::Residual((0..n).map(|j| pool.at(rr + r, rc + j)).collect()),
+                        RefStage::LayerNorm {
+                            gamma: gamma.clone(),
+                            beta: beta.clone(),
+                            eps: 1e-12,
+                        },
+                    ],
+                    Epilogue::SwiGlu => vec![RefStage::SwiGlu(PairLayout::Interleaved)],
+                };
+                let want = apply_stages(1, n, &acc, &stages, None).unwrap();
+                let row: Vec<f64> = got[(top + r) * c_cols + left..][..width]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect();
+                let tol = if dtype == DType::Bf16 { 1e-2 } else { 2e-3 };
+                let close = compare(&row, &want, tol);
+                worst = worst.max(close.worst);
+                assert!(
+                    close.passed(),
+                    "{label}: row {r}: {close} [{:?}]",
+                    report.plan.map(|p| p.tile)
+                );
+            }
+        }
+        println!(
+            "{ran} of {cases} cases ran and matched the reference (worst element at {worst:.2} \
+             of its bound), {} refused, in {:.1} s",
+            refused.len(),
+            start.elapsed().as_secs_f64()
+        );
+        for r in refused.iter().take(10) {
+            println!("refused: {r}");
+        }
+    }
+}
+
+/// Threads sharing one device.
+mod threads {
+    //! Concurrency stress: 1, 4 and 16 threads share one `Gpu` (and, separately, open one `Gpu`
+    //! each) and mix eager GEMM launches of several epilogues, CUDA-graph captures and replays of
+    //! them, and long-K launches that grow the split-K workspace (eagerly and inside captures).
+    //! Every result is checked in full against the f64 reference; a capture must leave its output
+    //! untouched until the replay, and a replay must see its inputs' current contents.
+    //!
+    //! `FUSED_GEMM_STRESS_OPS` sets the operations per run (default 10,000, split across the
+    //! threads); `FUSED_GEMM_SEED` replays a run. Twenty runs in a row, and two processes at
+    //! once, are a loop over this binary.
+
+    use fused_gemm::device::types::DType;
+    use fused_gemm::host::reference::epilogue::{PairLayout, RefStage, apply_stages, round_slice};
+    use fused_gemm::host::testing::{compare, gpu_or_skip, rng};
+    use fused_gemm::host::{Gpu, Result, Tensor};
+    use fused_gemm::kernels::{blocks, gemm};
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    #[derive(Clone, Copy, Debug)]
+    enum Epilogue {
+        Plain,
+        BiasGelu,
+        BiasResidualLayerNorm,
+        SwiGlu,
+    }
+
+    /// One GEMM's operands on the device and their f64 values.
+    struct Problem {
+        m: usize,
+        n: usize,
+        k: usize,
+        epilogue: Epilogue,
+        a: (Tensor, Vec<f64>),
+        b: (Tensor, Vec<f64>),
+        bias: (Tensor, Vec<f64>),
+        residual: (Tensor, Vec<f64>),
+        gamma: (Tensor, Vec<f64>),
+        beta: (Tensor, Vec<f64>),
+        c: Tensor,
+    }
+
+    fn random(gpu: &Gpu, rng: &mut StdRng, rows: usize, cols: usize) -> (Tensor, Vec<f64>) {
+        let v: Vec<f64> = (0..rows * cols)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let v = round_slice(DType::Bf16, &v);
+        let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        (
+            Tensor::from_f32(gpu, rows, cols, DType::Bf16, &f).unwrap(),
+            v,
+        )
+    }
+
+    impl Problem {
+        /// A small problem (the reference is checked in full), or with `long_k` a narrow one with
+        /// a long K, which the planner splits along K (growing the workspace).
+        fn new(gpu: &Gpu, rng: &mut StdRng, long_k: bool) -> Problem {
+            let epilogue = if long_k {
+                Epilogue::Plain
+            } else {
+                [
+                    Epilogue::Plain,
+                    Epilogue::BiasGelu,
+                    Epilogue::BiasResidualLayerNorm,
+                    Epilogue::SwiGlu,
+                ][rng.random_range(0..4)]
+            };
+            let (m, mut n, k) = if long_k {
+                (
+                    rng.random_range(1..48),
+                    rng.random_range(1..48),
+                    rng.random_range(2048..16384),
+                )
+            } else {
+                (
+                    rng.random_range(1..97),
+                    rng.random_range(1..97),
+                    rng.random_range(1..257),
+                )
+            };
+            if matches!(epilogue, Epilogue::SwiGlu) {
+                n += n % 2;
+            }
+            let width = if matches!(epilogue, Epilogue::SwiGlu) {
+                n / 2
+            } else {
+                n
+            };
+            let mut c = Tensor::zeros(gpu, m, width, DType::Bf16).unwrap();
+            c.poison(gpu).unwrap();
+            Problem {
+                m,
+                n,
+                k,
+                epilogue,
+                a: random(gpu, rng, m, k),
+                b: random(gpu, rng, n, k),
+                bias: random(gpu, rng, 1, n),
+                residual: random(gpu, rng, m, n),
+                gamma: random(gpu, rng, 1, n),
+                beta: random(gpu, rng, 1, n),
+                c,
+            }
+        }
+
+        fn launch(&mut self, gpu: &Gpu) -> Result<()> {
+            let (a, b, c) = (&self.a.0, &self.b.0, &mut self.c);
+            match self.epilogue {
+                Epilogue::Plain => gemm::gemm_bf16(gpu, a, b, c),
+                Epilogue::BiasGelu => blocks::ffn_up_bias_gelu(gpu, a, b, c, &self.bias.0),
+                Epilogue::BiasResidualLayerNorm => blocks::proj_bias_residual_layer_norm(
+                    gpu,
+                    a,
+                    b,
+                    c,
+                    &self.bias.0,
+                    &self.residual.0,
+                    &self.gamma.0,
+                    &self.beta.0,
+                ),
+                Epilogue::SwiGlu => blocks::mlp_up_swiglu(gpu, a, b, c),
+            }
+            .map(|_| ())
+        }
+
+        fn want(&self) -> Vec<f64> {
+            let (m, n, k) = (self.m, self.n, self.k);
+            let (a, b) = (&self.a.1, &self.b.1);
+            let acc: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let (r, j) = (i / n, i % n);
+                    (0..k).map(|kk| a[r * k + kk] * b[j * k + kk]).sum()
+                })
+                .collect();
+            let stages = match self.epilogue {
+                Epilogue::Plain => vec![],
+                Epilogue::BiasGelu => vec![RefStage::BiasCol(self.bias.1.clone()), RefStage::Gelu],
+                Epilogue::BiasResidualLayerNorm => vec![
+                    RefStage::BiasCol(self.bias.1.clone()),
+                    RefStage::Residual(self.residual.1.clone()),
+                    RefStage::LayerNorm {
+                        gamma: self.gamma.1.clone(),
+                        beta: self.beta.1.clone(),
+                        eps: 1e-12,
+                    },
+                ],
+                Epilogue::SwiGlu => vec![RefStage::SwiGlu(PairLayout::Interleaved)],
+            };
+            apply_stages(m, n, &acc, &stages, None).unwrap()
+        }
+
+        fn check(&self, gpu: &Gpu, what: &str) {
+            let got: Vec<f64> = self
+                .c
+                .download_f32(gpu)
+                .unwrap()
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let close = compare(&got, &self.want(), 1e-2);
+            assert!(
+                close.passed(),
+                "{what}: {:?} {}x{}x{}: {close}",
+                self.epilogue,
+                self.m,
+                self.n,
+                self.k
+            );
+        }
+
+        fn still_poisoned(&self, gpu: &Gpu) -> bool {
+            self.c.download_f32(gpu).unwrap().iter().all(|v| v.is_nan())
+        }
+    }
+
+    /// One thread's share of a run: eager launches, captures with replays, long-K launches.
+    fn worker(gpu: &Gpu, seed: u64, ops: usize) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut done = 0;
+        while done < ops {
+            match rng.random_range(0..10) {
+                0..5 => {
+                    let mut p = Problem::new(gpu, &mut rng, false);
+                    p.launch(gpu).unwrap();
+                    p.check(gpu, "eager launch");
+                    done += 1;
+                }
+                5..8 => {
+                    let mut ps: Vec<Problem> = (0..rng.random_range(1..4))
+                        .map(|_| {
+                            let long_k = rng.random_bool(0.2);
+                            Problem::new(gpu, &mut rng, long_k)
+                        })
+                        .collect();
+                    let graph = gpu
+                        .capture(|g| ps.iter_mut().try_for_each(|p| p.launch(g)))
+                        .unwrap();
+                    assert!(
+                        ps.iter().all(|p| p.still_poisoned(gpu)),
+                        "a captured launch ran before its replay"
+                    );
+                    graph.replay().unwrap();
+                    ps.iter().for_each(|p| p.check(gpu, "replay"));
+                    // A replay reads its inputs' current contents.
+                    let (fresh, values) = random(gpu, &mut rng, ps[0].m, ps[0].k);
+                    let f = fresh.download_f32(gpu).unwrap();
+                    ps[0].a.0.upload_f32(gpu, &f).unwrap();
+                    ps[0].a.1 = values;
+                    graph.replay().unwrap();
+                    ps.iter()
+                        .for_each(|p| p.check(gpu, "replay after refilling A"));
+                    done += 2 * ps.len();
+                }
+                _ => {
+                    let mut p = Problem::new(gpu, &mut rng, true);
+                    p.launch(gpu).unwrap();
+                    p.check(gpu, "long-K launch");
+                    done += 1;
+                }
+            }
+        }
+    }
+
+    fn ops_per_run() -> usize {
+        std::env::var("FUSED_GEMM_STRESS_OPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10_000)
+    }
+
+    fn run(test: &str, threads: usize, one_gpu: bool) {
+        let Some(gpu) = gpu_or_skip(test) else {
+            return;
+        };
+        let seed: u64 = rng(test).random();
+        let ops = ops_per_run();
+        let start = std::time::Instant::now();
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let gpu = &gpu;
+                s.spawn(move || {
+                    let own;
+                    let g = if one_gpu {
+                        gpu
+                    } else {
+                        own = Gpu::new(0).unwrap();
+                        &own
+                    };
+                    worker(g, seed.wrapping_add(t as u64), ops.div_ceil(threads));
+                });
+            }
+        });
+        println!(
+            "{test}: {threads} thread(s), {} GPU handle(s), {ops} operations in {:.1} s",
+            if one_gpu {
+                "one shared"
+            } else {
+                "one per thread"
+            },
+            start.elapsed().as_secs_f64()
+        );
+    }
+
+    #[test]
+    fn one_thread() {
+        run("stress_1", 1, true);
+    }
+
+    #[test]
+    fn four_threads_share_one_gpu() {
+        run("stress_4_shared", 4, true);
+    }
+
+    #[test]
+    fn sixteen_threads_share_one_gpu() {
+        run("stress_16_shared", 16, true);
+    }
+
+    #[test]
+    fn four_threads_one_gpu_each() {
+        run("stress_4_own", 4, false);
+    }
+
+    #[test]
+    fn sixteen_threads_one_gpu_each() {
+        run("stress_16_own", 16, false);
+    }
+}
