@@ -18,7 +18,7 @@ use fused_gemm_device::types::DType;
 use crate::driver_ext::tensor_map::{self, DataType, Interleave, L2Promotion, OobFill, Swizzle};
 use crate::tensor::MatrixDesc;
 use crate::validate::{Checked, GemmCall, Operand};
-use crate::{Gpu, Result};
+use crate::{Error, Gpu, Result};
 
 /// The key of an M×N matrix of `dtype` shaped like the output (C or `residual`), moved in boxes
 /// of 64 × 64 ([`sm90::EPI_COLS`] columns, a consumer warpgroup's 64 rows), or `None` where TMA
@@ -101,12 +101,67 @@ impl MapKey {
         }
     }
 
+    /// Checks the rules of `cuTensorMapEncodeTiled` (CUDA Driver API, "Tensor Map Object
+    /// Management") that [`MapKey::encode`] relies on, so that a map TMA cannot describe is a
+    /// typed error naming the rule rather than the driver's `CUDA_ERROR_INVALID_VALUE`: a
+    /// 16-byte aligned base, dimensions in 1..=2³², a row stride that is a multiple of 16
+    /// bytes below 2⁴⁰, box rows in 1..=256, and an inner box (64 elements) of at most the
+    /// 128 bytes of the 128-byte swizzle.
+    ///
+    /// # Errors
+    /// [`Error::Misaligned`] for the base or the stride; [`Error::TooLarge`] for the
+    /// dimensions, the stride and the box; [`Error::InvalidArgument`] for an empty dimension or
+    /// box.
+    pub fn check(&self) -> Result<()> {
+        const ARG: &str = "tensor map";
+        let misaligned = |what, actual| Error::Misaligned {
+            arg: ARG,
+            what,
+            align: 16,
+            actual,
+        };
+        let too_large = |max: u64, actual: u64| Error::TooLarge {
+            arg: ARG,
+            max,
+            actual,
+        };
+        if !self.ptr.is_multiple_of(16) {
+            return Err(misaligned("address", self.ptr));
+        }
+        if !self.stride_bytes.is_multiple_of(16) {
+            return Err(misaligned("row stride (bytes)", self.stride_bytes));
+        }
+        if self.stride_bytes >= 1 << 40 {
+            return Err(too_large((1 << 40) - 16, self.stride_bytes));
+        }
+        for dim in [self.k, self.rows] {
+            if dim == 0 {
+                return Err(Error::invalid(ARG, "dimensions of at least 1", dim));
+            }
+            if dim > 1 << 32 {
+                return Err(too_large(1 << 32, dim));
+            }
+        }
+        if self.box_rows == 0 {
+            return Err(Error::invalid(ARG, "box rows in 1..=256", self.box_rows));
+        }
+        if self.box_rows > 256 {
+            return Err(too_large(256, self.box_rows as u64));
+        }
+        let inner_bytes = fused_gemm_device::gemm::sm90::BK as u64 * self.dtype.size() as u64;
+        if inner_bytes > 128 {
+            return Err(too_large(128, inner_bytes));
+        }
+        Ok(())
+    }
+
     /// Encodes the map: dimensions (K, rows), 128-byte swizzle, boxes of 64 × `box_rows`,
     /// zeros outside the matrix, 256-byte L2 promotion.
     ///
     /// # Errors
-    /// The driver's `CUDA_ERROR_INVALID_VALUE` for a shape TMA cannot describe.
+    /// [`MapKey::check`]'s errors; the driver's error for anything else it refuses.
     pub fn encode(&self) -> Result<tensor_map::TensorMap> {
+        self.check()?;
         let data_type = match self.dtype {
             DType::Bf16 => DataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             DType::F16 => DataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -269,6 +324,59 @@ mod tests {
         // C 8 bytes off 16: no map for C, so the ring is off whatever the residual.
         assert_eq!(keys_at(0x3000_0008, &one, None), (Some(want), false));
         assert_eq!(keys_at(0x3000_0008, &[], None), (None, false));
+    }
+
+    #[test]
+    fn maps_tma_cannot_describe_are_refused_before_the_driver() {
+        let ok = MapKey::new(0x1000, DType::Bf16, 768, 4096, 768, 128);
+        assert!(ok.check().is_ok());
+        let cases = [
+            (
+                MapKey::new(0x1008, DType::Bf16, 768, 4096, 768, 128),
+                "Misaligned",
+            ),
+            (
+                MapKey::new(0x1000, DType::Bf16, 767, 4096, 767, 128),
+                "Misaligned",
+            ),
+            (
+                MapKey::new(0x1000, DType::Bf16, 768, 4096, 1 << 40, 128),
+                "TooLarge",
+            ),
+            (
+                MapKey::new(0x1000, DType::Bf16, 0, 4096, 768, 128),
+                "InvalidArgument",
+            ),
+            (
+                MapKey::new(0x1000, DType::Bf16, 768, (1 << 32) + 1, 768, 128),
+                "TooLarge",
+            ),
+            (
+                MapKey::new(0x1000, DType::Bf16, 768, 4096, 768, 0),
+                "InvalidArgument",
+            ),
+            (
+                MapKey::new(0x1000, DType::Bf16, 768, 4096, 768, 257),
+                "TooLarge",
+            ),
+            // 64 f32 columns are 256 bytes, wider than the 128-byte swizzle.
+            (
+                MapKey::new(0x1000, DType::F32, 768, 4096, 768, 128),
+                "TooLarge",
+            ),
+        ];
+        for (key, want) in cases {
+            let e = key.check().unwrap_err();
+            let got = match e {
+                Error::Misaligned { .. } => "Misaligned",
+                Error::TooLarge { .. } => "TooLarge",
+                Error::InvalidArgument { .. } => "InvalidArgument",
+                _ => "other",
+            };
+            assert_eq!(got, want, "{key:?}: {e}");
+            // Refused before any driver call: no GPU is needed to get here.
+            assert!(matches!(key.encode(), Err(ref e2) if e2.to_string() == e.to_string()));
+        }
     }
 
     #[test]
