@@ -1,6 +1,5 @@
 //! [`Gpu`]: one device, its primary context, a stream, and the modules loaded on it.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
@@ -85,78 +84,122 @@ impl Drop for Shared {
     }
 }
 
-/// Stream captures in progress in this process, per CUDA context handle. Every [`Gpu`] of a
-/// device shares its primary context, and a context-wide synchronize (`cuCtxSynchronize`, also
-/// made by cudarc when a context gets its first extra stream) while any thread captures
-/// invalidates that capture; such calls go through [`outside_captures`].
-static CAPTURES: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
-/// Notified whenever a capture ends.
-static CAPTURE_ENDED: Condvar = Condvar::new();
+/// Per CUDA context handle, what this process is doing with it: every [`Gpu`] of a device
+/// shares its primary context, and a context-wide synchronize (`cuCtxSynchronize`, also made by
+/// cudarc when a `CudaContext` gets its first extra stream) while any thread captures
+/// invalidates that capture. Such calls go through [`outside_captures`].
+#[derive(Default)]
+struct ContextUse {
+    /// Stream captures in progress ([`CaptureInProgress`]).
+    captures: usize,
+    /// [`outside_captures`] calls running their synchronize: no capture begins meanwhile.
+    syncing: usize,
+}
+
+static CONTEXTS: Mutex<BTreeMap<usize, ContextUse>> = Mutex::new(BTreeMap::new());
+/// Notified whenever a capture or a synchronize ends.
+static CONTEXT_CHANGED: Condvar = Condvar::new();
 
 /// The longest [`outside_captures`] waits. A capture records launches and takes milliseconds;
 /// one whose closure waits for the waiting thread would otherwise never end.
 const CAPTURE_WAIT: Duration = Duration::from_secs(30);
 
 thread_local! {
-    /// Captures this thread has begun and not ended.
-    static CAPTURING_HERE: Cell<usize> = const { Cell::new(0) };
+    /// The contexts of the captures this thread has begun and not ended, one entry each.
+    static CAPTURING_HERE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn captures() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
-    CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
+fn contexts() -> std::sync::MutexGuard<'static, BTreeMap<usize, ContextUse>> {
+    CONTEXTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Drops `key`'s entry once nothing uses it, and wakes the waiters.
+fn release(mut map: std::sync::MutexGuard<'static, BTreeMap<usize, ContextUse>>, key: usize) {
+    if map
+        .get(&key)
+        .is_some_and(|u| u.captures == 0 && u.syncing == 0)
+    {
+        map.remove(&key);
+    }
+    drop(map);
+    CONTEXT_CHANGED.notify_all();
 }
 
 /// One stream capture in progress on a context, from before `cuStreamBeginCapture` until
-/// after `cuStreamEndCapture`: [`outside_captures`] waits for it to be dropped.
+/// after `cuStreamEndCapture`: [`outside_captures`] on other threads waits for it to be
+/// dropped.
 pub(crate) struct CaptureInProgress {
     key: usize,
 }
 
 impl CaptureInProgress {
+    /// Registers a capture on `ctx`, once no synchronize of it is running.
     pub(crate) fn begin(ctx: &CudaContext) -> CaptureInProgress {
         Self::begin_keyed(ctx.cu_ctx() as usize)
     }
 
     fn begin_keyed(key: usize) -> CaptureInProgress {
-        *captures().entry(key).or_default() += 1;
-        CAPTURING_HERE.with(|c| c.set(c.get() + 1));
+        let map = contexts();
+        let mut map = CONTEXT_CHANGED
+            .wait_while(map, |m| m.get(&key).is_some_and(|u| u.syncing > 0))
+            .unwrap_or_else(|e| e.into_inner());
+        map.entry(key).or_default().captures += 1;
+        drop(map);
+        CAPTURING_HERE.with(|c| c.borrow_mut().push(key));
         CaptureInProgress { key }
     }
 }
 
 impl Drop for CaptureInProgress {
     fn drop(&mut self) {
-        let mut map = captures();
-        if let Some(n) = map.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.key);
+        CAPTURING_HERE.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some(i) = c.iter().rposition(|&k| k == self.key) {
+                c.swap_remove(i);
             }
+        });
+        let mut map = contexts();
+        if let Some(u) = map.get_mut(&self.key) {
+            u.captures = u.captures.saturating_sub(1);
         }
-        drop(map);
-        CAPTURING_HERE.with(|c| c.set(c.get().saturating_sub(1)));
-        CAPTURE_ENDED.notify_all();
+        release(map, self.key);
     }
 }
 
-/// Runs `f`, a call that synchronizes all of `ctx` (see [`CAPTURES`]), once no stream of the
-/// context is being captured, and keeps new captures from beginning until it returns. On a
-/// thread that is itself capturing, `f` runs at once: waiting would never end, and the
-/// driver's error reaches the caller. After [`CAPTURE_WAIT`], `f` runs regardless.
+/// Runs `f`, a call that synchronizes all of `ctx` (see [`ContextUse`]), once no stream of
+/// the context is being captured, and keeps captures of it from beginning until `f` returns.
+/// On a thread that is itself capturing on `ctx`, `f` runs at once: waiting would never end
+/// (the driver then invalidates that capture, whose end reports it). After [`CAPTURE_WAIT`],
+/// `f` runs regardless.
 pub(crate) fn outside_captures<T>(ctx: &CudaContext, f: impl FnOnce() -> T) -> T {
-    outside_captures_keyed(ctx.cu_ctx() as usize, CAPTURE_WAIT, f)
+    outside_captures_keyed(ctx.cu_ctx() as usize, CAPTURE_WAIT, || true, f)
 }
 
-fn outside_captures_keyed<T>(key: usize, patience: Duration, f: impl FnOnce() -> T) -> T {
-    if CAPTURING_HERE.with(Cell::get) > 0 {
+/// [`outside_captures`] for a call that synchronizes only while `needed()` holds: the wait
+/// ends as soon as it no longer does.
+fn outside_captures_keyed<T>(
+    key: usize,
+    patience: Duration,
+    needed: impl Fn() -> bool,
+    f: impl FnOnce() -> T,
+) -> T {
+    if CAPTURING_HERE.with(|c| c.borrow().contains(&key)) {
         return f();
     }
-    let map = captures();
-    let (map, _timed_out) = CAPTURE_ENDED
-        .wait_timeout_while(map, patience, |m| m.contains_key(&key))
+    let map = contexts();
+    let (mut map, _timed_out) = CONTEXT_CHANGED
+        .wait_timeout_while(map, patience, |m| {
+            needed() && m.get(&key).is_some_and(|u| u.captures > 0)
+        })
         .unwrap_or_else(|e| e.into_inner());
-    let out = f();
+    map.entry(key).or_default().syncing += 1;
     drop(map);
+    let out = f();
+    let mut map = contexts();
+    if let Some(u) = map.get_mut(&key) {
+        u.syncing = u.syncing.saturating_sub(1);
+    }
+    release(map, key);
     out
 }
 
@@ -308,22 +351,35 @@ impl Gpu {
     /// A new stream on this device.
     ///
     /// Note: the first extra stream switches cudarc into multi-stream mode, where buffers
-    /// passed to launches record events so that other streams wait for them. cudarc
-    /// synchronizes the context then, so that first call waits while another thread captures
-    /// a graph on this device; the first stream is kept for the `Gpu`'s lifetime so that this
-    /// happens once.
+    /// passed to launches record events so that other streams wait for them.
     pub fn new_stream(&self) -> Result<Stream> {
+        self.keep_first_stream()?;
+        Ok(Stream {
+            inner: self.shared.ctx.new_stream()?,
+        })
+    }
+
+    /// Makes the context's first extra stream, once per `Gpu` and kept for its lifetime:
+    /// cudarc synchronizes the whole context when it makes a `CudaContext`'s first stream, so
+    /// this waits while another thread captures a graph on the device. Later streams are
+    /// made without synchronizing.
+    pub(crate) fn keep_first_stream(&self) -> Result<()> {
         let (ctx, first) = (&self.shared.ctx, &self.shared.first_stream);
-        let inner = if first.get().is_some() {
-            ctx.new_stream()?
-        } else {
-            outside_captures(ctx, || {
-                let s = ctx.new_stream()?;
-                let _ = first.set(s.clone());
-                Ok::<_, Error>(s)
-            })?
-        };
-        Ok(Stream { inner })
+        if first.get().is_some() {
+            return Ok(());
+        }
+        let key = ctx.cu_ctx() as usize;
+        outside_captures_keyed(
+            key,
+            CAPTURE_WAIT,
+            || first.get().is_none(),
+            || {
+                if first.get().is_none() {
+                    let _ = first.set(ctx.new_stream()?);
+                }
+                Ok(())
+            },
+        )
     }
 
     /// A handle to the same device (same caches) whose launches, uploads and downloads go to
@@ -594,27 +650,98 @@ mod tests {
         };
         began_rx.recv().unwrap();
         // Another context does not wait; this one waits for the capture's end.
-        assert!(outside_captures_keyed(OTHER_KEY, CAPTURE_WAIT, || !ended.load(Ordering::SeqCst)));
-        assert!(outside_captures_keyed(KEY, CAPTURE_WAIT, || ended.load(Ordering::SeqCst)));
+        assert!(outside_captures_keyed(
+            OTHER_KEY,
+            CAPTURE_WAIT,
+            || true,
+            || { !ended.load(Ordering::SeqCst) }
+        ));
+        assert!(outside_captures_keyed(
+            KEY,
+            CAPTURE_WAIT,
+            || true,
+            || { ended.load(Ordering::SeqCst) }
+        ));
         capturing.join().unwrap();
-        assert!(!captures().contains_key(&KEY));
+        assert!(!contexts().contains_key(&KEY));
+    }
+
+    #[test]
+    fn captures_wait_for_a_running_synchronize_and_waits_are_per_context() {
+        let (k1, k2) = (KEY + 0x200, KEY + 0x300);
+        // A capture on k1 here: a synchronize of k2 on this thread still waits for k2's
+        // capture on another thread, and one that is no longer needed does not wait.
+        let mine = CaptureInProgress::begin_keyed(k1);
+        let (began_tx, began_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let c = CaptureInProgress::begin_keyed(k2);
+            began_tx.send(()).unwrap();
+            end_rx.recv().unwrap();
+            drop(c);
+        });
+        began_rx.recv().unwrap();
+        let t = Instant::now();
+        outside_captures_keyed(k2, Duration::from_millis(150), || true, || ());
+        assert!(t.elapsed() >= Duration::from_millis(150));
+        let t = Instant::now();
+        outside_captures_keyed(k2, CAPTURE_WAIT, || false, || ());
+        assert!(t.elapsed() < Duration::from_secs(1));
+        end_tx.send(()).unwrap();
+        other.join().unwrap();
+        drop(mine);
+        // A capture does not begin while a synchronize of its context runs.
+        let synced = Arc::new(AtomicBool::new(false));
+        let (in_sync_tx, in_sync_rx) = std::sync::mpsc::channel();
+        let syncing = {
+            let synced = synced.clone();
+            std::thread::spawn(move || {
+                outside_captures_keyed(
+                    k1,
+                    CAPTURE_WAIT,
+                    || true,
+                    || {
+                        in_sync_tx.send(()).unwrap();
+                        std::thread::sleep(Duration::from_millis(200));
+                        synced.store(true, Ordering::SeqCst);
+                    },
+                )
+            })
+        };
+        in_sync_rx.recv().unwrap();
+        let c = CaptureInProgress::begin_keyed(k1);
+        assert!(
+            synced.load(Ordering::SeqCst),
+            "a capture began during a synchronize"
+        );
+        drop(c);
+        syncing.join().unwrap();
+        assert!(!contexts().contains_key(&k1) && !contexts().contains_key(&k2));
     }
 
     #[test]
     fn a_capturing_thread_does_not_wait_for_itself_and_waits_are_bounded() {
         let capture = CaptureInProgress::begin_keyed(KEY + 0x100);
         let t = Instant::now();
-        assert_eq!(outside_captures_keyed(KEY + 0x100, CAPTURE_WAIT, || 7), 7);
+        assert_eq!(
+            outside_captures_keyed(KEY + 0x100, CAPTURE_WAIT, || true, || 7),
+            7
+        );
         assert!(t.elapsed() < Duration::from_secs(1));
         // Another thread gives up after its patience and runs the call anyway.
         let waited = std::thread::spawn(|| {
             let t = Instant::now();
-            outside_captures_keyed(KEY + 0x100, Duration::from_millis(100), || t.elapsed())
+            outside_captures_keyed(
+                KEY + 0x100,
+                Duration::from_millis(100),
+                || true,
+                || t.elapsed(),
+            )
         })
         .join()
         .unwrap();
         assert!(waited >= Duration::from_millis(100), "{waited:?}");
         drop(capture);
-        assert!(!captures().contains_key(&(KEY + 0x100)));
+        assert!(!contexts().contains_key(&(KEY + 0x100)));
     }
 }

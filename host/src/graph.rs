@@ -97,7 +97,11 @@ impl Gpu {
     /// The closure's error (the partial capture is discarded); [`Error::Capture`] when the
     /// driver invalidates the capture or returns no graph; driver errors.
     pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
-        let stream = self.new_stream()?.inner;
+        // The context's first stream is made (and kept) before the capture; the capture's own
+        // stream, made after it, does not synchronize the context and is dropped with the
+        // graph (or at once, when the closure fails).
+        self.keep_first_stream()?;
+        let stream = self.context().new_stream()?;
         let in_progress = CaptureInProgress::begin(self.context());
         let tracking = Tracking::begin(self);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;

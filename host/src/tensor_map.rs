@@ -235,7 +235,7 @@ impl TensorMapCache {
         let stream = match &self.stream {
             Some(s) => s.clone(),
             None => {
-                let s = gpu.context().new_stream()?;
+                let s = gpu.new_stream()?.inner;
                 self.stream = Some(s.clone());
                 s
             }
