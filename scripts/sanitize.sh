@@ -9,9 +9,13 @@
 #   SANITIZE_TOOLS     tools to run (default "memcheck racecheck synccheck initcheck")
 #   SANITIZE_TIMEOUT   seconds per binary and tool (default 1800)
 #   SANITIZE_LOGS      folder for the full logs (default a temporary one, printed)
-# Tests a tool cannot run are listed in sanitize.exclude beside this script, one per line:
+# A finding is an error of memcheck, synccheck or initcheck, or a racecheck error or warning.
+# The stress binary runs smaller under the tools (FUSED_GEMM_FUZZ_CASES 100,
+# FUSED_GEMM_STRESS_OPS 400, unless set). Tests a tool cannot run are listed in
+# sanitize.exclude beside this script, one per line:
 #   tool binary test-name reason...
-# and are skipped (libtest's --skip) and printed with their reason in the summary.
+# and are skipped (libtest's --skip, which matches substrings of test names) and printed with
+# their reason in the summary.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bundle="${1:-$here}"
@@ -21,6 +25,8 @@ logs="${SANITIZE_LOGS:-$(mktemp -d)}"
 mkdir -p "$logs"
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export FUSED_GEMM_REQUIRE_GPU=1
+export FUSED_GEMM_FUZZ_CASES="${FUSED_GEMM_FUZZ_CASES:-100}"
+export FUSED_GEMM_STRESS_OPS="${FUSED_GEMM_STRESS_OPS:-400}"
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 if [ ! -x "$sanitizer" ]; then
     echo "sanitize.sh: compute-sanitizer not found (PATH or /usr/local/cuda/bin)" >&2
@@ -48,14 +54,15 @@ for tool in $tools; do
         extra=()
         [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
         # shellcheck disable=SC2086
-        timeout "${SANITIZE_TIMEOUT:-1800}" "$sanitizer" --tool "$tool" "${extra[@]}" \
-            --print-limit 20 "$bin" --test-threads=1 ${filter:+"$filter"} "${skips[@]}" \
+        timeout "${SANITIZE_TIMEOUT:-1800}" "$sanitizer" --tool "$tool" ${extra[@]+"${extra[@]}"} \
+            --print-limit 20 "$bin" --test-threads=1 ${filter:+"$filter"} ${skips[@]+"${skips[@]}"} \
             > "$log" 2>&1
         status=$?
-        # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors";
-        # racecheck: "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
-        errors="$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p' "$log" | tail -1)"
-        hazards="$(sed -nE 's/.*RACECHECK SUMMARY: .*\(([0-9]+) error.*/\1/p' "$log" | tail -1)"
+        # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors" (a second line past the
+        # print limit says how many were not printed); racecheck: "RACECHECK SUMMARY: N hazards
+        # displayed (E errors, W warnings)".
+        errors="$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) errors?$/\1/p' "$log" | tail -1)"
+        hazards="$(sed -nE 's/.*RACECHECK SUMMARY: .*\(([0-9]+) errors?, ([0-9]+) warnings?\).*/\1 + \2/p' "$log" | tail -1)"
         n=$(( ${errors:-0} + ${hazards:-0} ))
         tests="$(grep -E '^test result: ' "$log" | tail -1 | sed -E 's/^test result: //')"
         if [ "$status" = 124 ]; then
@@ -68,7 +75,7 @@ for tool in $tools; do
             verdict="clean"
         fi
         rows+=("$(printf '%-10s %-20s %-45s %s' "$tool" "$name" "$verdict" "${tests:-no test result}")")
-        echo "${rows[-1]}"
+        echo "${rows[${#rows[@]}-1]}"
     done
 done
 
