@@ -400,15 +400,34 @@ mod tests {
     #[test]
     fn shared_memory_regions_are_disjoint_and_allocated() {
         use fused_gemm_device::gemm::sm90::{
-            BIAS_BYTES, NORM_XCHG_BYTES, STAGING_BYTES, bias_offset, norm_xchg_offset,
-            residual_bar, smem_bytes_row_norm, smem_bytes_staged, stage_bytes, staging_offset,
+            BIAS_BYTES, NORM_XCHG_BYTES, STAGING_BYTES, bias_offset, empty_bar, full_bar,
+            norm_xchg_offset, residual_bar, smem_bytes_row_norm, smem_bytes_staged, stage_bytes,
+            staging_offset, turn_bar, xchg_bar,
         };
         for t in TILES_SM90 {
             let (s, ring) = (t.stages, t.stages * stage_bytes(t));
             let common = [
                 ("ring", 0, ring),
-                // full and empty per stage, two turn, two exchange mbarriers or tail flags.
-                ("mbarriers", ring, ring + 16 * s + 32),
+                (
+                    "full mbarriers",
+                    ring + full_bar(0),
+                    ring + full_bar(s - 1) + 8,
+                ),
+                (
+                    "empty mbarriers",
+                    ring + empty_bar(s, 0),
+                    ring + empty_bar(s, s - 1) + 8,
+                ),
+                (
+                    "turn mbarriers",
+                    ring + turn_bar(s, 0),
+                    ring + turn_bar(s, 1) + 8,
+                ),
+                (
+                    "exchange mbarriers or tail flags",
+                    ring + xchg_bar(s, 0),
+                    ring + xchg_bar(s, 1) + 8,
+                ),
                 (
                     "residual mbarriers",
                     ring + residual_bar(s, 0, 0),

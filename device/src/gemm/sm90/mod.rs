@@ -309,6 +309,29 @@ pub const MAX_NORM_CLUSTER: u32 = 8;
 /// of [`MAX_NORM_CLUSTER`] × 128 rows × (count, mean, M2, pad) f32.
 pub const NORM_XCHG_BYTES: u32 = 2 * MAX_NORM_CLUSTER * 128 * 16;
 
+/// Byte offset, from the end of the ring, of the mbarrier on which stage `s`'s copies
+/// complete ([`SharedMem`]'s `full`).
+pub const fn full_bar(s: u32) -> u32 {
+    8 * s
+}
+
+/// Byte offset, from the end of the ring, of the mbarrier on which the consumers release stage
+/// `s` of a ring of `stages`.
+pub const fn empty_bar(stages: u32, s: u32) -> u32 {
+    8 * (stages + s)
+}
+
+/// Byte offset, from the end of the ring, of ping-pong warpgroup `c`'s turn mbarrier.
+pub const fn turn_bar(stages: u32, c: u32) -> u32 {
+    8 * (2 * stages + c)
+}
+
+/// Byte offset, from the end of the ring, of a row-norm cluster's exchange mbarrier `p` (0 or
+/// 1); a split tail keeps its two consumer warpgroups' `u32` flags there instead.
+pub const fn xchg_bar(stages: u32, p: u32) -> u32 {
+    8 * (2 * stages + 2 + p)
+}
+
 /// Byte offset, from the end of the ring, of the mbarrier on which residual chunk copies into
 /// staging buffer `b` (0 or 1) of consumer warpgroup `c` complete ([`Sm90Args::tmap_r`]): after
 /// the full, empty, turn and exchange barriers, in the padding before [`staging_offset`].
@@ -491,26 +514,26 @@ impl<const STAGES: u32> SharedMem<STAGES> {
     /// The mbarrier on which stage `s`'s copies complete.
     #[inline(always)]
     fn full(&self, s: u32) -> u32 {
-        self.base + self.ring_bytes() + 8 * s
+        self.base + self.ring_bytes() + full_bar(s)
     }
 
     /// The mbarrier on which the consumers release stage `s`.
     #[inline(always)]
     fn empty(&self, s: u32) -> u32 {
-        self.base + self.ring_bytes() + 8 * (STAGES + s)
+        self.base + self.ring_bytes() + empty_bar(STAGES, s)
     }
 
     /// Ping-pong: `turn[c]` completes a phase when the other warpgroup has issued its last
     /// k-tile (one arrival per warp), handing the tensor cores to warpgroup `c`.
     #[inline(always)]
     fn turn(&self, c: u32) -> u32 {
-        self.base + self.ring_bytes() + 8 * (2 * STAGES + c)
+        self.base + self.ring_bytes() + turn_bar(STAGES, c)
     }
 
     /// A row-norm cluster's exchange mbarrier of buffer `p` (0 or 1).
     #[inline(always)]
     fn xchg_bar(&self, p: u32) -> u32 {
-        self.base + self.ring_bytes() + 8 * (2 * STAGES + 2 + p)
+        self.base + self.ring_bytes() + xchg_bar(STAGES, p)
     }
 
     /// Byte offset of a row-norm cluster's exchange buffers ([`norm_xchg_offset`]).
@@ -528,7 +551,7 @@ impl<const STAGES: u32> SharedMem<STAGES> {
     unsafe fn tail_flag(&self, c: u32) -> *mut u32 {
         let flag = self
             .ptr
-            .add((self.ring_bytes() + 8 * (2 * STAGES + 2) + 4 * c) as usize);
+            .add((self.ring_bytes() + xchg_bar(STAGES, 0) + 4 * c) as usize);
         flag as *mut u32
     }
 
