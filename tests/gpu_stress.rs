@@ -2,6 +2,94 @@
 //! one device at once ([`threads`]), each result against the f64 reference. One binary for
 //! both, so that the test build links one more executable, not two.
 
+use fused_gemm::device::types::DType;
+use fused_gemm::host::kernel::AsMatrix;
+use fused_gemm::host::reference::epilogue::{PairLayout, RefStage};
+use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
+use fused_gemm::kernels::{blocks, gemm};
+
+/// The epilogues both tests launch, through the built-in launchers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Epilogue {
+    Plain,
+    BiasGelu,
+    BiasResidualLayerNorm,
+    SwiGlu,
+}
+
+impl Epilogue {
+    const ALL: [Epilogue; 4] = [
+        Epilogue::Plain,
+        Epilogue::BiasGelu,
+        Epilogue::BiasResidualLayerNorm,
+        Epilogue::SwiGlu,
+    ];
+
+    /// Columns of C for a GEMM of N columns.
+    fn width(self, n: usize) -> usize {
+        if self == Epilogue::SwiGlu { n / 2 } else { n }
+    }
+
+    /// The f64 stages of the epilogue; `residual` gives the rows of R the reference covers.
+    fn stages(
+        self,
+        bias: &[f64],
+        residual: impl FnOnce() -> Vec<f64>,
+        gamma: &[f64],
+        beta: &[f64],
+    ) -> Vec<RefStage> {
+        match self {
+            Epilogue::Plain => vec![],
+            Epilogue::BiasGelu => vec![RefStage::BiasCol(bias.to_vec()), RefStage::Gelu],
+            Epilogue::BiasResidualLayerNorm => vec![
+                RefStage::BiasCol(bias.to_vec()),
+                RefStage::Residual(residual()),
+                RefStage::LayerNorm {
+                    gamma: gamma.to_vec(),
+                    beta: beta.to_vec(),
+                    eps: 1e-12,
+                },
+            ],
+            Epilogue::SwiGlu => vec![RefStage::SwiGlu(PairLayout::Interleaved)],
+        }
+    }
+
+    /// Launches the epilogue's built-in kernel for `dtype` inputs (bf16 or f16), B stored N×K
+    /// (`b_col`) or K×N, C in `out` (f32 only for the plain bf16 GEMM); `(bias, residual,
+    /// gamma, beta)` are read by the epilogues that use them.
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        self,
+        g: &Gpu,
+        (dtype, b_col, out): (DType, bool, DType),
+        a: &impl AsMatrix,
+        b: &impl AsMatrix,
+        c: &mut impl AsMatrix,
+        (bias, residual, gamma, beta): (&Tensor, &impl AsMatrix, &Tensor, &Tensor),
+    ) -> Result<LaunchReport> {
+        let bf16 = dtype == DType::Bf16;
+        match self {
+            Epilogue::Plain => match (bf16, b_col, out) {
+                (true, true, DType::F32) => gemm::gemm_bf16_f32(g, a, b, c),
+                (true, true, _) => gemm::gemm_bf16(g, a, b, c),
+                (true, false, _) => gemm::gemm_bf16_brow(g, a, b, c),
+                (false, true, _) => gemm::gemm_f16(g, a, b, c),
+                (false, false, _) => gemm::gemm_f16_brow(g, a, b, c),
+            },
+            Epilogue::BiasGelu if bf16 => blocks::ffn_up_bias_gelu(g, a, b, c, bias),
+            Epilogue::BiasGelu => blocks::ffn_up_bias_gelu_f16(g, a, b, c, bias),
+            Epilogue::BiasResidualLayerNorm if bf16 => {
+                blocks::proj_bias_residual_layer_norm(g, a, b, c, bias, residual, gamma, beta)
+            }
+            Epilogue::BiasResidualLayerNorm => {
+                blocks::proj_bias_residual_layer_norm_f16(g, a, b, c, bias, residual, gamma, beta)
+            }
+            Epilogue::SwiGlu if bf16 => blocks::mlp_up_swiglu(g, a, b, c),
+            Epilogue::SwiGlu => blocks::mlp_up_swiglu_f16(g, a, b, c),
+        }
+    }
+}
+
 /// Random GEMM shapes, offsets and epilogues.
 mod shapes {
     //! GPU shape fuzz: random GEMMs through the public launchers against the f64 reference.
@@ -19,11 +107,11 @@ mod shapes {
     //! `FUSED_GEMM_SEED` replays a run (the seed is printed first); `FUSED_GEMM_FUZZ_CASES`
     //! sets the number of cases (default 2,000).
 
+    use super::Epilogue;
     use fused_gemm::device::types::DType;
-    use fused_gemm::host::reference::epilogue::{PairLayout, RefStage, apply_stages, round_slice};
+    use fused_gemm::host::reference::epilogue::{apply_stages, round_slice};
     use fused_gemm::host::testing::{compare, gpu_or_skip, rng};
     use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
-    use fused_gemm::kernels::{blocks, gemm};
     use rand::RngExt;
     use rand::rngs::StdRng;
 
@@ -35,14 +123,6 @@ mod shapes {
         1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 383, 384,
         511, 513, 767, 768, 1023, 1025, 2047, 2048, 2049, 3071, 3072, 4095, 4096, 4097, 5000,
     ];
-
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    enum Epilogue {
-        Plain,
-        BiasGelu,
-        BiasResidualLayerNorm,
-        SwiGlu,
-    }
 
     /// One operand pool: a POOL × POOL buffer of values in [-1, 1) and its host copy.
     struct Pool {
@@ -116,12 +196,7 @@ mod shapes {
                 let (d, p) = &pools[rng.random_range(0..pools.len())];
                 (*d, p)
             };
-            let epilogue = [
-                Epilogue::Plain,
-                Epilogue::BiasGelu,
-                Epilogue::BiasResidualLayerNorm,
-                Epilogue::SwiGlu,
-            ][rng.random_range(0..4)];
+            let epilogue = Epilogue::ALL[rng.random_range(0..Epilogue::ALL.len())];
             let b_col = epilogue != Epilogue::Plain || rng.random_bool(0.5);
             let f32_out = epilogue == Epilogue::Plain
                 && b_col
@@ -133,11 +208,7 @@ mod shapes {
             if epilogue == Epilogue::SwiGlu {
                 n = (n + n % 2).min(MAX_DIM);
             }
-            let width = if epilogue == Epilogue::SwiGlu {
-                n / 2
-            } else {
-                n
-            };
+            let width = epilogue.width(n);
             let aligned = rng.random_bool(0.5);
             let (ar, ac) = (offset(&mut rng, m, false), offset(&mut rng, k, aligned));
             let (br, bc) = if b_col {
@@ -187,36 +258,14 @@ mod shapes {
                 };
                 let res = pool.t.slice(rr..rr + m, rc..rc + n)?;
                 let mut c = c_buf.slice_mut(top..top + m, left..left + width)?;
-                let g = &gpu;
-                match (epilogue, dtype, b_col, out) {
-                    (Epilogue::Plain, DType::Bf16, true, DType::F32) => {
-                        gemm::gemm_bf16_f32(g, &a, &b, &mut c)
-                    }
-                    (Epilogue::Plain, DType::Bf16, true, _) => gemm::gemm_bf16(g, &a, &b, &mut c),
-                    (Epilogue::Plain, DType::Bf16, false, _) => {
-                        gemm::gemm_bf16_brow(g, &a, &b, &mut c)
-                    }
-                    (Epilogue::Plain, _, true, _) => gemm::gemm_f16(g, &a, &b, &mut c),
-                    (Epilogue::Plain, _, false, _) => gemm::gemm_f16_brow(g, &a, &b, &mut c),
-                    (Epilogue::BiasGelu, DType::Bf16, ..) => {
-                        blocks::ffn_up_bias_gelu(g, &a, &b, &mut c, &bias_t)
-                    }
-                    (Epilogue::BiasGelu, ..) => {
-                        blocks::ffn_up_bias_gelu_f16(g, &a, &b, &mut c, &bias_t)
-                    }
-                    (Epilogue::BiasResidualLayerNorm, DType::Bf16, ..) => {
-                        blocks::proj_bias_residual_layer_norm(
-                            g, &a, &b, &mut c, &bias_t, &res, &gamma_t, &beta_t,
-                        )
-                    }
-                    (Epilogue::BiasResidualLayerNorm, ..) => {
-                        blocks::proj_bias_residual_layer_norm_f16(
-                            g, &a, &b, &mut c, &bias_t, &res, &gamma_t, &beta_t,
-                        )
-                    }
-                    (Epilogue::SwiGlu, DType::Bf16, ..) => blocks::mlp_up_swiglu(g, &a, &b, &mut c),
-                    (Epilogue::SwiGlu, ..) => blocks::mlp_up_swiglu_f16(g, &a, &b, &mut c),
-                }
+                epilogue.launch(
+                    &gpu,
+                    (dtype, b_col, out),
+                    &a,
+                    &b,
+                    &mut c,
+                    (&bias_t, &res, &gamma_t, &beta_t),
+                )
             })();
             // Every launcher has a variant for element-aligned operands: nothing is refused.
             let report = launched.unwrap_or_else(|e| panic!("{label}: {e}"));
@@ -258,20 +307,8 @@ mod shapes {
                             .sum()
                     })
                     .collect();
-                let stages = match epilogue {
-                    Epilogue::Plain => vec![],
-                    Epilogue::BiasGelu => vec![RefStage::BiasCol(bias.clone()), RefStage::Gelu],
-                    Epilogue::BiasResidualLayerNorm => vec![
-                        RefStage::BiasCol(bias.clone()),
-                        RefStage::Residual((0..n).map(|j| pool.at(rr + r, rc + j)).collect()),
-                        RefStage::LayerNorm {
-                            gamma: gamma.clone(),
-                            beta: beta.clone(),
-                            eps: 1e-12,
-                        },
-                    ],
-                    Epilogue::SwiGlu => vec![RefStage::SwiGlu(PairLayout::Interleaved)],
-                };
+                let residual = || (0..n).map(|j| pool.at(rr + r, rc + j)).collect();
+                let stages = epilogue.stages(&bias, residual, &gamma, &beta);
                 let want = apply_stages(1, n, &acc, &stages, None).unwrap();
                 let row: Vec<f64> = got[(top + r) * c_cols + left..][..width]
                     .iter()
@@ -307,21 +344,13 @@ mod threads {
     //! threads); `FUSED_GEMM_SEED` replays a run. Twenty runs in a row, and two processes at
     //! once, are a loop over this binary.
 
+    use super::Epilogue;
     use fused_gemm::device::types::DType;
-    use fused_gemm::host::reference::epilogue::{PairLayout, RefStage, apply_stages, round_slice};
+    use fused_gemm::host::reference::epilogue::{apply_stages, round_slice};
     use fused_gemm::host::testing::{compare, gpu_or_skip, rng};
     use fused_gemm::host::{Gpu, Result, Tensor};
-    use fused_gemm::kernels::{blocks, gemm};
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
-
-    #[derive(Clone, Copy, Debug)]
-    enum Epilogue {
-        Plain,
-        BiasGelu,
-        BiasResidualLayerNorm,
-        SwiGlu,
-    }
 
     /// One GEMM's operands on the device and their f64 values.
     struct Problem {
@@ -357,12 +386,7 @@ mod threads {
             let epilogue = if long_k {
                 Epilogue::Plain
             } else {
-                [
-                    Epilogue::Plain,
-                    Epilogue::BiasGelu,
-                    Epilogue::BiasResidualLayerNorm,
-                    Epilogue::SwiGlu,
-                ][rng.random_range(0..4)]
+                Epilogue::ALL[rng.random_range(0..Epilogue::ALL.len())]
             };
             let (m, mut n, k) = if long_k {
                 (
@@ -377,14 +401,10 @@ mod threads {
                     rng.random_range(1..257),
                 )
             };
-            if matches!(epilogue, Epilogue::SwiGlu) {
+            if epilogue == Epilogue::SwiGlu {
                 n += n % 2;
             }
-            let width = if matches!(epilogue, Epilogue::SwiGlu) {
-                n / 2
-            } else {
-                n
-            };
+            let width = epilogue.width(n);
             let mut c = Tensor::zeros(gpu, m, width, DType::Bf16).unwrap();
             c.poison(gpu).unwrap();
             Problem {
@@ -403,23 +423,11 @@ mod threads {
         }
 
         fn launch(&mut self, gpu: &Gpu) -> Result<()> {
-            let (a, b, c) = (&self.a.0, &self.b.0, &mut self.c);
-            match self.epilogue {
-                Epilogue::Plain => gemm::gemm_bf16(gpu, a, b, c),
-                Epilogue::BiasGelu => blocks::ffn_up_bias_gelu(gpu, a, b, c, &self.bias.0),
-                Epilogue::BiasResidualLayerNorm => blocks::proj_bias_residual_layer_norm(
-                    gpu,
-                    a,
-                    b,
-                    c,
-                    &self.bias.0,
-                    &self.residual.0,
-                    &self.gamma.0,
-                    &self.beta.0,
-                ),
-                Epilogue::SwiGlu => blocks::mlp_up_swiglu(gpu, a, b, c),
-            }
-            .map(|_| ())
+            let bf16 = (DType::Bf16, true, DType::Bf16);
+            let ops = (&self.bias.0, &self.residual.0, &self.gamma.0, &self.beta.0);
+            self.epilogue
+                .launch(gpu, bf16, &self.a.0, &self.b.0, &mut self.c, ops)
+                .map(|_| ())
         }
 
         fn want(&self) -> Vec<f64> {
@@ -431,20 +439,12 @@ mod threads {
                     (0..k).map(|kk| a[r * k + kk] * b[j * k + kk]).sum()
                 })
                 .collect();
-            let stages = match self.epilogue {
-                Epilogue::Plain => vec![],
-                Epilogue::BiasGelu => vec![RefStage::BiasCol(self.bias.1.clone()), RefStage::Gelu],
-                Epilogue::BiasResidualLayerNorm => vec![
-                    RefStage::BiasCol(self.bias.1.clone()),
-                    RefStage::Residual(self.residual.1.clone()),
-                    RefStage::LayerNorm {
-                        gamma: self.gamma.1.clone(),
-                        beta: self.beta.1.clone(),
-                        eps: 1e-12,
-                    },
-                ],
-                Epilogue::SwiGlu => vec![RefStage::SwiGlu(PairLayout::Interleaved)],
-            };
+            let stages = self.epilogue.stages(
+                &self.bias.1,
+                || self.residual.1.clone(),
+                &self.gamma.1,
+                &self.beta.1,
+            );
             apply_stages(m, n, &acc, &stages, None).unwrap()
         }
 
