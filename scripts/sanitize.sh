@@ -9,6 +9,7 @@
 #   SANITIZE_TOOLS     tools to run (default "memcheck racecheck synccheck initcheck")
 #   SANITIZE_TIMEOUT   seconds per binary and tool (default 1800)
 #   SANITIZE_LOGS      folder for the full logs (default a temporary one, printed)
+#   SANITIZE_JOBS      runs at once (default 1)
 # A finding is an error of memcheck, synccheck or initcheck, or a racecheck error or warning.
 # The stress binary runs smaller under the tools (FUSED_GEMM_FUZZ_CASES 100,
 # FUSED_GEMM_STRESS_OPS 400, unless set). Tests a tool cannot run are listed in
@@ -36,48 +37,74 @@ exclude_file="$here/sanitize.exclude"
 [ -f "$exclude_file" ] || exclude_file="$bundle/sanitize.exclude"
 echo "sanitize.sh: $("$sanitizer" --version | tail -1); logs in $logs"
 
-findings=0
-rows=()
-excluded=()
+# One (tool, binary) run: its log, and a row file whose first word is "ok" or "finding".
+run_one() {
+    local tool="$1" bin="$2" name skips=() extra=() log status errors hazards n tests verdict
+    name="$(basename "$bin")"
+    if [ -f "$exclude_file" ]; then
+        while read -r t b test reason; do
+            [ "$t" = "$tool" ] && [ "$b" = "$name" ] || continue
+            skips+=(--skip "$test")
+            echo "$tool $name $test: $reason" >> "$logs/excluded.txt"
+        done < <(grep -v '^\s*#' "$exclude_file" | grep -v '^\s*$')
+    fi
+    log="$logs/$tool-$name.log"
+    [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+    timeout "${SANITIZE_TIMEOUT:-1800}" "$sanitizer" --tool "$tool" ${extra[@]+"${extra[@]}"} \
+        --print-limit 20 "$bin" --test-threads=1 ${filter:+"$filter"} ${skips[@]+"${skips[@]}"} \
+        > "$log" 2>&1
+    status=$?
+    # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors" (a second line past the
+    # print limit says how many were not printed); racecheck: "RACECHECK SUMMARY: N hazards
+    # displayed (E errors, W warnings)".
+    errors="$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) errors?$/\1/p' "$log" | tail -1)"
+    hazards="$(sed -nE 's/.*RACECHECK SUMMARY: .*\(([0-9]+) errors?, ([0-9]+) warnings?\).*/\1 + \2/p' "$log" | tail -1)"
+    n=$(( ${errors:-0} + ${hazards:-0} ))
+    tests="$(grep -E '^test result: ' "$log" | tail -1 | sed -E 's/^test result: //')"
+    if [ "$status" = 124 ]; then
+        verdict="finding did not finish in ${SANITIZE_TIMEOUT:-1800} s"
+    elif [ "$n" -gt 0 ] || [ "$status" != 0 ]; then
+        verdict="finding $n finding(s), exit status $status"
+    else
+        verdict="ok clean"
+    fi
+    printf '%s %-10s %-20s %-45s %s\n' "${verdict%% *}" "$tool" "$name" "${verdict#* }" \
+        "${tests:-no test result}" > "$logs/$tool-$name.row"
+    cut -d' ' -f2- "$logs/$tool-$name.row"
+}
+
+# SANITIZE_JOBS runs several at once: the tools' slowdown is mostly per launch, so one GPU
+# serves several instrumented processes.
+jobs="${SANITIZE_JOBS:-1}"
+rm -f "$logs"/*.row "$logs/excluded.txt"
+pairs=()
 for tool in $tools; do
     for bin in "$bundle"/tests/gpu_*; do
-        name="$(basename "$bin")"
-        skips=()
-        if [ -f "$exclude_file" ]; then
-            while read -r t b test reason; do
-                [ "$t" = "$tool" ] && [ "$b" = "$name" ] || continue
-                skips+=(--skip "$test")
-                excluded+=("$tool $name $test: $reason")
-            done < <(grep -v '^\s*#' "$exclude_file" | grep -v '^\s*$')
-        fi
-        log="$logs/$tool-$name.log"
-        extra=()
-        [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-        # shellcheck disable=SC2086
-        timeout "${SANITIZE_TIMEOUT:-1800}" "$sanitizer" --tool "$tool" ${extra[@]+"${extra[@]}"} \
-            --print-limit 20 "$bin" --test-threads=1 ${filter:+"$filter"} ${skips[@]+"${skips[@]}"} \
-            > "$log" 2>&1
-        status=$?
-        # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors" (a second line past the
-        # print limit says how many were not printed); racecheck: "RACECHECK SUMMARY: N hazards
-        # displayed (E errors, W warnings)".
-        errors="$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) errors?$/\1/p' "$log" | tail -1)"
-        hazards="$(sed -nE 's/.*RACECHECK SUMMARY: .*\(([0-9]+) errors?, ([0-9]+) warnings?\).*/\1 + \2/p' "$log" | tail -1)"
-        n=$(( ${errors:-0} + ${hazards:-0} ))
-        tests="$(grep -E '^test result: ' "$log" | tail -1 | sed -E 's/^test result: //')"
-        if [ "$status" = 124 ]; then
-            verdict="did not finish in ${SANITIZE_TIMEOUT:-1800} s"
-            findings=$((findings + 1))
-        elif [ "$n" -gt 0 ] || [ "$status" != 0 ]; then
-            verdict="$n finding(s), exit status $status"
-            findings=$((findings + 1))
-        else
-            verdict="clean"
-        fi
-        rows+=("$(printf '%-10s %-20s %-45s %s' "$tool" "$name" "$verdict" "${tests:-no test result}")")
-        echo "${rows[${#rows[@]}-1]}"
+        pairs+=("$tool $bin")
     done
 done
+running=0
+for pair in "${pairs[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    # shellcheck disable=SC2086
+    run_one $pair &
+    running=$((running + 1))
+done
+wait
+
+findings=0
+rows=()
+for pair in "${pairs[@]}"; do
+    read -r tool bin <<< "$pair"
+    row="$(cat "$logs/$tool-$(basename "$bin").row")"
+    [ "${row%% *}" = ok ] || findings=$((findings + 1))
+    rows+=("${row#* }")
+done
+excluded=()
+[ -f "$logs/excluded.txt" ] && mapfile -t excluded < "$logs/excluded.txt"
 
 echo
 echo "=== sanitizer summary ($(date -u +%FT%TZ))"
