@@ -237,6 +237,10 @@ impl MmaExec for Sim {
             }
         }
     }
+    unsafe fn sync_warp() {
+        let (_, t, cta) = ctx();
+        cta.warps[(t / 32) as usize].barrier.wait(&cta.aborted);
+    }
 }
 
 impl Exec for Sim {

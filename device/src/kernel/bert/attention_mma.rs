@@ -73,6 +73,12 @@ pub trait MmaExec: Exec {
     /// `cp.async.wait_group 0`: this thread's copies have landed (a barrier then publishes
     /// them to the CTA).
     fn cp_async_wait_all();
+    /// `__syncwarp()`: the shared-memory accesses of the warp's lanes before it happen before
+    /// those after it.
+    ///
+    /// # Safety
+    /// All 32 lanes execute it together.
+    unsafe fn sync_warp();
 }
 
 impl MmaExec for Ptx {
@@ -103,6 +109,10 @@ impl MmaExec for Ptx {
     #[inline(always)]
     fn cp_async_wait_all() {
         crate::copy::cp_async::wait_group::<0>()
+    }
+    #[inline(always)]
+    unsafe fn sync_warp() {
+        crate::arch::sync::sync_warp()
     }
 }
 
@@ -438,7 +448,10 @@ pub unsafe fn attention_mma<E: MmaInput, X: MmaExec, const HD: u32>(a: &AttnArgs
     });
     let rows = [warp * 16 + g, warp * 16 + g + 8];
     let inv = [0, 1].map(|r| if q0 + rows[r] < len { 1.0 / l[r] } else { 0.0 });
-    // Each warp overwrites only its own 16 rows of the Q tile, which only it has read.
+    // Each warp overwrites only its own 16 rows of the Q tile, which only it has read. Other
+    // lanes read those rows (`ldmatrix`): the warp barrier orders their reads before these
+    // writes in the memory model, not only by the collectives between them.
+    X::sync_warp();
     unrolled!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
         if n < onf {
             let col = n as u32 * 8 + t2;
