@@ -365,7 +365,9 @@ fn launches_on_another_stream_are_ordered_by_waits() {
     assert!(gpu.download(&y).unwrap().iter().all(|&v| v == 8.5));
     let ms = on_side.time_ms(2, 5, |g| axpy(g, 1.0, &x, &mut y)).unwrap();
     println!("axpy of {n} f32 on a side stream: {ms:.4} ms");
-    assert!(ms > 0.0 && ms < 100.0);
+    // Events on the side stream bracket real work; no bound on its speed (the sanitizers slow
+    // it a hundredfold).
+    assert!(ms > 0.0 && ms.is_finite(), "{ms} ms");
 }
 
 #[test]
