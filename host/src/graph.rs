@@ -35,8 +35,8 @@ use crate::{Error, Gpu, Result};
 /// keeps the device's shared state alive (loaded modules, GEMM workspaces, tensor maps), whose
 /// addresses its launches hold, even after every [`Gpu`] handle is dropped.
 pub struct Graph {
+    /// Holds the capture's own stream, which replays do not use.
     graph: CudaGraph,
-    capture: Arc<CudaStream>,
     origin: Arc<CudaStream>,
     _shared: Arc<crate::gpu::Shared>,
 }
@@ -114,7 +114,6 @@ impl Gpu {
         match ended {
             Ok(Some(graph)) => Ok(Graph {
                 graph,
-                capture: stream,
                 origin: self.stream.clone(),
                 _shared: self.shared.clone(),
             }),
@@ -132,15 +131,33 @@ impl Graph {
     /// # Errors
     /// Driver errors.
     pub fn replay(&self) -> Result<()> {
-        self.capture.join(&self.origin)?;
-        self.graph.launch()?;
-        self.origin.join(&self.capture)?;
+        // On the capturing handle's stream itself: the replay is ordered with every launch
+        // there, also those of other threads sharing the handle, which use the same GEMM
+        // workspace. (Ordered by events from the capture's own stream, a launch that another
+        // thread queued between the two waits ran beside the replay.)
+        self.origin.context().bind_to_thread()?;
+        // SAFETY: the executable graph is alive (owned by `self.graph`) and `origin` is a
+        // stream of the context it was instantiated in.
+        unsafe {
+            cudarc::driver::result::graph::launch(
+                self.graph.cu_graph_exec(),
+                self.origin.cu_stream(),
+            )
+        }?;
         Ok(())
     }
 
     /// Uploads the graph's resources so the first replay does not pay for it.
     pub fn upload(&self) -> Result<()> {
-        Ok(self.graph.upload()?)
+        self.origin.context().bind_to_thread()?;
+        // SAFETY: as in `replay`.
+        unsafe {
+            cudarc::driver::result::graph::upload(
+                self.graph.cu_graph_exec(),
+                self.origin.cu_stream(),
+            )
+        }?;
+        Ok(())
     }
 }
 
