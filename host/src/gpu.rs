@@ -448,23 +448,31 @@ impl Gpu {
             return Ok(f.clone());
         }
         let (module, arch) = self.module(set)?;
-        let f = module.load_function(name).map_err(|e| {
-            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND {
-                Error::KernelNotFound {
-                    name: name.to_owned(),
-                    crate_name: set.crate_name,
-                    arch,
-                }
-            } else {
-                Error::Driver(e)
+        // The driver may load the function's code now (lazy loading), which must not happen
+        // while another thread captures a graph on this context: see `Gpu::module`.
+        outside_captures(&self.shared.ctx, || {
+            let mut functions = self
+                .shared
+                .functions
+                .lock()
+                .expect("function cache poisoned");
+            if let Some(f) = functions.get(&key) {
+                return Ok(f.clone());
             }
-        })?;
-        self.shared
-            .functions
-            .lock()
-            .expect("function cache poisoned")
-            .insert(key, f.clone());
-        Ok(f)
+            let f = module.load_function(name).map_err(|e| {
+                if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND {
+                    Error::KernelNotFound {
+                        name: name.to_owned(),
+                        crate_name: set.crate_name,
+                        arch,
+                    }
+                } else {
+                    Error::Driver(e)
+                }
+            })?;
+            functions.insert(key, f.clone());
+            Ok(f)
+        })
     }
 
     /// How many times an entry point was looked up by name on this device ([`Gpu::function`]);
@@ -526,8 +534,35 @@ impl Gpu {
         b
     }
 
+    /// `set`'s module for this device, loaded on first use. Loading allocates device memory for
+    /// the code and may synchronize the context, which invalidates a graph capture in progress
+    /// on another thread: the load waits until no other thread captures on this context, and no
+    /// capture begins during it ([`outside_captures`]).
     fn module(&self, set: &'static PtxSet) -> Result<(Arc<CudaModule>, &'static str)> {
         let key = set as *const PtxSet as usize;
+        let cached = || {
+            self.shared
+                .modules
+                .lock()
+                .expect("module cache poisoned")
+                .get(&key)
+                .cloned()
+        };
+        if let Some(m) = cached() {
+            return Ok(m);
+        }
+        outside_captures(&self.shared.ctx, || match cached() {
+            Some(m) => Ok(m),
+            None => self.load_module(set, key),
+        })
+    }
+
+    /// Loads `set`'s module (held by no cache yet) and caches it under `key`.
+    fn load_module(
+        &self,
+        set: &'static PtxSet,
+        key: usize,
+    ) -> Result<(Arc<CudaModule>, &'static str)> {
         let mut modules = self.shared.modules.lock().expect("module cache poisoned");
         if let Some(m) = modules.get(&key) {
             return Ok(m.clone());
