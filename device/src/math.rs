@@ -209,10 +209,35 @@ pub fn sigmoid(x: f32) -> f32 {
     }
 }
 
-/// GELU with the exact normal CDF: x·Φ(x) = ½x·erfc(−x/√2). What BERT configs call `gelu`.
+/// GELU with the exact normal CDF, x·Φ(x): what BERT configs call `gelu`.
+///
+/// logit Φ is odd, so x·Φ(x) = x/(1 + e^(−logit Φ(x))), and −log2(e)·logit Φ(x) is fitted as
+/// x·P(x²) with P of degree 6 (this crate's fit: weighted least squares iterated towards
+/// minimax on |x| ≤ 6, weights the sensitivity of x·Φ to the logit). One `ex2`, one `rcp` and
+/// nine FMA-class instructions, no branch: four more than [`gelu_tanh`], where the Numerical
+/// Recipes [`erfc`] took sixteen. Within 2e-7 of float64 over all f32 (absolute below 1,
+/// relative above). P stays positive past the fit, so for large x the result is x and for
+/// large −x it is −0, with no clamp; NaN stays NaN.
 #[inline(always)]
 pub fn gelu_erf(x: f32) -> f32 {
-    0.5 * x * erfc(-x * core::f32::consts::FRAC_1_SQRT_2)
+    const P: [f32; 7] = [
+        -2.302_207_5,
+        -1.048_381_8e-1,
+        9.528_049e-5,
+        1.594_898_9e-4,
+        -1.146_740_2e-5,
+        3.860_587_3e-7,
+        -5.234_855_7e-9,
+    ];
+    let s = x * x;
+    let mut p = P[6];
+    p = fma(p, s, P[5]);
+    p = fma(p, s, P[4]);
+    p = fma(p, s, P[3]);
+    p = fma(p, s, P[2]);
+    p = fma(p, s, P[1]);
+    p = fma(p, s, P[0]);
+    x * rcp(1.0 + exp2_ftz(x * p))
 }
 
 /// GELU, tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU epilogue):
@@ -342,6 +367,33 @@ mod tests {
             );
             x += 0.013;
         }
+    }
+
+    #[test]
+    fn erf_gelu_matches_float64_over_a_sweep() {
+        let reference = |x: f64| 0.5 * x * libm::erfc(-x / core::f64::consts::SQRT_2);
+        let (mut x, mut worst) = (-20.0f64, 0.0f64);
+        while x < 20.0 {
+            let xf = x as f32;
+            let (got, want) = (gelu_erf(xf) as f64, reference(xf as f64));
+            let err = (got - want).abs() / want.abs().max(1.0);
+            worst = worst.max(err);
+            assert!(err <= 2e-7, "gelu_erf({xf}) = {got}, want {want}");
+            x += 0.000_731;
+        }
+        for xf in [
+            f32::MIN_POSITIVE,
+            -f32::MIN_POSITIVE,
+            1e-30,
+            -1e-30,
+            1e30,
+            -1e30,
+        ] {
+            let want = reference(xf as f64);
+            assert!((gelu_erf(xf) as f64 - want).abs() <= 2e-7 * want.abs().max(1.0));
+        }
+        assert_eq!(gelu_erf(f32::INFINITY), f32::INFINITY);
+        assert!(worst > 0.0);
     }
 
     #[test]
