@@ -16,9 +16,13 @@ fn main() {
     let root = std::path::PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
     );
-    let mut builder = PtxBuilder::new(&root).feature("builtin-kernels");
+    // Without the default features the nvptx64 pass skips the host-only build dependencies
+    // (the packing's C library).
+    let mut builder = PtxBuilder::new(&root)
+        .no_default_features()
+        .feature("builtin-kernels");
     if std::env::var_os("CARGO_FEATURE_TEST_KERNELS").is_some() {
-        builder = builder.feature("test-kernels");
+        builder = builder.feature("builtin-test-kernels");
     }
     // With ptxas (scripts/setup.sh installs it) the binaries also carry cubins and skip the
     // driver's JIT compilation at start-up. `FUSED_GEMM_SKIP_PTX` (documentation and lint-only

@@ -26,7 +26,7 @@ pub use fused_gemm_host as host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use fused_gemm_host::{Error, Gpu, Result};
 
-#[cfg(feature = "kernels")]
+#[cfg(any(feature = "kernels", feature = "builtin-kernels"))]
 pub mod kernels;
 
 #[cfg(all(feature = "kernels", not(target_arch = "nvptx64")))]

@@ -158,15 +158,15 @@ pub mod control;
 pub mod blocks;
 #[cfg(any(not(target_arch = "nvptx64"), feature = "builtin-kernels"))]
 pub mod gemm;
-#[cfg(all(
-    feature = "test-kernels",
-    any(not(target_arch = "nvptx64"), feature = "builtin-kernels")
+#[cfg(any(
+    all(not(target_arch = "nvptx64"), feature = "test-kernels"),
+    feature = "builtin-test-kernels"
 ))]
 pub mod hopper;
 pub mod rowwise;
-#[cfg(all(
-    feature = "test-kernels",
-    any(not(target_arch = "nvptx64"), feature = "builtin-kernels")
+#[cfg(any(
+    all(not(target_arch = "nvptx64"), feature = "test-kernels"),
+    feature = "builtin-test-kernels"
 ))]
 pub mod stages;
 pub mod waves;
