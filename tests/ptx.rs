@@ -232,8 +232,11 @@ fn hopper_entry_points_issue_wgmma_without_spills() {
         );
     }
     // The instructions are in each entry's PTX body.
+    let bodies: std::collections::HashMap<&str, &str> = entries(ptx).into_iter().collect();
     for k in &hopper {
-        let body = entry_body(ptx, &k.name);
+        let body = bodies
+            .get(k.name.as_str())
+            .unwrap_or_else(|| panic!("no entry {}", k.name));
         for instr in [
             "wgmma.mma_async.sync.aligned",
             "setmaxnreg.inc.sync.aligned.u32",
@@ -256,14 +259,20 @@ fn hopper_entry_points_issue_wgmma_without_spills() {
     }
 }
 
-/// The PTX text of entry `name`, from its `.entry` line to the next entry.
-fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
-    let start = ptx
-        .find(&format!(".entry {name}("))
-        .unwrap_or_else(|| panic!("no entry {name}"));
-    let rest = &ptx[start + 1..];
-    let end = rest.find(".entry ").map_or(rest.len(), |e| e);
-    &rest[..end]
+/// Every entry point of `ptx` with its text, from its `.entry` line to the next entry's, in one
+/// pass (a search per entry from the start of a 60 MB module took seconds per test).
+fn entries(ptx: &str) -> Vec<(&str, &str)> {
+    const ENTRY: &str = ".visible .entry ";
+    let starts: Vec<usize> = ptx.match_indices(ENTRY).map(|(i, _)| i).collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(k, &start)| {
+            let text = &ptx[start..starts.get(k + 1).copied().unwrap_or(ptx.len())];
+            let name = text[ENTRY.len()..].split('(').next().unwrap_or("").trim();
+            (name, text)
+        })
+        .collect()
 }
 
 /// A norm's finishing kernel may be launched as its GEMM's programmatic dependent on sm_90+
@@ -275,8 +284,7 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
 fn finishing_kernels_wait_for_their_gemm_where_launched_as_dependents() {
     let mut finishers = 0;
     for &(arch, ref ptx) in builtin_ptx() {
-        for name in entry_names(ptx) {
-            let body = entry_body(ptx, name);
+        for (name, body) in entries(ptx) {
             let wait = body.find("griddepcontrol.wait");
             if name.contains("__norm_finish_") {
                 finishers += 1;
