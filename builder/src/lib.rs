@@ -210,12 +210,21 @@ impl PtxBuilder {
         self
     }
 
-    /// [`ptxas`](Self::ptxas) from the environment variable `FUSED_GEMM_PTXAS`, when it is set
-    /// (fused-gemm's `scripts/setup.sh` exports it); otherwise no cubins are made.
+    /// [`ptxas`](Self::ptxas) from the environment variable `FUSED_GEMM_PTXAS`, when it names
+    /// a file (fused-gemm's `scripts/setup.sh` exports it, and its `.cargo/config.toml` sets it
+    /// to where setup.sh installs ptxas); otherwise no cubins are made, with a cargo warning
+    /// when the variable names no file.
     pub fn ptxas_from_env(self) -> Self {
         println!("cargo::rerun-if-env-changed=FUSED_GEMM_PTXAS");
-        match std::env::var_os("FUSED_GEMM_PTXAS") {
-            Some(p) if !p.is_empty() => self.ptxas(PathBuf::from(p)),
+        match std::env::var_os("FUSED_GEMM_PTXAS").map(PathBuf::from) {
+            Some(p) if p.is_file() => self.ptxas(p),
+            Some(p) if !p.as_os_str().is_empty() => {
+                println!(
+                    "cargo::warning=FUSED_GEMM_PTXAS={} is not a file: the modules get no cubins",
+                    p.display()
+                );
+                self
+            }
             _ => self,
         }
     }
