@@ -26,7 +26,8 @@ done
 quiet=(--quiet)
 if [ ! -x "${CARGO_TARGET_DIR:-$root/target}/release/fused-gemm" ]; then
     # The first build is long and would otherwise be silent: cargo shows its progress.
-    echo "run.sh: first build of fused-gemm in release mode (minutes; cargo shows its progress)" >&2
+    echo "run.sh: first build of fused-gemm in release mode (minutes; cargo shows its progress," \
+        "and the kernels' device build stays on \"Compiling fused-gemm\" for about 4 of them)" >&2
     quiet=()
 fi
 run=(env RUSTUP_TOOLCHAIN="$toolchain" cargo run --manifest-path "$root/Cargo.toml" --release
