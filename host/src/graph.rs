@@ -135,28 +135,27 @@ impl Graph {
         // there, also those of other threads sharing the handle, which use the same GEMM
         // workspace. (Ordered by events from the capture's own stream, a launch that another
         // thread queued between the two waits ran beside the replay.)
-        self.origin.context().bind_to_thread()?;
-        // SAFETY: the executable graph is alive (owned by `self.graph`) and `origin` is a
-        // stream of the context it was instantiated in.
-        unsafe {
-            cudarc::driver::result::graph::launch(
-                self.graph.cu_graph_exec(),
-                self.origin.cu_stream(),
-            )
-        }?;
-        Ok(())
+        self.on_origin(cudarc::driver::result::graph::launch)
     }
 
     /// Uploads the graph's resources so the first replay does not pay for it.
     pub fn upload(&self) -> Result<()> {
+        self.on_origin(cudarc::driver::result::graph::upload)
+    }
+
+    /// Calls the driver's `op` (launch or upload) with the executable graph and the capturing
+    /// handle's stream.
+    fn on_origin(
+        &self,
+        op: unsafe fn(
+            cudarc::driver::sys::CUgraphExec,
+            cudarc::driver::sys::CUstream,
+        ) -> std::result::Result<(), cudarc::driver::DriverError>,
+    ) -> Result<()> {
         self.origin.context().bind_to_thread()?;
-        // SAFETY: as in `replay`.
-        unsafe {
-            cudarc::driver::result::graph::upload(
-                self.graph.cu_graph_exec(),
-                self.origin.cu_stream(),
-            )
-        }?;
+        // SAFETY: the executable graph is alive (owned by `self.graph`) and `origin` is a
+        // stream of the context it was instantiated in.
+        unsafe { op(self.graph.cu_graph_exec(), self.origin.cu_stream()) }?;
         Ok(())
     }
 }
