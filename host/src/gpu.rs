@@ -540,24 +540,21 @@ impl Gpu {
     /// capture begins during it ([`outside_captures`]).
     fn module(&self, set: &'static PtxSet) -> Result<(Arc<CudaModule>, &'static str)> {
         let key = set as *const PtxSet as usize;
-        let cached = || {
-            self.shared
-                .modules
-                .lock()
-                .expect("module cache poisoned")
-                .get(&key)
-                .cloned()
-        };
-        if let Some(m) = cached() {
-            return Ok(m);
-        }
-        outside_captures(&self.shared.ctx, || match cached() {
+        let cached = self
+            .shared
+            .modules
+            .lock()
+            .expect("module cache poisoned")
+            .get(&key)
+            .cloned();
+        match cached {
             Some(m) => Ok(m),
-            None => self.load_module(set, key),
-        })
+            None => outside_captures(&self.shared.ctx, || self.load_module(set, key)),
+        }
     }
 
-    /// Loads `set`'s module (held by no cache yet) and caches it under `key`.
+    /// `set`'s module from the cache, or loaded and cached under `key` (another thread may have
+    /// loaded it since the caller looked).
     fn load_module(
         &self,
         set: &'static PtxSet,
