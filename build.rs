@@ -27,22 +27,12 @@ fn main() {
     // With ptxas (scripts/setup.sh installs it) the binaries also carry cubins and skip the
     // driver's JIT compilation at start-up. `FUSED_GEMM_SKIP_PTX` (documentation and lint-only
     // builds) compiles nothing: launchers then return `Error::PtxNotBuilt`.
-    // `.cargo/config.toml` sets FUSED_GEMM_PTXAS to the installed path, also before it exists.
-    println!("cargo::rerun-if-env-changed=FUSED_GEMM_PTXAS");
+    // `.cargo/config.toml` sets FUSED_GEMM_PTXAS to the installed path in this tree; built from
+    // elsewhere, the installed ptxas is used when present.
+    builder = builder.ptxas_from_env();
     let installed = root.join(".tools/cuda-nvcc/nvidia/cu13/bin/ptxas");
-    let ptxas = match std::env::var_os("FUSED_GEMM_PTXAS").map(std::path::PathBuf::from) {
-        Some(p) if p.exists() => Some(p),
-        Some(p) if p != installed => {
-            println!(
-                "cargo::warning=FUSED_GEMM_PTXAS={} does not exist: the modules get no cubins",
-                p.display()
-            );
-            None
-        }
-        _ => Some(installed).filter(|p| p.exists()),
-    };
-    if let Some(p) = ptxas {
-        builder = builder.ptxas(p);
+    if std::env::var_os("FUSED_GEMM_PTXAS").is_none() && installed.is_file() {
+        builder = builder.ptxas(installed);
     }
     builder.build_or_exit();
 }
