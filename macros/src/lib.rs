@@ -6,7 +6,7 @@
 //! error the user's item is emitted unchanged beside the `compile_error!`s.
 //!
 //! The user guide, with an example expansion, is `docs/macro.md` in the repository; the
-//! diagnostics are tested by the trybuild suite under `tests/ui/`.
+//! diagnostics are tested by the trybuild suite under `macros/tests/ui/`.
 
 use proc_macro::TokenStream;
 use syn::spanned::Spanned;

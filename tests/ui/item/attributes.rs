@@ -1,8 +1,0 @@
-use fused_gemm::fused_gemm;
-
-// Only doc comments and `#[cfg]` are kept on a kernel.
-#[fused_gemm(epilogue = [bias])]
-#[inline]
-pub fn inlined() {}
-
-fn main() {}

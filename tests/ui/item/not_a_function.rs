@@ -1,7 +1,0 @@
-use fused_gemm::fused_gemm;
-
-// The attribute goes on a function.
-#[fused_gemm(epilogue = [bias])]
-pub struct Kernel;
-
-fn main() {}

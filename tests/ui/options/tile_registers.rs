@@ -1,7 +1,0 @@
-use fused_gemm::fused_gemm;
-
-// A tile whose accumulators do not fit in registers.
-#[fused_gemm(epilogue = [bias], tile = (256, 256, 32))]
-pub fn huge_tile() {}
-
-fn main() {}

@@ -1,7 +1,0 @@
-use fused_gemm::fused_gemm;
-
-// Stage names are identifiers, not strings.
-#[fused_gemm(epilogue = ["bias", gelu])]
-pub fn quoted() {}
-
-fn main() {}

@@ -1,7 +1,0 @@
-use fused_gemm::fused_gemm;
-
-// After one pair stage there are no pairs left.
-#[fused_gemm(epilogue = [swiglu, geglu])]
-pub fn two_pairs() {}
-
-fn main() {}

@@ -1,7 +1,0 @@
-use fused_gemm::fused_gemm;
-
-// A misspelt stage name: the error points at it and suggests the closest stage.
-#[fused_gemm(epilogue = [bias, gelu_tahn])]
-pub fn ffn_up() {}
-
-fn main() {}
