@@ -23,12 +23,17 @@ use crate::{Error, Gpu, Result};
 /// The key of an M×N matrix of `dtype` shaped like the output (C or `residual`), moved in boxes
 /// of 64 × 64 ([`sm90::EPI_COLS`] columns, a consumer warpgroup's 64 rows), or `None` where TMA
 /// cannot take it: not 16-bit, address or row stride not 16-byte aligned (a single row's stride
-/// is never used), or M or N zero.
+/// is never used), a row not a whole number of 16-byte pieces, or M or N zero.
+///
+/// A TMA store writes whole 16-byte pieces: where a row ends inside one, it also writes the
+/// columns after N up to the piece's end (measured on an H100: zeros in the 1-7 columns past an
+/// odd N of 16-bit C), so such a C is stored by the threads instead.
 pub(crate) fn output_map_key(mat: &MatrixDesc, dtype: DType, checked: &Checked) -> Option<MapKey> {
     let stride = mat.ld as u64 * dtype.size() as u64;
     let ok = dtype.size() == 2
         && mat.ptr.is_multiple_of(16)
         && (stride.is_multiple_of(16) || checked.m <= 1)
+        && (checked.n as u64 * dtype.size() as u64).is_multiple_of(16)
         && checked.m > 0
         && checked.n > 0;
     ok.then(|| {
@@ -324,6 +329,44 @@ mod tests {
         // C 8 bytes off 16: no map for C, so the ring is off whatever the residual.
         assert_eq!(keys_at(0x3000_0008, &one, None), (Some(want), false));
         assert_eq!(keys_at(0x3000_0008, &[], None), (None, false));
+    }
+
+    #[test]
+    fn outputs_whose_rows_end_inside_a_16_byte_piece_take_no_map() {
+        use crate::tensor::MatrixDesc;
+        use crate::validate::check_gemm;
+        // C is a view N columns wide into rows of 64 elements: aligned base and stride.
+        for (dtype, n, map) in [
+            (DType::Bf16, 8, true),
+            (DType::Bf16, 64, true),
+            (DType::F16, 24, true),
+            (DType::Bf16, 1, false),
+            (DType::Bf16, 7, false),
+            (DType::F16, 25, false),
+            (DType::Bf16, 63, false),
+        ] {
+            let (m, k) = (300, 64);
+            let call = GemmCall {
+                a: MatrixDesc::new(0x1000_0000, m, k, k, dtype),
+                b: MatrixDesc::new(0x2000_0000, n, k, k, dtype),
+                b_layout: BLayout::NxK,
+                c: MatrixDesc::new(0x3000_0000, m, n, 64, dtype),
+                in_dtype: dtype,
+                out_dtype: dtype,
+                epilogue: &[],
+                pair_stage: None,
+                row_norm_stage: None,
+            };
+            let checked = check_gemm(&call).expect("a valid call");
+            let key = output_map_key(&call.c, dtype, &checked);
+            assert_eq!(key.is_some(), map, "{} N = {n}", dtype.name());
+            assert_eq!(
+                epilogue_tma(&call, &checked),
+                map,
+                "{} N = {n}",
+                dtype.name()
+            );
+        }
     }
 
     #[test]
