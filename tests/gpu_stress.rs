@@ -295,7 +295,7 @@ mod shapes {
                 }
             }
             if !unwritten.is_empty() || !outside.is_empty() {
-                failures.push(format!(
+                fail(&mut failures, format!(
                     "{label}: {} element(s) of C not written (first {:?}); {} outside C written \
                      (first {:?}); ran {ran}",
                     unwritten.len(),
@@ -335,7 +335,7 @@ mod shapes {
                 let close = compare(&row, &want, tol);
                 worst = worst.max(close.worst);
                 if !close.passed() {
-                    failures.push(format!("{label}: row {r}: {close}; ran {ran}"));
+                    fail(&mut failures, format!("{label}: row {r}: {close}; ran {ran}"));
                     break;
                 }
             }
@@ -360,6 +360,13 @@ mod shapes {
 
     /// Failing cases after which the fuzz stops.
     const MAX_FAILURES: usize = 40;
+
+    /// Records a failing case and prints it at once: a run stopped before the end still shows
+    /// what failed.
+    fn fail(failures: &mut Vec<String>, what: String) {
+        eprintln!("FAILED {what}");
+        failures.push(what);
+    }
 }
 
 /// Threads sharing one device.
