@@ -77,7 +77,10 @@ run_one() {
 }
 
 # SANITIZE_JOBS runs several at once: the tools' slowdown is mostly per launch, so one GPU
-# serves several instrumented processes.
+# serves several instrumented processes. Each tool reserves device memory of its own: eight
+# at once beside the test suite ran an 80 GB H100 out of memory (the test's allocation
+# failed, or the tool reported "Unable to allocate enough memory" and left launches
+# unchecked, which counts as a finding here), so keep it to about four.
 jobs="${SANITIZE_JOBS:-1}"
 rm -f "$logs"/*.row "$logs/excluded.txt"
 pairs=()
