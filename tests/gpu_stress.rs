@@ -90,7 +90,6 @@ impl Epilogue {
     }
 }
 
-/// Random GEMM shapes, offsets and epilogues.
 mod shapes {
     //! GPU shape fuzz: random GEMMs through the public launchers against the f64 reference.
     //!
@@ -395,7 +394,6 @@ mod shapes {
     }
 }
 
-/// Threads sharing one device.
 mod threads {
     //! Concurrency stress: 1, 4 and 16 threads share one `Gpu` (and, separately, open one `Gpu`
     //! each) and mix eager GEMM launches of several epilogues, CUDA-graph captures and replays of

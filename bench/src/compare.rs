@@ -964,7 +964,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("tile 256x256 cluster") == false,
+            !md.contains("tile 256x256 cluster"),
             "n/a tiles are not listed: {md}"
         );
         // MiniLM: ours' best 0.44 over PyTorch's best 0.313.

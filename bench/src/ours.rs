@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(describe(&r), r.why);
         r.mainloop = Some(Mainloop::Sm90Tma { cluster_m: 1 });
         plan.splits = 1;
-        r.plan = Some(plan.clone());
+        r.plan = Some(plan);
         assert_eq!(describe(&r), format!("sm90-tma {}x{}x{}", t.bm, t.bn, t.bk));
         r.mainloop = Some(Mainloop::Sm80);
         plan.splits = 3;

@@ -160,13 +160,16 @@ impl<T: BenchElement> Ctx<'_, T> {
 }
 
 /// What the f64 reference says `spec` must produce for one sampled row.
-fn expected<'r>(spec: Spec, r: &'r Reference) -> &'r [f64] {
+fn expected(spec: Spec, r: &Reference) -> &[f64] {
     match spec.kind {
         PathKind::Cublas => &r.gemm,
         PathKind::Cublaslt => &r.fused_lt,
         _ => &r.contract.out,
     }
 }
+
+/// One checked run: the output, the per-row rstd the epilogue wrote (if any), and the kernel.
+type Ran<T> = (Vec<T>, Option<Vec<f32>>, Option<String>);
 
 /// Runs `spec` once on set 0 (outputs poisoned first) and compares with the reference rows:
 /// the result with its error measures, status `Wrong` when out of bounds.
@@ -180,7 +183,7 @@ fn check<T: BenchElement>(
 ) -> PathResult {
     let gpu = ctx.gpu;
     let tol = tolerance(T::DTYPE);
-    let ran = (|| -> Result<(Vec<T>, Option<Vec<f32>>, Option<String>)> {
+    let ran = (|| -> Result<Ran<T>> {
         p.poison_outputs(gpu)?;
         let report = ctx.within(spec, |c, g| c.launch(g, spec, &mut p.sets[0]))?;
         let kernel = report.as_ref().map(describe);
@@ -366,7 +369,6 @@ pub fn run_row<T: BenchElement>(
         }
     };
 
-    let mut lt = lt;
     let plans = match lt.as_deref() {
         None => {
             result.note = "cuBLASLt not available".into();
@@ -470,7 +472,7 @@ pub fn run_row<T: BenchElement>(
 
     let mut ctx = Ctx {
         gpu,
-        lt: lt.as_deref_mut(),
+        lt,
         plans: plans.as_ref(),
         ours,
         tuner,

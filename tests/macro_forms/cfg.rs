@@ -3,7 +3,7 @@
 use fused_gemm::fused_gemm;
 
 /// Compiled in.
-#[cfg(all())]
+#[cfg(target_pointer_width = "64")]
 #[fused_gemm(epilogue = [bias])]
 pub fn kernel() {}
 

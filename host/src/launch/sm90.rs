@@ -292,6 +292,7 @@ fn group_fit(
 
 /// Launches `variant` with `plan` (from [`choose`]): tensor maps, row statistics, the GEMM,
 /// and the norm finishing kernel when the plan defers the norm.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<P, N, Q>(
     gpu: &Gpu,
     spec: &'static GemmKernelSpec,
