@@ -107,13 +107,6 @@ fn module_ptx(arch: Arch) -> &'static str {
         .unwrap_or_else(|| panic!("no built-in {arch} module"))
 }
 
-/// The entry points of one module's PTX.
-fn entry_names(ptx: &str) -> impl Iterator<Item = &str> {
-    ptx.lines()
-        .filter_map(|l| l.strip_prefix(".visible .entry "))
-        .map(|l| l.split('(').next().unwrap_or("").trim())
-}
-
 /// Every built-in module's kernels with their resources, from [`ptxas_log`]; read once per test
 /// process and printed as one table.
 fn builtin_infos() -> &'static [(Arch, KernelInfo)] {
@@ -542,10 +535,13 @@ fn every_macro_kernel_is_in_the_ptx_of_its_arch() {
         &H_GEGLU_F16,
         &H_USER_CAST,
     ];
-    let entries = |arch: Arch| -> std::collections::HashSet<&'static str> {
-        entry_names(module_ptx(arch)).collect()
+    let names = |arch: Arch| -> std::collections::HashSet<&'static str> {
+        entries(module_ptx(arch))
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
     };
-    let (sm80, sm90a) = (entries(Arch::Sm80), entries(Arch::Sm90a));
+    let (sm80, sm90a) = (names(Arch::Sm80), names(Arch::Sm90a));
     assert!(
         sm80.iter().all(|e| !e.contains("__sm90tma_")),
         "a TMA entry point in the sm_80 PTX"
