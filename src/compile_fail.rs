@@ -40,20 +40,3 @@
 //! pub fn wrong_signature() {}
 //! # fn main() {}
 //! ```
-//!
-//! The same declaration with the right signature compiles:
-//!
-//! ```
-//! use fused_gemm::fused_gemm;
-//!
-//! static __FUSED_GEMM_PTX: fused_gemm::host::module::PtxSet =
-//!     fused_gemm::host::module::PtxSet::new("doc", &[]);
-//!
-//! pub fn twice(x: f32) -> f32 {
-//!     x * 2.0
-//! }
-//!
-//! #[fused_gemm(epilogue = [self::twice])]
-//! pub fn right_signature() {}
-//! # fn main() {}
-//! ```
