@@ -1565,7 +1565,8 @@ fn t13_staged_c_copied_out_by_threads_into_a_strided_view() {
 /// fastest per key (in memory and on disk) and launches it; C ends as after one launch (an
 /// `accumulate` epilogue adds its product once, though every candidate ran many times). A tuner
 /// reading the same cache (another process) reuses the choice without timing; inside a graph
-/// capture nothing is timed or recorded and the model's choice is captured.
+/// capture nothing is timed or recorded and the model's choice is captured. A device opened
+/// with `Gpu::new` has an autotuner by default.
 #[test]
 fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     let Some(mut fx) = Fx::new("autotune") else {
@@ -1574,6 +1575,14 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     if !fx.hopper {
         return;
     }
+    // A device opened as a user opens it has an autotuner unless it is switched off.
+    let opened = Gpu::new(0).unwrap();
+    assert_eq!(
+        opened.set_autotuner(None).is_some(),
+        autotune::autotune_from_env(),
+        "a freshly opened device has an autotuner unless FUSED_GEMM_AUTOTUNE=0"
+    );
+    drop(opened);
     let dir = std::env::temp_dir().join(format!("fused-gemm-t14-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let before = fx.gpu.set_autotuner(Some(Autotuner::new(&dir)));
@@ -1610,6 +1619,10 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
         )
     );
     assert!(e.measured_ms > 0.0 && e.measured_ms < 10.0, "{e:?}");
+    assert!(
+        e.key.driver >= 12000 && e.key.build != 0,
+        "keyed by driver and build: {e:?}"
+    );
     assert!(e.timed.len() >= 2, "{e:?}");
     assert!(e.timed.iter().any(|(t, _)| *t == e.tile), "{e:?}");
     println!("timed: {:?}", e.timed);

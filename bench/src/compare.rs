@@ -271,7 +271,7 @@ fn merge<'a>(inputs: &'a Inputs, ours: &'a Report) -> Vec<Merged<'a>> {
                 .map(|(p, _)| p);
             let mut cells = vec![
                 ours_cell("ours", row.path(PathKind::Ours), false),
-                ours_cell("ours autotuned", row.path(PathKind::OursAutotuned), false),
+                ours_cell("ours, model's tile", row.path(PathKind::OursModel), false),
                 ours_cell("best forced tile", best_tile, false),
                 ours_cell("cuBLAS", row.path(PathKind::Cublas), true),
                 ours_cell("cuBLASLt fused", row.path(PathKind::Cublaslt), true),

@@ -1,7 +1,7 @@
 //! # fused-gemm-bench
 //!
 //! Side-by-side GEMM + epilogue measurements on one GPU: **ours** (the `#[fused_gemm]` kernels
-//! plugged into [`ours`]: the launcher's choice, with the autotuner, with each Hopper tile
+//! plugged into [`ours`]: the launcher's default choice, the model's tile, each Hopper tile
 //! forced) and **cuBLAS** (its plain GEMM, the fastest of the heuristic's top algorithms, and
 //! cuBLASLt's fused epilogue where one exists, [`cublaslt`]), over the rows of [`shapes`]:
 //! Transformer layer GEMMs with the epilogues of their models ([`epilogue`]). [`compare`] merges

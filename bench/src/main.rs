@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! fused-gemm-bench list [--json]                   # the rows (no GPU needed)
-//! fused-gemm-bench run --json ours.json            # every row: ours, autotuned, tiles, cuBLAS
+//! fused-gemm-bench run --json ours.json            # every row: ours, model's tile, tiles, cuBLAS
 //! fused-gemm-bench run --quick --json ours.json    # one row of each epilogue
 //! fused-gemm-bench run --rows bert-base,llama3-8b.gate-up --json ours.json
 //! fused-gemm-bench report --ours ours.json --torch torch.json --out bench/results/h100
@@ -56,8 +56,8 @@ enum Command {
         #[command(flatten)]
         select: Select,
     },
-    /// Check and time every selected row: ours (launcher's choice, autotuned, each Hopper tile
-    /// forced), cuBLAS's GEMM and cuBLASLt's fused epilogue.
+    /// Check and time every selected row: ours (the launcher's default choice, tuned afresh;
+    /// the model's tile; each Hopper tile forced), cuBLAS's GEMM and cuBLASLt's fused epilogue.
     Run(RunArgs),
     /// Merge the sides of one comparison run into compare.md, compare.csv and compare.png.
     Report(ReportArgs),
@@ -132,7 +132,7 @@ struct RunArgs {
     #[arg(long)]
     no_tiles: bool,
 
-    /// Skip the autotuned column.
+    /// No autotuner: `ours` is the model's tile, and that column is not repeated.
     #[arg(long)]
     no_autotune: bool,
 
@@ -243,6 +243,8 @@ fn bench(args: &RunArgs) -> Result<ExitCode> {
     };
 
     let gpu = Gpu::new(args.device)?;
+    // Only the `ours` column tunes, with the run's own autotuner below.
+    gpu.set_autotuner(None);
     let mut lt = if cublaslt::available() {
         match Lt::new(&gpu) {
             Ok(l) => Some(l),
@@ -255,7 +257,8 @@ fn bench(args: &RunArgs) -> Result<ExitCode> {
         eprintln!("fused-gemm-bench: libcublasLt not found; its columns are n/a");
         None
     };
-    // The autotuner caches in a fresh folder, so every run measures its candidates anew.
+    // The autotuner caches in a fresh folder, so every run measures its candidates anew, as a
+    // first launch on a new machine does.
     let tune_dir = tempfile::tempdir().map_err(|source| BenchError::Io {
         path: std::env::temp_dir().display().to_string(),
         source,

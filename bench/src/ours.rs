@@ -4,8 +4,8 @@
 //! Each adapter calls one launcher: on an H100/H200 it takes the kernel's TMA + `wgmma`
 //! variants (sm_90a module) where it can, its `mma.sync` ones elsewhere, and reports which
 //! ([`LaunchReport`]). Which tile runs is the launcher's business: the harness restricts it
-//! (a handle from `Gpu::with_options`) for the forced-tile columns and installs an autotuner
-//! for the autotuned column.
+//! (a handle from `Gpu::with_options`) for the forced-tile columns, installs the run's
+//! autotuner for `ours` (the launcher's default) and none for the model's tile.
 //!
 //! # Plugging a kernel in
 //! Write a function with the signature [`FusedFn`] that computes the epilogue's contract

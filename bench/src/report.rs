@@ -1,8 +1,8 @@
 //! What `fused-gemm-bench run` writes: the JSON schema of one run (ours and the in-process
 //! cuBLAS columns of every row) and its text table.
 //!
-//! Columns ("paths") of a row: ours as the launcher chooses, ours with the autotuner, ours with
-//! each Hopper tile forced, cuBLAS's plain GEMM (the best of the heuristic's top algorithms,
+//! Columns ("paths") of a row: ours as the launcher chooses (tuned), ours with the model's
+//! tile, ours with each Hopper tile forced, cuBLAS's plain GEMM (the best of the heuristic's top algorithms,
 //! timed) and cuBLASLt's fused epilogue where one exists. `computes` says what a path computes
 //! relative to the row's contract: `full`, `GEMM only` (cuBLAS on a fused row: the floor, not
 //! a competitor) or `gelu_tanh, not erf`.
@@ -78,8 +78,8 @@ pub struct Settings {
 pub enum PathKind {
     /// Our launcher, choosing the tile itself.
     Ours,
-    /// Our launcher with an autotuner that timed its candidates on this device first.
-    OursAutotuned,
+    /// Our launcher without an autotuner: the model's tile.
+    OursModel,
     /// Our launcher restricted to one Hopper tile ([`PathResult::label`] names it).
     OursTile,
     /// cuBLAS's plain GEMM through cuBLASLt, the fastest of the heuristic's top algorithms.
@@ -93,7 +93,7 @@ impl PathKind {
     pub fn is_ours(self) -> bool {
         matches!(
             self,
-            PathKind::Ours | PathKind::OursAutotuned | PathKind::OursTile
+            PathKind::Ours | PathKind::OursModel | PathKind::OursTile
         )
     }
 }
@@ -118,7 +118,7 @@ pub enum Status {
 pub struct PathResult {
     /// Which path.
     pub path: PathKind,
-    /// Its column name: `ours`, `ours autotuned`, `tile 128x256 cooperative`, `cuBLAS`,
+    /// Its column name: `ours`, `ours, model's tile`, `tile 128x256 cooperative`, `cuBLAS`,
     /// `cuBLASLt fused`.
     pub label: String,
     /// Outcome.

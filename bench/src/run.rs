@@ -84,11 +84,12 @@ struct Ctx<'a, T> {
 
 impl<T: BenchElement> Ctx<'_, T> {
     /// Runs `f` in the path's setting with the handle to launch on: one with the tile forced,
-    /// or the device's with the autotuner installed.
+    /// or the device's, with the run's autotuner installed for `ours` (the launcher's default)
+    /// and none for the model's tile.
     fn within<R>(&mut self, spec: Spec, f: impl FnOnce(&mut Self, &Gpu) -> R) -> R {
         let gpu = self.gpu;
         match spec.kind {
-            PathKind::OursAutotuned => {
+            PathKind::Ours => {
                 gpu.set_autotuner(self.tuner.take());
                 let r = f(self, gpu);
                 *self.tuner = gpu.set_autotuner(None);
@@ -418,8 +419,8 @@ pub fn run_row<T: BenchElement>(
             ));
             if tuner.is_some() {
                 specs.push((
-                    spec(PathKind::OursAutotuned, None),
-                    PathResult::new(PathKind::OursAutotuned, "ours autotuned", "full"),
+                    spec(PathKind::OursModel, None),
+                    PathResult::new(PathKind::OursModel, "ours, model's tile", "full"),
                 ));
             }
             let tiles = if cfg.tiles {
@@ -568,7 +569,8 @@ pub fn summary_line(r: &RowResult) -> String {
 }
 
 /// Runs every row of `cfg` in order; `lt` is the cuBLASLt handle, if the library loaded;
-/// `tuner` the autotuner of the autotuned column, if any. `done` sees the rows so far after
+/// `tuner` the autotuner of the `ours` column (`None`: the model's tile there, and no column of
+/// its own). `done` sees the rows so far after
 /// each row (to save them).
 pub fn run_all<T: BenchElement>(
     gpu: &Gpu,

@@ -1,44 +1,49 @@
-//! Optional autotuning: time the planner's top-k candidates on the device, keep the fastest,
+//! Measured tile choice: time the planner's top-k candidates on the device, keep the fastest,
 //! and cache the choice on disk so later runs (and other shapes of the same class) reuse it
 //! without timing.
 //!
 //! The cache is one JSON file, [`CACHE_FILE`], in the directory named by the environment
 //! variable [`CACHE_ENV`] (`FUSED_GEMM_CACHE_DIR`), by default `fused-gemm/` under the user's
 //! cache directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux). Entries are keyed by
-//! [`TuneKey`]: device name and compute capability, kernel name, shape class and dtype. A
+//! [`TuneKey`]: device name and compute capability, the driver's CUDA version, the kernel
+//! crate's build (a checksum of its embedded module), kernel name, shape class and dtype. A
 //! missing, unreadable or corrupt file is ignored with a warning (never a panic or an error);
 //! writes go to a temporary file renamed over the cache, merged with entries other processes
 //! wrote meanwhile.
 //!
 //! # The Hopper path
 //!
-//! With an autotuner set on a [`Gpu`] ([`Gpu::set_autotuner`], or `FUSED_GEMM_AUTOTUNE=1` when
-//! the `Gpu` is opened), a launch on the Hopper path ([`crate::launch::sm90`]) with no override in
-//! effect picks its tile by measurement instead of by the model. Why: the model was fitted on
-//! an H200, and on an H100 its tile ran up to 28 % slower than the fastest one.
+//! Every [`Gpu`] has an autotuner unless `FUSED_GEMM_AUTOTUNE=0` when it is opened
+//! ([`autotune_from_env`]) or [`Gpu::set_autotuner`] removes it. A launch on the Hopper path
+//! ([`crate::launch::sm90`]) with no override in effect then picks its tile by measurement
+//! instead of by the model alone. Why: the model was fitted on an H200, and on an H100 its tile
+//! ran up to 25 % slower than the fastest one (LLaMA-3-8B MLP up, 8192×28672×4096).
 //!
+//! - Launches the model predicts under [`TUNE_MIN_US`] keep its tile: there the candidates
+//!   differ by a few microseconds and a tuning would take more than 10⁵ launches to repay.
 //! - The first launch of a [`TuneKey`] (with [`Mainloop::Sm90`]) times the model's best
 //!   candidates ([`Autotuner::with_top_k`], 4 by default, of at most five compiled tiles) and
-//!   caches the fastest; later launches, in this process or another, reuse it.
-//! - Candidates are timed as the Hopper benchmark times them: each captured into a CUDA graph
-//!   of launches that cycle through operand sets holding together twice the L2 (copies of A
-//!   and B, so that launches read them from DRAM); the graphs replayed in interleaved rounds
-//!   ([`Gpu::time_interleaved`]), the first 250 ms of them untimed (the clocks settle); medians
-//!   compared. The model's choice stays unless another is [`SM90_MARGIN`] faster.
+//!   caches the fastest; later launches, in this process or another, reuse it. That first
+//!   launch costs about 0.4 s: 250 ms of untimed rounds while the clocks settle, then nine
+//!   rounds of each candidate. Nothing is timed again until the card, driver, build or shape
+//!   class changes.
+//! - Candidates run as the Hopper benchmark runs them: bursts of launches that cycle through
+//!   operand sets holding together twice the L2 (copies of A and B, so that launches read them
+//!   from DRAM), queued on the caller's stream between CUDA events, the candidates in turn
+//!   (starting one later each round, [`Gpu::time_rounds`]); medians compared. The model's
+//!   choice stays unless another is [`SM90_MARGIN`] faster. No graph is captured, so tuning
+//!   changes nothing for other threads' launches on other streams.
 //! - Candidates write scratch C buffers, never the caller's C, so epilogues that read C
 //!   (`accumulate`, a `residual` aliasing C) see C as the caller left it. Tuning allocates the
 //!   sets (up to twice the L2, plus C's footprint per set) for its duration.
 //! - While the stream is being captured into a CUDA graph nothing is timed: a cached choice is
-//!   used, else the model's.
-//! - Tuning holds the device's autotuner for its duration (0.3 s to a few seconds), so other
-//!   threads' Hopper launches on the device wait for it. It records graphs with
-//!   [`Gpu::capture`], which switches cudarc's per-buffer event tracking off for the context
-//!   while it records: do not tune on one thread while another launches on several streams
-//!   (captures on other threads are fine: tracking returns when the last capture ends).
-//!   Candidates may grow the device's shared split-K and statistics workspaces, as any launch
-//!   that needs more does; the replaced buffers are kept ([`crate::launch::workspace::Growing`]), so graphs
-//!   captured earlier stay valid. Each tuning leaves its scratch operands' tensor maps (128
-//!   bytes each) in the device's map cache.
+//!   used, else the model's. Run a shape once outside the capture to capture its tuned tile.
+//! - Tuning holds the device's autotuner for its duration, so other threads' Hopper launches
+//!   on the device that need it wait. Candidates may grow the device's shared split-K and
+//!   statistics workspaces, as any launch that needs more does; the replaced buffers are kept
+//!   ([`crate::launch::workspace::Growing`]), so graphs captured earlier stay valid. Each
+//!   tuning leaves its scratch operands' tensor maps (128 bytes each) in the device's map
+//!   cache.
 //! - Epilogues with a row norm keep the model's tile: it was the fastest at every LayerNorm
 //!   shape of the Hopper benchmark on an H100 and an H200, while there this timing and the
 //!   benchmark's disagreed.
@@ -60,6 +65,14 @@ pub const CACHE_ENV: &str = "FUSED_GEMM_CACHE_DIR";
 pub const CACHE_FILE: &str = "autotune-v1.json";
 
 const VERSION: u32 = 1;
+
+/// Launches the model predicts to take less than this, µs, keep the model's tile on the Hopper
+/// path (see the [module docs](self)).
+pub const TUNE_MIN_US: f64 = 15.0;
+
+/// How much faster than the model's choice another candidate must measure to replace it (a
+/// fraction): closer than this is noise.
+pub const SM90_MARGIN: f32 = 0.01;
 
 /// M rounded up to a power of two (1, 2, 4, ..., 2³¹): token counts vary, and a tile choice
 /// changes slowly with M.
@@ -111,6 +124,14 @@ pub struct TuneKey {
     /// tuned: [`Mainloop::Sm80`]).
     #[serde(default)]
     pub mainloop: Mainloop,
+    /// The CUDA version the driver supports ([`Gpu::driver_version`]), 0 when not part of the
+    /// key (absent in older files).
+    #[serde(default)]
+    pub driver: u32,
+    /// The kernel crate's build: a CRC-32 of its embedded module for this device (PTX and
+    /// cubin as embedded), 0 when not part of the key (absent in older files).
+    #[serde(default)]
+    pub build: u32,
 }
 
 impl TuneKey {
@@ -126,7 +147,15 @@ impl TuneKey {
             k_class: nk_class(problem.k),
             aligned: problem.n.is_multiple_of(8) && problem.k.is_multiple_of(8),
             mainloop: Mainloop::Sm80,
+            driver: 0,
+            build: 0,
         }
+    }
+
+    /// The same key for the driver's CUDA version `driver` and the kernel crate's `build`.
+    pub fn with_build(mut self, driver: u32, build: u32) -> Self {
+        (self.driver, self.build) = (driver, build);
+        self
     }
 
     /// The same key for `mainloop`.
@@ -139,7 +168,8 @@ impl TuneKey {
 impl std::fmt::Display for TuneKey {
     /// The key as it appears in the cache file:
     /// `device|sm_CC|kernel|dtype|mM|nN|kK|aligned`, with `|sm90` appended for
-    /// [`Mainloop::Sm90`] (so that sm_80 keys read the same as before that field existed).
+    /// [`Mainloop::Sm90`] and `|cudaV|bBUILD` when the key has a driver or build (so that keys
+    /// without them read the same as before those fields existed).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -153,10 +183,13 @@ impl std::fmt::Display for TuneKey {
             self.k_class,
             if self.aligned { "aligned" } else { "unaligned" }
         )?;
-        match self.mainloop {
-            Mainloop::Sm80 => Ok(()),
-            Mainloop::Sm90 => write!(f, "|sm90"),
+        if self.mainloop == Mainloop::Sm90 {
+            write!(f, "|sm90")?;
         }
+        if (self.driver, self.build) != (0, 0) {
+            write!(f, "|cuda{}|b{:08x}", self.driver, self.build)?;
+        }
+        Ok(())
     }
 }
 
@@ -396,18 +429,23 @@ impl Autotuner {
     }
 }
 
-/// Environment variable that, set to `1` when a [`Gpu`] is opened, gives it an autotuner
-/// caching in [`default_cache_dir`] ([`Gpu::set_autotuner`]).
+/// Environment variable that, set to `0` (or `false`, `off`) when a [`Gpu`] is opened, leaves it
+/// without an autotuner: the model alone picks tiles.
 pub const AUTOTUNE_ENV: &str = "FUSED_GEMM_AUTOTUNE";
 
-/// Whether [`AUTOTUNE_ENV`] asks for an autotuner (`1`, `true`, `on`, any case).
+/// Whether a [`Gpu`] gets an autotuner: yes unless [`AUTOTUNE_ENV`] is `0`, `false` or `off`
+/// (any case, surrounding spaces ignored).
 pub fn autotune_from_env() -> bool {
-    std::env::var(AUTOTUNE_ENV)
-        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "on"))
+    !std::env::var(AUTOTUNE_ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off"
+        )
+    })
 }
 
-/// A device's autotuner slot ([`Gpu::state`]): starts as [`Autotuner::from_env`] when
-/// `FUSED_GEMM_AUTOTUNE=1` ([`autotune_from_env`]), otherwise empty.
+/// A device's autotuner slot ([`Gpu::state`]): starts as [`Autotuner::from_env`] unless
+/// `FUSED_GEMM_AUTOTUNE=0` ([`autotune_from_env`]).
 pub(crate) struct Slot(pub(crate) Mutex<Option<Autotuner>>);
 
 impl Default for Slot {
@@ -421,8 +459,8 @@ impl Gpu {
     /// with `Some`, launches on the Hopper path pick their tile by measurement, cached per
     /// [`TuneKey`] in memory and on disk (see the [module docs](self)); with `None`, by the
     /// model alone. Without a call to this, a device's slot is filled when it is first read (its
-    /// first Hopper launch): with [`Autotuner::from_env`] under `FUSED_GEMM_AUTOTUNE=1`, else
-    /// `None`.
+    /// first Hopper launch): with [`Autotuner::from_env`], or `None` under
+    /// `FUSED_GEMM_AUTOTUNE=0`.
     pub fn set_autotuner(&self, tuner: Option<Autotuner>) -> Option<Autotuner> {
         let slot = self.state::<Slot>();
         let mut guard = slot.0.lock().unwrap_or_else(|e| e.into_inner());

@@ -10,6 +10,18 @@ pub fn driver_present() -> bool {
 use cudarc::driver::DriverError;
 use cudarc::driver::sys;
 
+/// `cuDriverGetVersion`: the CUDA version the installed driver supports, as major·1000 +
+/// minor·10 (13000 for CUDA 13.0).
+///
+/// # Errors
+/// The driver's status when the call fails.
+pub fn driver_version() -> Result<u32, DriverError> {
+    let mut v = 0;
+    // SAFETY: one out-parameter, written by the driver.
+    unsafe { sys::cuDriverGetVersion(&mut v) }.result()?;
+    Ok(v.max(0) as u32)
+}
+
 /// Tensor maps for the tensor memory accelerator (CUDA Driver API, "Tensor Map Object
 /// Management").
 pub mod tensor_map {

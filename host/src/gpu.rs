@@ -58,6 +58,7 @@ pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     props: DeviceProps,
     name: String,
+    driver_version: u32,
     modules: Mutex<HashMap<usize, (Arc<CudaModule>, &'static str)>>,
     functions: Mutex<HashMap<(usize, String), CudaFunction>>,
     /// Calls of [`Gpu::function`] (lookups by entry name), for tests of the launch path.
@@ -289,11 +290,13 @@ impl Gpu {
             max_grid_y: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
         };
         let name = ctx.name()?;
+        let driver_version = crate::driver_ext::driver_version()?;
         Ok(Gpu {
             shared: Arc::new(Shared {
                 ctx,
                 props,
                 name,
+                driver_version,
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
                 name_lookups: Default::default(),
@@ -323,6 +326,11 @@ impl Gpu {
     /// The device's name as the driver reports it.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The CUDA version the driver supports, major·1000 + minor·10 (13000 for CUDA 13.0).
+    pub fn driver_version(&self) -> u32 {
+        self.shared.driver_version
     }
 
     /// Limits read off the device.
@@ -653,6 +661,68 @@ impl Gpu {
             .collect::<std::result::Result<Vec<f32>, _>>()?;
         ms.sort_by(f32::total_cmp);
         Ok(ms[ms.len() / 2])
+    }
+
+    /// Median time per launch of each of `count` workloads, ms. `run(i, gpu)` queues workload
+    /// `i` on `gpu` (this handle) and returns how many launches it queued. Every round queues
+    /// all workloads, each between CUDA events on this handle's stream, starting one later each
+    /// round (A B C, B C A, C A B, …), so that clock changes, other work on the device and a
+    /// round's start from an empty queue fall on all of them alike; a round is read back after
+    /// all of it is queued. Rounds are untimed until the workloads have taken `warmup_ms` of
+    /// device time (at least one round), then `rounds` (at least one) are timed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `warmup_ms` is not finite or is negative (the warm-up
+    /// would never end); `run`'s first error; the first timing's driver error.
+    pub fn time_rounds(
+        &self,
+        count: usize,
+        warmup_ms: f32,
+        rounds: usize,
+        mut run: impl FnMut(usize, &Gpu) -> Result<usize>,
+    ) -> Result<Vec<f32>> {
+        if !(warmup_ms.is_finite() && warmup_ms >= 0.0) {
+            return Err(Error::invalid(
+                "warmup_ms",
+                "a finite number of milliseconds ≥ 0",
+                warmup_ms,
+            ));
+        }
+        let rounds = rounds.max(1);
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut samples = vec![Vec::with_capacity(rounds); count];
+        let (mut warm_ms, mut warming, mut timed, mut first) = (0.0f32, true, 0, 0);
+        while timed < rounds && count > 0 {
+            let mut events = Vec::with_capacity(count);
+            for j in 0..count {
+                let i = (first + j) % count;
+                let start = self.stream.record_event(timing)?;
+                let launches = run(i, self)?;
+                let end = self.stream.record_event(timing)?;
+                events.push((i, launches, start, end));
+            }
+            first = (first + 1) % count;
+            for (i, launches, start, end) in events {
+                let ms = start.elapsed_ms(&end)?;
+                warm_ms += ms;
+                if !warming {
+                    samples[i].push(ms / launches.max(1) as f32);
+                }
+            }
+            if warming {
+                // NaN or a stuck clock must not keep the warm-up going for ever.
+                warming = warm_ms < warmup_ms && warm_ms.is_finite() && warm_ms > 0.0;
+            } else {
+                timed += 1;
+            }
+        }
+        Ok(samples
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(f32::total_cmp);
+                v[v.len() / 2]
+            })
+            .collect())
     }
 }
 

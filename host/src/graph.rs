@@ -162,11 +162,11 @@ impl Graph {
 
 impl Gpu {
     /// Median time per launch of each graph, ms, as `(graph, launches it holds)`: every round
-    /// replays the graphs in turn (A, B, C, A, B, C, …), each between CUDA events on this
-    /// handle's stream, so that clock changes and other work on the device fall on all of them
-    /// alike. Rounds are untimed until the replays have taken `warmup_ms` of device time (at
-    /// least one round), then `rounds` (at least one) are timed. Used by the Hopper autotuner
-    /// and the Hopper benchmark.
+    /// replays the graphs in turn, each between CUDA events on this handle's stream
+    /// ([`Gpu::time_rounds`]), so that clock changes and other work on the device fall on all
+    /// of them alike. Rounds are untimed until the replays have taken `warmup_ms` of device time
+    /// (at least one round), then `rounds` (at least one) are timed. Used by the Hopper
+    /// benchmark.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `warmup_ms` is not finite or is negative (the warm-up
@@ -177,38 +177,10 @@ impl Gpu {
         warmup_ms: f32,
         rounds: usize,
     ) -> Result<Vec<f32>> {
-        if !(warmup_ms.is_finite() && warmup_ms >= 0.0) {
-            return Err(Error::invalid(
-                "warmup_ms",
-                "a finite number of milliseconds ≥ 0",
-                warmup_ms,
-            ));
-        }
-        let rounds = rounds.max(1);
-        let mut samples = vec![Vec::with_capacity(rounds); graphs.len()];
-        let (mut warm_ms, mut warming) = (0.0f32, true);
-        let mut timed = 0;
-        while timed < rounds && !graphs.is_empty() {
-            for ((graph, launches), out) in graphs.iter().zip(samples.iter_mut()) {
-                let ms = self.time_ms(0, 1, |_| graph.replay())?;
-                warm_ms += ms;
-                if !warming {
-                    out.push(ms / (*launches).max(1) as f32);
-                }
-            }
-            if warming {
-                // NaN or a stuck clock must not keep the warm-up going for ever.
-                warming = warm_ms < warmup_ms && warm_ms.is_finite() && warm_ms > 0.0;
-            } else {
-                timed += 1;
-            }
-        }
-        Ok(samples
-            .into_iter()
-            .map(|mut v| {
-                v.sort_by(f32::total_cmp);
-                v[v.len() / 2]
-            })
-            .collect())
+        self.time_rounds(graphs.len(), warmup_ms, rounds, |i, _| {
+            let (graph, launches) = graphs[i];
+            graph.replay()?;
+            Ok(launches)
+        })
     }
 }

@@ -23,6 +23,13 @@ impl Image {
         }
     }
 
+    /// The bytes as embedded (packed or not).
+    pub fn embedded(&self) -> &'static [u8] {
+        match *self {
+            Image::Plain(b) | Image::Zstd(b) => b,
+        }
+    }
+
     /// The bytes, unpacked.
     ///
     /// # Errors
@@ -73,6 +80,15 @@ impl PtxModule {
             arch: self.arch.name(),
             message: e.to_string(),
         })
+    }
+
+    /// A CRC-32 of its PTX and cubin as embedded: which build of the kernel crate this is (the
+    /// autotune cache's [`crate::autotune::TuneKey::build`]).
+    pub fn checksum(&self) -> u32 {
+        let mut h = crc32fast::Hasher::new();
+        h.update(self.ptx.embedded());
+        h.update(self.cubin.embedded());
+        h.finalize()
     }
 
     /// Whether its cubin runs on a device of compute capability `cc`.

@@ -51,9 +51,16 @@ fn requires_gpu(value: Option<&OsStr>) -> bool {
 /// With `FUSED_GEMM_REQUIRE_GPU` set to anything other than empty or `0` (see
 /// [`gpu_required`]), a missing driver or device panics instead, naming the test and the reason:
 /// a GPU test run must not pass by skipping. Any other failure to open the device always panics.
+///
+/// The device has no autotuner: tiles are the model's, so that a printed seed replays the same
+/// launches on any machine (a tuned tile depends on the timings and on the cache). Tests of the
+/// autotuner install one with [`Gpu::set_autotuner`].
 pub fn gpu_or_skip(test: &str) -> Option<Gpu> {
     match Gpu::new(0) {
-        Ok(g) => Some(g),
+        Ok(g) => {
+            g.set_autotuner(None);
+            Some(g)
+        }
         Err(e @ (Error::NoDriver | Error::NoDevice { .. })) => {
             assert!(
                 !gpu_required(),

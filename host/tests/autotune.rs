@@ -269,15 +269,17 @@ fn the_autotune_switch_comes_from_the_environment() {
     for (value, on) in [
         ("1", true),
         ("ON", true),
-        (" true ", true),
+        ("", true),
+        ("yes", true),
         ("0", false),
-        ("", false),
+        (" Off ", false),
+        ("FALSE", false),
     ] {
         unsafe { std::env::set_var(AUTOTUNE_ENV, value) };
         assert_eq!(autotune_from_env(), on, "{value:?}");
     }
     unsafe { std::env::remove_var(AUTOTUNE_ENV) };
-    assert!(!autotune_from_env());
+    assert!(autotune_from_env(), "on unless switched off");
 }
 
 #[test]
@@ -326,6 +328,38 @@ fn hopper_choices_have_keys_of_their_own_and_old_files_still_read() {
     assert_eq!(reread.entry(&sm90).unwrap().timed.len(), 2);
     assert!(reread.entry(&sm80).unwrap().timed.is_empty());
     assert_eq!(reread.entry(&sm80).unwrap().tile, (128, 128, 32, 2, 4, 4));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn another_driver_or_build_is_another_key() {
+    let dir = temp_dir("builds");
+    let p = Problem::gemm(8192, 28672, 4096, DType::Bf16);
+    let key = TuneKey::new("NVIDIA H100 80GB HBM3", 90, "k", &p)
+        .with_mainloop(Mainloop::Sm90)
+        .with_build(13000, 0x0badf00d);
+    assert_eq!(
+        key.to_string(),
+        "NVIDIA H100 80GB HBM3|sm_90|k|bf16|m8192|n28672|k4096|aligned|sm90|cuda13000|b0badf00d"
+    );
+    let mut tuner = Autotuner::new(&dir);
+    tuner.record(Entry {
+        key: key.clone(),
+        tile: (256, 256, 64, 16, 1, 4),
+        splits: 1,
+        measured_ms: 2.6,
+        tuned_on: (8192, 28672, 4096),
+        timed: Vec::new(),
+    });
+    let reread = Autotuner::new(&dir);
+    assert_eq!(reread.entry(&key).unwrap().tile, (256, 256, 64, 16, 1, 4));
+    for other in [
+        key.clone().with_build(12080, 0x0badf00d),
+        key.clone().with_build(13000, 0x0badf00e),
+        key.clone().with_build(0, 0),
+    ] {
+        assert!(reread.entry(&other).is_none(), "{other}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -287,7 +287,7 @@ fn stage_costs(gpu: &Gpu) -> Result<()> {
 fn main() -> std::process::ExitCode {
     let run = || -> Result<()> {
         let gpu = Gpu::new(0)?;
-        // The launcher's own plan, even under FUSED_GEMM_AUTOTUNE=1.
+        // The model's plan, which this comparison is about, not a tuned one.
         gpu.set_autotuner(None);
         let arch = gpu.module_arch(&fused_gemm::ptx::BUILTIN)?;
         if arch != Arch::Sm90a {

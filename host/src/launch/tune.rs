@@ -2,8 +2,11 @@
 //! the model's best few candidates on scratch operands and records the fastest in the device's
 //! [`crate::autotune::Autotuner`].
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use super::sm90::launch as launch_sm90;
-use crate::autotune::{Entry, Mainloop, TuneKey, tile_tuple};
+use crate::autotune::{Entry, Mainloop, SM90_MARGIN, TUNE_MIN_US, TuneKey, tile_tuple};
 use crate::kernel::{GemmKernelSpec, KernelVariant};
 use crate::plan::{Plan, Problem};
 use crate::validate::{Checked, GemmCall};
@@ -19,15 +22,28 @@ const SM90_ROUNDS: usize = 9;
 /// up to 12 %, and both differed from the benchmark's steady state.
 const SM90_WARMUP_MS: f32 = 250.0;
 
-/// Device time one replay of a candidate's graph aims at, µs (by the model's prediction).
-const SM90_REPLAY_US: f64 = 4000.0;
+/// Device time one burst of a candidate's launches aims at, µs (by the model's prediction).
+const SM90_BURST_US: f64 = 4000.0;
 
 /// At most this many operand sets rotate ([`pick_sm90`]).
 const SM90_MAX_SETS: usize = 8;
 
-/// How much faster than the model's choice another candidate must measure to replace it (a
-/// fraction): closer than this is noise.
-pub const SM90_MARGIN: f32 = 0.01;
+/// Per device, the build checksum of each kernel crate's module ([`crate::module::PtxModule::checksum`]),
+/// keyed by the address of its [`crate::module::PtxSet`]: computed once, it reads the whole
+/// embedded module.
+#[derive(Default)]
+struct Builds(Mutex<HashMap<usize, u32>>);
+
+/// The build checksum of `spec`'s module for `gpu` (0 when none runs there).
+fn build_of(gpu: &Gpu, spec: &GemmKernelSpec) -> u32 {
+    let builds = gpu.state::<Builds>();
+    let mut map = builds.0.lock().unwrap_or_else(|e| e.into_inner());
+    *map.entry(spec.ptx as *const _ as usize).or_insert_with(|| {
+        spec.ptx
+            .select(gpu.props().compute_capability)
+            .map_or(0, |m| m.checksum())
+    })
+}
 
 /// Bytes from element (0, 0) of `m` to the end of its last row, and its address modulo 256.
 fn footprint(m: &crate::tensor::MatrixDesc) -> (usize, u64) {
@@ -82,7 +98,11 @@ where
     // LayerNorm shapes of the Hopper benchmark on both an H100 and an H200, while timing here
     // put 128×256 at 1.58 ms and the benchmark at 1.85 ms at 8192³ on the H100 (the model's
     // 128×128 ping-pong: 1.78 and 1.73), a difference not understood yet.
-    if candidates.len() <= 1 || !gpu.options().is_default() || spec.norm_finish.is_some() {
+    if candidates.len() <= 1
+        || !gpu.options().is_default()
+        || spec.norm_finish.is_some()
+        || candidates[0].1.predicted_us < TUNE_MIN_US
+    {
         return Ok(candidates.swap_remove(0));
     }
     let held = gpu.state::<crate::autotune::Slot>();
@@ -93,7 +113,8 @@ where
     let problem = Problem::from_call(call, checked, spec.accumulate);
     let props = gpu.props();
     let key = TuneKey::new(gpu.name(), props.compute_capability, spec.name, &problem)
-        .with_mainloop(Mainloop::Sm90);
+        .with_mainloop(Mainloop::Sm90)
+        .with_build(gpu.driver_version(), build_of(gpu, spec));
     if let Some(e) = tuner.entry(&key) {
         // A cached tile this shape cannot use (another member of its class): the model's.
         let i = candidates
@@ -145,9 +166,9 @@ where
         return Ok(candidates.swap_remove(0));
     }
     let n = candidates.len().min(tuner.top_k);
-    // Each candidate once on every set, outside a capture: workspaces grow and tensor maps are
-    // made here, not while a graph is recorded.
-    let mut graphs = Vec::with_capacity(n);
+    // Each candidate once on every set before timing: workspaces grow and tensor maps are made
+    // here. A candidate that fails to launch is skipped.
+    let mut runnable: Vec<(usize, usize)> = Vec::with_capacity(n);
     for (i, (variant, plan)) in candidates.iter().enumerate().take(n) {
         let warm = calls
             .iter()
@@ -155,50 +176,48 @@ where
                 launch_sm90(gpu, spec, c, checked, variant, *plan, build, String::new()).map(|_| ())
             })
             .and_then(|()| gpu.synchronize());
-        let reps = ((SM90_REPLAY_US / plan.predicted_us.max(1.0)).ceil() as usize).clamp(sets, 200);
-        let graph = warm.and_then(|()| {
-            gpu.capture(|g| {
-                for r in 0..reps {
-                    launch_sm90(
-                        g,
-                        spec,
-                        &calls[r % sets],
-                        checked,
-                        variant,
-                        *plan,
-                        build,
-                        String::new(),
-                    )?;
-                }
-                Ok(())
-            })
-        });
-        match graph.and_then(|g| g.upload().map(|()| g)) {
-            Ok(g) => graphs.push((i, g, reps)),
+        match warm {
+            Ok(()) => {
+                let reps = (SM90_BURST_US / plan.predicted_us.max(1.0)).ceil() as usize;
+                runnable.push((i, reps.clamp(sets, 200)));
+            }
             Err(e) => tuner.warn(format!(
                 "{key}: tile {:?} failed: {e}; skipped",
                 variant.tile
             )),
         }
     }
-    let replays: Vec<_> = graphs.iter().map(|(_, g, reps)| (g, *reps)).collect();
-    let times = match gpu.time_interleaved(&replays, SM90_WARMUP_MS, SM90_ROUNDS) {
+    let times = gpu.time_rounds(runnable.len(), SM90_WARMUP_MS, SM90_ROUNDS, |j, g| {
+        let (i, reps) = runnable[j];
+        let (variant, plan) = &candidates[i];
+        for r in 0..reps {
+            launch_sm90(
+                g,
+                spec,
+                &calls[r % sets],
+                checked,
+                variant,
+                *plan,
+                build,
+                String::new(),
+            )?;
+        }
+        Ok(reps)
+    });
+    let times = match times.and_then(|t| gpu.synchronize().map(|()| t)) {
         Ok(t) => t,
         Err(e) => {
             tuner.warn(format!("{key}: timing failed ({e}); the model's tile"));
             return Ok(candidates.swap_remove(0));
         }
     };
-    drop(replays);
-    let timed: Vec<(usize, f32)> = graphs
+    drop(buffers);
+    let timed: Vec<(usize, f32)> = runnable
         .iter()
         .zip(&times)
-        .map(|((i, _, _), &t)| (*i, t))
+        .map(|(&(i, _), &t)| (i, t))
         .filter(|(_, t)| t.is_finite() && *t > 0.0)
         .collect();
-    drop(graphs);
-    gpu.synchronize()?;
-    drop(buffers);
     let Some(&(mut i, mut ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
         return Ok(candidates.swap_remove(0));
     };
