@@ -30,6 +30,13 @@ pub const LAUNCH_US: f64 = 3.0;
 /// Tile rows per raster group ([`Sm90Args::group_m`]).
 pub const GROUP_M: u32 = 8;
 
+/// What a one-round grid's partial statistics cost beyond the model's two launches and six
+/// passes over C, µs: the finishing kernel starts only after the GEMM's last CTA, on a device
+/// that has been mostly idle. Measured on an H100 (bf16, MiniLM's LayerNorm GEMMs with the
+/// 128×128 ping-pong tile forced): 128×384×384 18.4 µs against 13.3 predicted, 128×384×1536
+/// 25.8 against 19.6, 4096×384×384 25.3 against 17.6.
+pub const UNDERFILLED_PARTIALS_US: f64 = 5.0;
+
 /// Bandwidth at which one SM reads the other pieces' partial tiles of a split tail tile from
 /// L2, GB/s (the model's cost of [`tail_splits`]'s fixup; an estimate of one SM's share of L2
 /// bandwidth).
@@ -230,7 +237,12 @@ fn predict_with(
     // The finishing kernel's launch and its pass over C, and the partial statistics the GEMM
     // writes: about 20 µs at 4096×1024 bf16 on the H200 (measured), 2 launches and 6 passes.
     let norm_us = if partials {
-        2.0 * LAUNCH_US + 6.0 * out_elems * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6)
+        let gap = if units < slots {
+            UNDERFILLED_PARTIALS_US
+        } else {
+            0.0
+        };
+        2.0 * LAUNCH_US + 6.0 * out_elems * p.out_dtype.size() as f64 / (DRAM_TBS * 1e6) + gap
     } else {
         0.0
     };
@@ -605,6 +617,34 @@ mod tests {
                 pingpong.predicted_us,
                 groups.predicted_us
             );
+        }
+    }
+
+    #[test]
+    fn a_row_norm_of_few_tiles_finishes_in_a_cluster_rather_than_through_partials() {
+        // Measured on an H100 (bf16): the 128×128 cooperative cluster took 13.7 and 20.3 µs,
+        // ping-pong tiles with partial statistics 18.4 and 25.8.
+        for k in [384, 1536] {
+            let mut p = problem(128, 384, k);
+            p.row_norm = true;
+            p.epilogue_read_bytes_per_output = 2.0;
+            let time = |t: &TileShape| {
+                let fit = norm_cluster(t, &p).map(|c| if c > 4 { 15 } else { 30 });
+                (
+                    predict_fit(132, t, &p, fit).0,
+                    plan_fit(132, t, &p, fit).norm,
+                )
+            };
+            let best = TILES_SM90
+                .iter()
+                .min_by(|a, b| time(a).0.total_cmp(&time(b).0))
+                .unwrap();
+            assert_eq!(
+                (best.bm, best.bn, is_pingpong(best)),
+                (128, 128, false),
+                "K = {k}"
+            );
+            assert_eq!(time(best).1, NormPath::Cluster { ctas: 3 }, "K = {k}");
         }
     }
 
