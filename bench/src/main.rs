@@ -243,8 +243,6 @@ fn bench(args: &RunArgs) -> Result<ExitCode> {
     };
 
     let gpu = Gpu::new(args.device)?;
-    // Only the `ours` column tunes, with the run's own autotuner below.
-    gpu.set_autotuner(None);
     let mut lt = if cublaslt::available() {
         match Lt::new(&gpu) {
             Ok(l) => Some(l),

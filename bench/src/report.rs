@@ -13,7 +13,7 @@ use crate::epilogue::Epilogue;
 use crate::timing::Summary;
 
 /// Version of the JSON layout below; bump on incompatible changes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// One run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

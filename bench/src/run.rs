@@ -580,6 +580,8 @@ pub fn run_all<T: BenchElement>(
     pb: &ProgressBar,
     mut done: impl FnMut(&[RowResult]),
 ) -> Vec<RowResult> {
+    // Every path but `ours` runs without an autotuner (`Ctx::within` installs `tuner` for it).
+    let device_tuner = gpu.set_autotuner(None);
     let mut out = Vec::with_capacity(cfg.rows.len());
     for (i, row) in cfg.rows.iter().enumerate() {
         let r = run_row::<T>(gpu, cfg, i, row, lt.as_deref_mut(), tuner, pb);
@@ -589,6 +591,7 @@ pub fn run_all<T: BenchElement>(
         out.push(r);
         done(&out);
     }
+    gpu.set_autotuner(device_tuner);
     out
 }
 

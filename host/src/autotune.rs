@@ -13,11 +13,11 @@
 //!
 //! # The Hopper path
 //!
-//! Every [`Gpu`] has an autotuner unless `FUSED_GEMM_AUTOTUNE=0` when it is opened
-//! ([`autotune_from_env`]) or [`Gpu::set_autotuner`] removes it. A launch on the Hopper path
+//! Every [`Gpu`] has an autotuner unless `FUSED_GEMM_AUTOTUNE=0` when the autotuner is first
+//! needed ([`autotune_from_env`]) or [`Gpu::set_autotuner`] removes it. A launch on the Hopper path
 //! ([`crate::launch::sm90`]) with no override in effect then picks its tile by measurement
 //! instead of by the model alone. Why: the model was fitted on an H200, and on an H100 its tile
-//! ran up to 25 % slower than the fastest one (LLaMA-3-8B MLP up, 8192×28672×4096).
+//! took up to 1.38× the tuned one's time (LLaMA-3-8B MLP up with SwiGLU, 8192×28672×4096).
 //!
 //! - Launches the model predicts under [`TUNE_MIN_US`] keep its tile: there the candidates
 //!   differ by a few microseconds and a tuning would take more than 10⁵ launches to repay.
@@ -38,8 +38,10 @@
 //!   sets (up to twice the L2, plus C's footprint per set) for its duration.
 //! - While the stream is being captured into a CUDA graph nothing is timed: a cached choice is
 //!   used, else the model's. Run a shape once outside the capture to capture its tuned tile.
-//! - Tuning holds the device's autotuner for its duration, so other threads' Hopper launches
-//!   on the device that need it wait. Candidates may grow the device's shared split-K and
+//! - Tuning holds its [`Gpu`]'s autotuner for its duration, so other threads' Hopper launches
+//!   through that `Gpu` (and its clones) that need it wait. Each [`Gpu::new`] has its own
+//!   autotuner: handles opened separately on one device may tune at once, each then timing
+//!   under the other's load; share one `Gpu` between threads to avoid that. Candidates may grow the device's shared split-K and
 //!   statistics workspaces, as any launch that needs more does; the replaced buffers are kept
 //!   ([`crate::launch::workspace::Growing`]), so graphs captured earlier stay valid. Each
 //!   tuning leaves its scratch operands' tensor maps (128 bytes each) in the device's map
@@ -421,9 +423,12 @@ impl Autotuner {
         };
         let text = serde_json::to_string_pretty(&file).expect("cache serializes");
         let path = self.cache_path();
+        // Unique per save: autotuners of several `Gpu` handles in one process may save at once.
+        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let save = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self
             .dir
-            .join(format!("{CACHE_FILE}.{}.tmp", std::process::id()));
+            .join(format!("{CACHE_FILE}.{}.{save}.tmp", std::process::id()));
         std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
     }

@@ -12,8 +12,8 @@ use crate::plan::{Plan, Problem};
 use crate::validate::{Checked, GemmCall};
 use crate::{Error, Gpu, Result};
 
-/// Timed rounds per Hopper candidate (their median counts). Each round replays every
-/// candidate's graph once, in turn, so that clock changes fall on all of them alike (timed one
+/// Timed rounds per Hopper candidate (their median counts). Each round runs one burst of every
+/// candidate's launches, in turn, so that clock changes fall on all of them alike (timed one
 /// after another, the first candidate ran while the clocks rose).
 const SM90_ROUNDS: usize = 9;
 
