@@ -184,7 +184,7 @@ pub fn choose(
             };
             let tiles = problem.m.div_ceil(best.0.tile.bm) * problem.n.div_ceil(best.0.tile.bn);
             let underfilled = tiles < sms;
-            let p80_us = if p80.norm == NormPath::InCta && problem.row_norm {
+            let p80_us = if p80.norm == NormPath::InCta {
                 p80.predicted_us * ROW_TILE_UNDERESTIMATE
             } else {
                 p80.predicted_us

@@ -491,6 +491,18 @@ mod tests {
         assert!((1374.0..1700.0).contains(&t), "{t}");
     }
 
+    /// The tile the model predicts fastest for `p`, with the row-norm cluster occupancy measured
+    /// on the H200 (30 clusters of 4 CTAs, 15 of 8), and its plan.
+    fn modelled_best(p: &Problem) -> (TileShape, Plan) {
+        let fit = |t: &TileShape| norm_cluster(t, p).map(|c| if c > 4 { 15 } else { 30 });
+        let time = |t: &TileShape| predict_fit(132, t, p, fit(t)).0;
+        let best = *TILES_SM90
+            .iter()
+            .min_by(|a, b| time(a).total_cmp(&time(b)))
+            .unwrap();
+        (best, plan_fit(132, &best, p, fit(&best)))
+    }
+
     /// The model's tile is the one measured fastest at each benchmark shape (the Hopper
     /// benchmark's forced-tile columns on the H200; another run agreed except at
     /// 4096×1024×1024, where 128×128 cooperative beat 128×256 by 0.3 µs; row-norm cluster
@@ -520,16 +532,9 @@ mod tests {
                 p.row_norm = true;
                 p.epilogue_read_bytes_per_output = 2.0;
             }
-            let time = |t: &TileShape| {
-                let fit = norm_cluster(t, &p).map(|c| if c > 4 { 15 } else { 30 });
-                predict_fit(132, t, &p, fit).0
-            };
-            let best = TILES_SM90
-                .iter()
-                .min_by(|a, b| time(a).total_cmp(&time(b)))
-                .unwrap();
+            let (best, _) = modelled_best(&p);
             assert_eq!(
-                (best.bm, best.bn, is_pingpong(best)),
+                (best.bm, best.bn, is_pingpong(&best)),
                 (bm, bn, ping),
                 "{m}x{n}x{k} norm={norm}"
             );
@@ -628,23 +633,13 @@ mod tests {
             let mut p = problem(128, 384, k);
             p.row_norm = true;
             p.epilogue_read_bytes_per_output = 2.0;
-            let time = |t: &TileShape| {
-                let fit = norm_cluster(t, &p).map(|c| if c > 4 { 15 } else { 30 });
-                (
-                    predict_fit(132, t, &p, fit).0,
-                    plan_fit(132, t, &p, fit).norm,
-                )
-            };
-            let best = TILES_SM90
-                .iter()
-                .min_by(|a, b| time(a).0.total_cmp(&time(b).0))
-                .unwrap();
+            let (best, plan) = modelled_best(&p);
             assert_eq!(
-                (best.bm, best.bn, is_pingpong(best)),
+                (best.bm, best.bn, is_pingpong(&best)),
                 (128, 128, false),
                 "K = {k}"
             );
-            assert_eq!(time(best).1, NormPath::Cluster { ctas: 3 }, "K = {k}");
+            assert_eq!(plan.norm, NormPath::Cluster { ctas: 3 }, "K = {k}");
         }
     }
 
