@@ -14,8 +14,8 @@
 //! # The Hopper path
 //!
 //! Every [`Gpu`] has an autotuner unless `FUSED_GEMM_AUTOTUNE=0` when the autotuner is first
-//! needed ([`autotune_from_env`]) or [`Gpu::set_autotuner`] removes it. A launch on the Hopper path
-//! ([`crate::launch::sm90`]) with no override in effect then picks its tile by measurement
+//! needed ([`autotune_from_env`]) or [`Gpu::set_autotuner`] removes it. A launch on the Hopper
+//! path ([`crate::launch::sm90`]) with no override in effect then picks its tile by measurement
 //! instead of by the model alone. Why: the model was fitted on an H200, and on an H100 its tile
 //! took up to 1.38× the tuned one's time (LLaMA-3-8B MLP up with SwiGLU, 8192×28672×4096).
 //!
@@ -41,8 +41,9 @@
 //! - Tuning holds its [`Gpu`]'s autotuner for its duration, so other threads' Hopper launches
 //!   through that `Gpu` (and its clones) that need it wait. Each [`Gpu::new`] has its own
 //!   autotuner: handles opened separately on one device may tune at once, each then timing
-//!   under the other's load; share one `Gpu` between threads to avoid that. Candidates may grow the device's shared split-K and
-//!   statistics workspaces, as any launch that needs more does; the replaced buffers are kept
+//!   under the other's load; share one `Gpu` between threads to avoid that.
+//! - Candidates may grow the device's shared split-K and statistics workspaces, as any launch
+//!   that needs more does; the replaced buffers are kept
 //!   ([`crate::launch::workspace::Growing`]), so graphs captured earlier stay valid. Each
 //!   tuning leaves its scratch operands' tensor maps (128 bytes each) in the device's map
 //!   cache.
@@ -434,8 +435,9 @@ impl Autotuner {
     }
 }
 
-/// Environment variable that, set to `0` (or `false`, `off`) when a [`Gpu`] is opened, leaves it
-/// without an autotuner: the model alone picks tiles.
+/// Environment variable that, set to `0` (or `false`, `off`) when a [`Gpu`]'s autotuner is
+/// first needed (its first Hopper launch that could tune), leaves it without one: the model
+/// alone picks tiles.
 pub const AUTOTUNE_ENV: &str = "FUSED_GEMM_AUTOTUNE";
 
 /// Whether a [`Gpu`] gets an autotuner: yes unless [`AUTOTUNE_ENV`] is `0`, `false` or `off`

@@ -28,9 +28,9 @@ const SM90_BURST_US: f64 = 4000.0;
 /// At most this many operand sets rotate ([`pick_sm90`]).
 const SM90_MAX_SETS: usize = 8;
 
-/// Per device, the build checksum of each kernel crate's module ([`crate::module::PtxModule::checksum`]),
-/// keyed by the address of its [`crate::module::PtxSet`]: computed once, it reads the whole
-/// embedded module.
+/// Per device, the build checksum of each kernel crate's module
+/// ([`crate::module::PtxModule::checksum`]), keyed by the address of its
+/// [`crate::module::PtxSet`]: computed once, as it reads the whole embedded module.
 #[derive(Default)]
 struct Builds(Mutex<HashMap<usize, u32>>);
 
