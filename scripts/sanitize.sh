@@ -12,8 +12,10 @@
 #   SANITIZE_JOBS      runs at once (default 1)
 # A finding is an error of memcheck, synccheck or initcheck, or a racecheck error or warning.
 # The stress binary runs smaller under the tools (FUSED_GEMM_FUZZ_CASES 100,
-# FUSED_GEMM_STRESS_OPS 400, unless set). Tests a tool cannot run are listed in
-# sanitize.exclude beside this script, one per line:
+# FUSED_GEMM_STRESS_OPS 400, unless set), and so do the other GPU tests: FUSED_GEMM_SANITIZE=1
+# (unless set) gives them sanitizer-sized shapes that keep their paths, as racecheck
+# instruments every shared-memory access (fused_gemm::host::testing::sanitizing). Tests a tool
+# cannot run are listed in sanitize.exclude beside this script, one per line:
 #   tool binary test-name reason...
 # and are skipped (libtest's --skip, which matches substrings of test names) and printed with
 # their reason in the summary.
@@ -28,6 +30,7 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export FUSED_GEMM_REQUIRE_GPU=1
 export FUSED_GEMM_FUZZ_CASES="${FUSED_GEMM_FUZZ_CASES:-100}"
 export FUSED_GEMM_STRESS_OPS="${FUSED_GEMM_STRESS_OPS:-400}"
+export FUSED_GEMM_SANITIZE="${FUSED_GEMM_SANITIZE:-1}"
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 if [ ! -x "$sanitizer" ]; then
     echo "sanitize.sh: compute-sanitizer not found (PATH or /usr/local/cuda/bin)" >&2

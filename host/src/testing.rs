@@ -10,6 +10,11 @@
 //! device panics, and the test fails instead of passing without having run. Tests that skip for
 //! another reason (a model that is not on disk) ask [`gpu_required`] and fail likewise.
 //!
+//! # Sanitizer-sized shapes, and `FUSED_GEMM_SANITIZE`
+//!
+//! `scripts/sanitize.sh` sets `FUSED_GEMM_SANITIZE=1`, under which the GPU tests run their
+//! largest launches smaller ([`sanitizing`]).
+//!
 //! # Comparisons
 //!
 //! [`assert_close`] (and [`compare`], which returns the [`Closeness`] report instead of
@@ -24,6 +29,7 @@
 
 use std::ffi::OsStr;
 use std::fmt;
+use std::sync::OnceLock;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -38,11 +44,31 @@ pub const REQUIRE_GPU_VAR: &str = "FUSED_GEMM_REQUIRE_GPU";
 /// Tests that skip for reasons of their own (a model that is not on disk) must fail instead
 /// when this is true.
 pub fn gpu_required() -> bool {
-    requires_gpu(std::env::var_os(REQUIRE_GPU_VAR).as_deref())
+    flag_set(std::env::var_os(REQUIRE_GPU_VAR).as_deref())
 }
 
-fn requires_gpu(value: Option<&OsStr>) -> bool {
+/// Whether an on/off variable is on: set, and neither empty nor `0`.
+fn flag_set(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The variable that asks the GPU tests for their sanitizer-sized shapes ([`sanitizing`]).
+pub const SANITIZE_VAR: &str = "FUSED_GEMM_SANITIZE";
+
+/// Whether `FUSED_GEMM_SANITIZE` is set to anything other than empty or `0` (read once per
+/// process). `scripts/sanitize.sh` sets it: under compute-sanitizer, whose racecheck
+/// instruments every shared-memory access, the GPU tests then shrink their largest shapes (and
+/// time only a few launches where a test times) so that each test binary finishes in minutes.
+///
+/// The shrunk set keeps every path the full one covers: the same kernels, entry points, tiles
+/// and epilogues (where the launcher picks the tile, shapes on which its model picks the same
+/// ones); awkward sizes (M or N one off a tile multiple, 1, odd N, K not a multiple of BK) with
+/// partial tiles at both edges; persistent CTAs that take two tiles or more (the shared-memory
+/// ring wraps, epilogue buffers are reused); K loops longer than the pipeline's stages; split-K
+/// with its workspace, split tails, clusters and row norms.
+pub fn sanitizing() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| flag_set(std::env::var_os(SANITIZE_VAR).as_deref()))
 }
 
 /// Opens GPU 0, or prints why the GPU test `test` is skipped and returns `None` when there is no
@@ -379,12 +405,13 @@ mod tests {
     }
 
     #[test]
-    fn require_gpu_values() {
-        assert!(!requires_gpu(None));
-        assert!(!requires_gpu(Some(OsStr::new(""))));
-        assert!(!requires_gpu(Some(OsStr::new("0"))));
-        assert!(requires_gpu(Some(OsStr::new("1"))));
-        assert!(requires_gpu(Some(OsStr::new("yes"))));
+    fn on_off_variable_values() {
+        // FUSED_GEMM_REQUIRE_GPU and FUSED_GEMM_SANITIZE.
+        assert!(!flag_set(None));
+        assert!(!flag_set(Some(OsStr::new(""))));
+        assert!(!flag_set(Some(OsStr::new("0"))));
+        assert!(flag_set(Some(OsStr::new("1"))));
+        assert!(flag_set(Some(OsStr::new("yes"))));
     }
 
     #[test]
