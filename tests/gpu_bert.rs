@@ -11,7 +11,7 @@ use fused_gemm::host::Gpu;
 use fused_gemm::host::reference::bert as reference;
 use fused_gemm::host::reference::max_rel_error;
 use fused_gemm::host::testing::{
-    Tolerance, assert_close, compare, gpu_or_skip, nan_max, rng, uniform,
+    Tolerance, assert_close, compare, gpu_or_skip, nan_max, rng, sanitizing, uniform,
 };
 use rand::RngExt;
 use rand::rngs::StdRng;
@@ -82,6 +82,17 @@ fn download<T: Dt>(gpu: &Gpu, d: &CudaSlice<T>) -> Vec<f64> {
 /// The batch shapes every kernel is checked at: (T, lengths).
 fn shapes() -> Vec<(usize, Vec<u32>)> {
     vec![(1, vec![1]), (128, vec![1, 17, 128]), (512, vec![512, 257])]
+}
+
+/// [`shapes`] for attention, whose work grows with T²: under [`sanitizing`] the longest batch is
+/// T = 256 (lengths 256 and 129: still several query blocks and key tiles, one key past a
+/// multiple of 64).
+fn attention_shapes() -> Vec<(usize, Vec<u32>)> {
+    let mut s = shapes();
+    if sanitizing() {
+        s[2] = (256, vec![256, 129]);
+    }
+    s
 }
 
 /// Random token ids `< vocab` for the valid positions and `[PAD]` = 0 for padding.
@@ -458,7 +469,7 @@ fn attention_all<T: Dt>(gpu: &Gpu, r: &mut StdRng, results: &mut Vec<AttnResult>
     for head_dim in bert::HEAD_DIMS {
         // 12 heads of 32 is MiniLM (d = 384), of 64 BERT-base (d = 768).
         let heads = if head_dim == 128 { 4 } else { 12 };
-        for (seq_len, lengths) in shapes() {
+        for (seq_len, lengths) in attention_shapes() {
             results.push(attention_case::<T>(
                 gpu,
                 r,
@@ -646,14 +657,20 @@ fn attention_handles_misaligned_buffers() {
 /// Kernel time at all-MiniLM-L6-v2's attention shapes (12 heads of 32, T = 128, every
 /// sequence full, f16 on the tensor cores), beside heads of 64 (the doubled work of the padded
 /// layout the MiniLM backend used before head-dim-32 kernels) and the f32 CUDA-core kernel.
-/// Prints only; correctness is checked above.
+/// Prints only; correctness is checked above. Under the sanitizer (times meaningless) the same
+/// kernels run on batches of 1 and 4, three launches each.
 #[test]
 fn attention_minilm_timings() {
     let Some(gpu) = gpu_or_skip("bert attention timings") else {
         return;
     };
     let seq_len = 128usize;
-    for batch_size in [1usize, 32, 256] {
+    let (batches, warmup, runs): (&[usize], _, _) = if sanitizing() {
+        (&[1, 4], 1, 2)
+    } else {
+        (&[1, 32, 256], 3, 20)
+    };
+    for &batch_size in batches {
         let lengths = vec![seq_len as u32; batch_size];
         let batch = SeqBatch::new(&gpu, &vec![0; batch_size * seq_len], &lengths, seq_len).unwrap();
         let mut line = format!("attention B={batch_size} T={seq_len} 12 heads:");
@@ -665,7 +682,7 @@ fn attention_minilm_timings() {
                 .unwrap();
             let mut out = poisoned::<half::f16>(&gpu, rows * d);
             let ms = gpu
-                .time_ms(3, 20, |g| {
+                .time_ms(warmup, runs, |g| {
                     bert::attention(g, &batch, 12, hd, &qkv, &mut out)
                 })
                 .unwrap();
@@ -681,7 +698,7 @@ fn attention_minilm_timings() {
         let qkv = gpu.upload(&vec![0.01f32; rows * 3 * d]).unwrap();
         let mut out = poisoned::<f32>(&gpu, rows * d);
         let ms = gpu
-            .time_ms(3, 20, |g| {
+            .time_ms(warmup, runs, |g| {
                 bert::attention(g, &batch, 12, 32, &qkv, &mut out)
             })
             .unwrap();

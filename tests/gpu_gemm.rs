@@ -17,7 +17,7 @@ use fused_gemm::host::launch::LaunchOptions;
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, round_slice,
 };
-use fused_gemm::host::testing::{assert_close, compare, gpu_or_skip, rng};
+use fused_gemm::host::testing::{assert_close, compare, gpu_or_skip, rng, sanitizing};
 use fused_gemm::host::{Gpu, Result, Tensor};
 use fused_gemm::kernels::{blocks, gemm, stages};
 use rand::RngExt;
@@ -32,6 +32,27 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (4096, 384, 384),
     (4095, 4097, 63),
 ];
+
+/// [`SHAPES`] under [`sanitizing`]: smaller shapes on which the launcher's model takes the
+/// same paths (the Hopper tile; sm_80 128×64 tiles split 2 ways along K with row norms through
+/// partials, 128×128 tiles unsplit with the 32×512 row tile; the bounds-checked tile for
+/// K = 63), K loops still longer than the sm_80 stages.
+const SANITIZER_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (17, 33, 65),
+    (127, 2176, 640),
+    (4095, 384, 256),
+    (511, 513, 63),
+];
+
+/// [`SHAPES`], or [`SANITIZER_SHAPES`] under compute-sanitizer.
+fn shapes() -> &'static [(usize, usize, usize)] {
+    if sanitizing() {
+        SANITIZER_SHAPES
+    } else {
+        SHAPES
+    }
+}
 
 fn threshold(input: DType) -> f64 {
     match input {
@@ -185,7 +206,7 @@ fn plain_gemm_all_layouts_and_dtypes() {
     let Some(mut fx) = Fx::new("plain_gemm") else {
         return;
     };
-    for &s in SHAPES {
+    for &s in shapes() {
         case(
             &mut fx,
             "gemm_bf16",
@@ -250,7 +271,7 @@ fn every_stage_alone() {
         return;
     };
     let bf = DType::Bf16;
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         let s = (m, n, k);
         case(
             &mut fx,
@@ -509,14 +530,28 @@ fn transformer_block_combinations() {
     let Some(mut fx) = Fx::new("blocks") else {
         return;
     };
-    let shapes: &[(usize, usize, usize)] = &[
-        (17, 33, 65),
-        (128, 384, 384),
-        (4096, 384, 1536),
-        (127, 3072, 768),
-        (512, 768, 3072),
-        (300, 4096, 512),
-    ];
+    let shapes: &[(usize, usize, usize)] = if sanitizing() {
+        // Smaller shapes on which the launcher's model takes every path of the full list: the
+        // Hopper tiles (ping-pong and cooperative, row norms in clusters), sm_80 and f32 tiles
+        // with and without split-K, row norms in the CTA (32×384, 32×768) and through partials.
+        &[
+            (17, 33, 65),
+            (128, 384, 384),
+            (127, 2176, 832),
+            (511, 512, 1152),
+            (4095, 256, 256),
+            (511, 2816, 256),
+        ]
+    } else {
+        &[
+            (17, 33, 65),
+            (128, 384, 384),
+            (4096, 384, 1536),
+            (127, 3072, 768),
+            (512, 768, 3072),
+            (300, 4096, 512),
+        ]
+    };
     for &(m, n, k) in shapes {
         let s = (m, n, k);
         let f = DType::F32;
@@ -725,13 +760,18 @@ fn residual_aliasing_the_output() {
 /// The launch path looks up no function by name once warm: a launcher resolves each entry point
 /// on its first launch on a device and indexes it afterwards. 1000 more launches of the same
 /// shape leave `Gpu::name_lookups` where the first left it, and the last output is still
-/// right (bf16 bias + erf GELU, 256×512×256, aligned operands).
+/// right (bf16 bias + erf GELU, 256×512×256, aligned operands; 64×128×64 under the sanitizer,
+/// where every launch is instrumented).
 #[test]
 fn launches_look_up_no_function_by_name() {
     let Some(mut fx) = Fx::new("launches_look_up_no_function_by_name") else {
         return;
     };
-    let (m, n, k) = (256, 512, 256);
+    let (m, n, k) = if sanitizing() {
+        (64, 128, 64)
+    } else {
+        (256, 512, 256)
+    };
     let a = fx.random(m, k, DType::Bf16, 1.0);
     let b = fx.random(n, k, DType::Bf16, 1.0);
     let bias = vecf(&mut fx, n, DType::Bf16);
@@ -945,8 +985,13 @@ fn graphs_survive_workspace_growth() {
         "split 4 ways uses the workspace"
     );
 
-    // 1024×1024×4096 split 8 ways: 32 MiB of f32 partials, far more than the first buffer.
-    let big = (1024, 1024, 4096);
+    // 1024×1024×4096 split 8 ways: 32 MiB of f32 partials, far more than the first buffer
+    // (under the sanitizer 512×512×1024: 8 MiB, still far more).
+    let big = if sanitizing() {
+        (512, 512, 1024)
+    } else {
+        (1024, 1024, 4096)
+    };
     let a2 = fx.random(big.0, big.2, DType::Bf16, 1.0);
     let b2 = fx.random(big.1, big.2, DType::Bf16, 1.0);
     let bias2 = vecf(&mut fx, big.1, DType::Bf16);
@@ -961,7 +1006,7 @@ fn graphs_survive_workspace_growth() {
         let cell = fx.gpu.workspace();
         let ws = cell.lock().unwrap();
         println!("after growth: {ws:?}");
-        assert!(ws.partials().live_bytes() >= 32 << 20);
+        assert!(ws.partials().live_bytes() >= 8 * big.0 * big.1 * 4);
         assert!(
             ws.partials().retired() >= 1,
             "the first partials buffer is kept"

@@ -19,7 +19,7 @@
 
 use fused_gemm::device::copy::tma::swizzle_128b_offset;
 use fused_gemm::device::gemm::TileShape;
-use fused_gemm::device::gemm::sm90::TILES_SM90;
+use fused_gemm::device::gemm::sm90::{TILES_SM90, cluster_m};
 use fused_gemm::device::target::Mainloop;
 use fused_gemm::device::types::DType;
 use fused_gemm::host::autotune::{self, Autotuner};
@@ -30,7 +30,7 @@ use fused_gemm::host::plan::NormPath;
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,
 };
-use fused_gemm::host::testing::{Tolerance, assert_close, compare, gpu_or_skip, rng};
+use fused_gemm::host::testing::{Tolerance, assert_close, compare, gpu_or_skip, rng, sanitizing};
 use fused_gemm::host::{Error, Gpu, Result, Tensor};
 use fused_gemm::kernels::hopper::{self, probe};
 use fused_gemm::kernels::{blocks, gemm};
@@ -286,6 +286,35 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (300, 1100, 96),
 ];
 
+/// [`SHAPES`] under [`sanitizing`], index for index (an index picks the tile): the large ones
+/// smaller with the same traits. M one off 128 with N past eight 128-wide tiles (row norms
+/// through partials) and 8 k-tiles; 384 columns; 511×513 with K = 63 (not TMA-readable); and
+/// 2047×2049 with one k-tile, still more tiles than run at once on every tile shape (the CTAs
+/// are persistent: some take two).
+const SANITIZER_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (17, 33, 65),
+    (127, 1280, 512),
+    (512, 384, 384),
+    (511, 513, 63),
+    (1, 1, 8),
+    (17, 33, 72),
+    (300, 200, 8),
+    (129, 257, 1000),
+    (2047, 2049, 64),
+    (257, 700, 200),
+    (300, 1100, 96),
+];
+
+/// [`SHAPES`], or [`SANITIZER_SHAPES`] under compute-sanitizer.
+fn shapes() -> &'static [(usize, usize, usize)] {
+    if sanitizing() {
+        SANITIZER_SHAPES
+    } else {
+        SHAPES
+    }
+}
+
 /// Whether TMA can read contiguous A (M×K) and B (N×K) of 16-bit elements.
 fn tma_readable(k: usize) -> bool {
     k.is_multiple_of(8)
@@ -456,7 +485,7 @@ fn t3_plain_gemm_on_every_tile_and_dtype() {
     let Some(mut fx) = Fx::new("plain_gemm") else {
         return;
     };
-    for (i, &s) in SHAPES.iter().enumerate() {
+    for (i, &s) in shapes().iter().enumerate() {
         let (tile, path) = route(&fx, i, s.2);
         case(
             &mut fx,
@@ -509,20 +538,40 @@ fn t4_persistent_ring_wraps_over_many_tiles_per_cta() {
     }
     // Several tiles per CTA (and both ping-pong warpgroups busy), k-tile counts that are and
     // are not multiples of the ring depth.
+    let sms = fx.gpu.props().sm_count as usize;
+    let mut run = |s, t| {
+        case(
+            &mut fx,
+            "gemm_bf16 forced tile",
+            s,
+            DType::Bf16,
+            DType::Bf16,
+            vec![],
+            None,
+            Some(t),
+            Some(true),
+            gemm::gemm_bf16,
+        );
+    };
+    if sanitizing() {
+        // Per tile, two whole rounds of work units (a 256×256 cluster tile is one unit of two
+        // CTAs) and three more, edges partly past M and N: every CTA takes two tiles or three.
+        // K: 5 k-tiles, the last partial, and 4.
+        for &t in TILES_SM90 {
+            let units = 2 * (sms / cluster_m(&t) as usize) + 3;
+            let (m, n) = (
+                units.div_ceil(8) * t.bm as usize - 5,
+                8 * t.bn as usize - 24,
+            );
+            for k in [264, 256] {
+                run((m, n, k), t);
+            }
+        }
+        return;
+    }
     for &s in &[(2048, 4096, 320), (1500, 2100, 776), (4096, 4096, 256)] {
         for &t in TILES_SM90 {
-            case(
-                &mut fx,
-                "gemm_bf16 forced tile",
-                s,
-                DType::Bf16,
-                DType::Bf16,
-                vec![],
-                None,
-                Some(t),
-                Some(true),
-                gemm::gemm_bf16,
-            );
+            run(s, t);
         }
     }
 }
@@ -542,7 +591,7 @@ fn t5_every_stage_family() {
             .expect_err("a Hopper-only kernel on another GPU");
         assert!(matches!(e, Error::KernelNotFound { .. }), "{e}");
     }
-    for (i, &(m, n, k)) in SHAPES.iter().enumerate() {
+    for (i, &(m, n, k)) in shapes().iter().enumerate() {
         let s = (m, n, k);
         let (tile, path) = route(&fx, i, k);
         let bias = fx.random(1, n, bf, 1.0);
@@ -753,11 +802,12 @@ fn t6_row_norms_in_the_epilogue_and_through_partials() {
     // eight tiles wide in a row-norm cluster (t8); the other tiles send wider rows (BERT-large
     // 1024, MiniLM 384, an odd 1000) through partial statistics (one per tile and row, merged
     // over the tile's 64-column chunks, the last chunk partly past N at 1000) and the
-    // finishing kernel.
+    // finishing kernel. Under the sanitizer the 1024-wide rows are fewer.
+    let rows = if sanitizing() { 300 } else { 1000 };
     for (i, &(m, n, k)) in [
         (200, 64, 128),
         (257, 384, 384),
-        (1000, 1024, 512),
+        (rows, 1024, 512),
         (33, 1000, 64),
     ]
     .iter()
@@ -812,12 +862,18 @@ fn t7_launcher_choice_and_fallback() {
         return;
     };
     let bf = DType::Bf16;
-    // Left to the launcher: a large aligned GEMM takes the Hopper path on an H100/H200.
+    // Left to the launcher: a large aligned GEMM takes the Hopper path on an H100/H200 (under
+    // the sanitizer a smaller one the model still gives it).
     let hopper_path = fx.hopper;
+    let s = if sanitizing() {
+        (512, 1024, 512)
+    } else {
+        (2048, 2048, 2048)
+    };
     case(
         &mut fx,
         "gemm_bf16 (launcher's choice)",
-        (2048, 2048, 2048),
+        s,
         bf,
         bf,
         vec![],
@@ -875,14 +931,25 @@ fn t8_row_norm_clusters_finish_the_norm_in_the_epilogue() {
     // reads its residual from the ring and stores C from there (TMA), earlier ones read global
     // memory and store per thread; the global exchange runs once more with every tile doing so.
     let bf = DType::Bf16;
+    // Under the sanitizer BERT's widths get just a few more row blocks than groups of 4 and 3
+    // CTAs (the narrowest, on 128×256) fit the SMs at once: some CTAs still take several.
+    let sms = fx.gpu.props().sm_count as usize;
+    let (large, base) = if sanitizing() {
+        (
+            ((sms / 4 + 3) * 128 - 1, 1024, 64),
+            ((sms / 3 + 3) * 128 - 88, 768, 64),
+        )
+    } else {
+        ((8191, 1024, 64), (9000, 768, 128))
+    };
     let shapes: &[(usize, usize, usize)] = &[
         (1, 1, 64),
         (130, 17, 72),
         (257, 1000, 128),
         (300, 1100, 64),
         (64, 2048, 64),
-        (8191, 1024, 64),
-        (9000, 768, 128),
+        large,
+        base,
     ];
     for (exchange, per_thread) in [
         (NormExchange::Cluster, false),
@@ -1094,13 +1161,19 @@ fn t9_tma_store_epilogue_matches_direct_stores() {
     // With C staged, a `residual` is copied into the staging buffers with TMA too (zeros past
     // M and N), against the same kernel reading it from global memory.
     // Widths: one 8-column box, chunks partly past N (72, 1000, 3000), past M (1, 130, 4095),
-    // and a stride TMA cannot take (N = 33).
+    // and a stride TMA cannot take (N = 33). Under the sanitizer the large one is 2047×2200,
+    // still more tiles than SMs on the tiles that run it.
     let bf = DType::Bf16;
+    let large = if sanitizing() {
+        (2047, 2200, 72)
+    } else {
+        (4095, 3000, 72)
+    };
     let shapes: &[(usize, usize, usize)] = &[
         (1, 8, 64),
         (130, 72, 128),
         (257, 1000, 64),
-        (4095, 3000, 72),
+        large,
         (64, 33, 64),
     ];
     for (ti, &tile) in TILES_SM90.iter().enumerate() {
@@ -1201,8 +1274,15 @@ fn t10_split_tail_matches_the_whole_last_round() {
     let sms = fx.gpu.props().sm_count as usize;
     let tiles_n = 8;
     let tiles_m = (sms + 3).div_ceil(tiles_n);
+    // Under the sanitizer K is one k-tile over twice the ring's depth (the last partial), so 2
+    // and 3 pieces still split it unevenly.
+    let k = if sanitizing() {
+        (2 * tile.stages as usize + 1) * 64 - 24
+    } else {
+        1000
+    };
     let shapes = [
-        (tiles_m * 128 - 70, tiles_n * 128 - 24, 1000),
+        (tiles_m * 128 - 70, tiles_n * 128 - 24, k),
         // Two k-tiles: at most two pieces.
         (tiles_m * 128 - 1, tiles_n * 128 - 24, 72),
     ];
@@ -1301,7 +1381,14 @@ fn t11_dependent_finishing_kernel_waits_for_its_gemm() {
         .iter()
         .find(|t| t.warps_m == 4)
         .expect("a ping-pong tile");
-    for &(m, n, k, f64_check) in &[(300, 1000, 1000, true), (4096, 2048, 4096, false)] {
+    // Under the sanitizer the long GEMM has two rounds of tiles and 8 k-tiles: instrumented, it
+    // still runs long after the finishing CTAs are resident.
+    let long = if sanitizing() {
+        (2048, 2048, 512, false)
+    } else {
+        (4096, 2048, 4096, false)
+    };
+    for &(m, n, k, f64_check) in &[(300, 1000, 1000, true), long] {
         let a = fx.random(m, k, bf, 1.0);
         let b = fx.random(n, k, bf, 1.0);
         let ops = EpilogueOperands::random(&mut fx, m, n);
@@ -1396,13 +1483,14 @@ fn t12_bias_from_the_tiles_shared_memory_copy() {
     // warpgroup stored in shared memory after the mainloop. Against f64 on every tile, C staged
     // and stored directly: a bias one element into its buffer (2-byte aligned), tiles partly
     // past N (72, 1000, 3000, 33), one row, bias after `scale`, and f16 (whose bias has the
-    // other 16-bit layout).
+    // other 16-bit layout). Under the sanitizer the widest is 1800 (also partly past N).
+    let wide = if sanitizing() { 1800 } else { 3000 };
     let shapes: &[(usize, usize, usize)] = &[
         (1, 8, 64),
         (130, 72, 128),
         (257, 1000, 64),
         (64, 33, 64),
-        (513, 3000, 192),
+        (513, wide, 192),
     ];
     for &tile in TILES_SM90 {
         for &(m, n, k) in shapes {
@@ -1587,7 +1675,13 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     let _ = std::fs::remove_dir_all(&dir);
     let before = fx.gpu.set_autotuner(Some(Autotuner::new(&dir)));
     let bf = DType::Bf16;
-    let (m, n, k) = (2048, 2048, 2048);
+    // Under the sanitizer a smaller GEMM whose predicted time still calls for tuning
+    // (`autotune::TUNE_MIN_US`) on the Hopper path; the capture below uses it too.
+    let (m, n, k) = if sanitizing() {
+        (1024, 1024, 3072)
+    } else {
+        (2048, 2048, 2048)
+    };
     let accumulate = |fx: &mut Fx, label: &str| {
         let c0 = fx.random(m, n, bf, 1.0);
         case(
@@ -1615,7 +1709,7 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
         (
             autotune::Mainloop::Sm90,
             "h_sigmoid_accumulate",
-            (2048, 2048, 2048)
+            (m as u32, n as u32, k as u32)
         )
     );
     assert!(e.measured_ms > 0.0 && e.measured_ms < 10.0, "{e:?}");
@@ -1646,7 +1740,6 @@ fn t14_autotuner_times_candidates_on_scratch_and_caches_the_winner() {
     );
 
     // Another kernel, captured: the model's tile, nothing timed or recorded.
-    let (m, n, k) = (2048, 2048, 2048);
     let a = fx.random(m, k, bf, 1.0);
     let b = fx.random(n, k, bf, 1.0);
     let mut c = fx.poisoned(m, n, bf);
