@@ -104,12 +104,13 @@ mod shapes {
     //! aligned only to their element, so any error fails the test.
     //!
     //! `FUSED_GEMM_SEED` replays a run (the seed is printed first); `FUSED_GEMM_FUZZ_CASES`
-    //! sets the number of cases (default 2,000).
+    //! sets the number of cases (default 2,000). Under `FUSED_GEMM_SANITIZE` dimensions stop at
+    //! 640.
 
     use super::Epilogue;
     use fused_gemm::device::types::DType;
     use fused_gemm::host::reference::epilogue::{apply_stages, round_slice};
-    use fused_gemm::host::testing::{Tolerance, compare, gpu_or_skip, rng};
+    use fused_gemm::host::testing::{Tolerance, compare, gpu_or_skip, rng, sanitizing};
     use fused_gemm::host::{Gpu, LaunchReport, Result, Tensor};
     use rand::RngExt;
     use rand::rngs::StdRng;
@@ -149,12 +150,22 @@ mod shapes {
         }
     }
 
+    /// Largest M, N and K under compute-sanitizer ([`sanitizing`]): past it one case takes
+    /// racecheck minutes.
+    const MAX_DIM_SANITIZING: usize = 640;
+
     fn dim(rng: &mut StdRng) -> usize {
-        if rng.random_bool(0.5) {
-            AWKWARD[rng.random_range(0..AWKWARD.len())]
+        let max = if sanitizing() {
+            MAX_DIM_SANITIZING
         } else {
-            let x: f64 = rng.random_range(0.0..(MAX_DIM as f64).ln());
-            (x.exp().round() as usize).clamp(1, MAX_DIM)
+            MAX_DIM
+        };
+        let awkward = AWKWARD.partition_point(|&d| d <= max);
+        if rng.random_bool(0.5) {
+            AWKWARD[rng.random_range(0..awkward)]
+        } else {
+            let x: f64 = rng.random_range(0.0..(max as f64).ln());
+            (x.exp().round() as usize).clamp(1, max)
         }
     }
 
@@ -417,6 +428,8 @@ mod threads {
     use fused_gemm::host::{Gpu, Result, Tensor};
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
 
     /// One GEMM's operands on the device and their f64 values.
     struct Problem {
@@ -514,15 +527,13 @@ mod threads {
             apply_stages(m, n, &acc, &stages, None).unwrap()
         }
 
-        fn check(&self, gpu: &Gpu, what: &str) {
-            let got: Vec<f64> = self
-                .c
-                .download_f32(gpu)
+        fn check(&self, gpu: &Gpu, what: &str, ph: &mut Phases) {
+            let got: Vec<f64> = timed(&mut ph.downloads, || self.c.download_f32(gpu))
                 .unwrap()
                 .iter()
                 .map(|&v| v as f64)
                 .collect();
-            let close = compare(&got, &self.want(), 1e-2);
+            let close = timed(&mut ph.reference, || compare(&got, &self.want(), 1e-2));
             assert!(
                 close.passed(),
                 "{what}: {:?} {}x{}x{}: {close}",
@@ -538,52 +549,93 @@ mod threads {
         }
     }
 
+    /// Thread-seconds a run spent in each phase: where a slow run's time goes.
+    #[derive(Default)]
+    struct Phases {
+        /// Allocating, filling and uploading operands.
+        operands: Duration,
+        /// Eager launches (host work until the launch is queued).
+        launches: Duration,
+        /// Captures and graph replays.
+        graphs: Duration,
+        /// Downloading C (waiting for the device's work first).
+        downloads: Duration,
+        /// The f64 reference and the comparison.
+        reference: Duration,
+    }
+
+    impl Phases {
+        fn add(&mut self, o: &Phases) {
+            self.operands += o.operands;
+            self.launches += o.launches;
+            self.graphs += o.graphs;
+            self.downloads += o.downloads;
+            self.reference += o.reference;
+        }
+    }
+
+    /// Runs `f`, adding its time to `into`.
+    fn timed<T>(into: &mut Duration, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let r = f();
+        *into += t.elapsed();
+        r
+    }
+
     /// One thread's share of a run: eager launches, captures with replays, long-K launches.
-    fn worker(gpu: &Gpu, seed: u64, ops: usize) {
+    fn worker(gpu: &Gpu, seed: u64, ops: usize) -> Phases {
         let mut rng = StdRng::seed_from_u64(seed);
+        let mut ph = Phases::default();
         let mut done = 0;
         while done < ops {
             match rng.random_range(0..10) {
                 0..5 => {
-                    let mut p = Problem::new(gpu, &mut rng, false);
-                    p.launch(gpu).unwrap();
-                    p.check(gpu, "eager launch");
+                    let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, false));
+                    timed(&mut ph.launches, || p.launch(gpu)).unwrap();
+                    p.check(gpu, "eager launch", &mut ph);
                     done += 1;
                 }
                 5..8 => {
-                    let mut ps: Vec<Problem> = (0..rng.random_range(1..4))
-                        .map(|_| {
-                            let long_k = rng.random_bool(0.2);
-                            Problem::new(gpu, &mut rng, long_k)
-                        })
-                        .collect();
-                    let graph = gpu
-                        .capture(|g| ps.iter_mut().try_for_each(|p| p.launch(g)))
-                        .unwrap();
-                    assert!(
-                        ps.iter().all(|p| p.still_poisoned(gpu)),
-                        "a captured launch ran before its replay"
-                    );
-                    graph.replay().unwrap();
-                    ps.iter().for_each(|p| p.check(gpu, "replay"));
+                    let count = rng.random_range(1..4);
+                    let mut ps: Vec<Problem> = timed(&mut ph.operands, || {
+                        (0..count)
+                            .map(|_| {
+                                let long_k = rng.random_bool(0.2);
+                                Problem::new(gpu, &mut rng, long_k)
+                            })
+                            .collect()
+                    });
+                    let graph = timed(&mut ph.graphs, || {
+                        gpu.capture(|g| ps.iter_mut().try_for_each(|p| p.launch(g)))
+                    })
+                    .unwrap();
+                    let untouched = timed(&mut ph.downloads, || {
+                        ps.iter().all(|p| p.still_poisoned(gpu))
+                    });
+                    assert!(untouched, "a captured launch ran before its replay");
+                    timed(&mut ph.graphs, || graph.replay()).unwrap();
+                    ps.iter().for_each(|p| p.check(gpu, "replay", &mut ph));
                     // A replay reads its inputs' current contents.
-                    let (fresh, values) = random(gpu, &mut rng, ps[0].m, ps[0].k);
-                    let f = fresh.download_f32(gpu).unwrap();
-                    ps[0].a.0.upload_f32(gpu, &f).unwrap();
-                    ps[0].a.1 = values;
-                    graph.replay().unwrap();
+                    timed(&mut ph.operands, || {
+                        let (fresh, values) = random(gpu, &mut rng, ps[0].m, ps[0].k);
+                        let f = fresh.download_f32(gpu).unwrap();
+                        ps[0].a.0.upload_f32(gpu, &f).unwrap();
+                        ps[0].a.1 = values;
+                    });
+                    timed(&mut ph.graphs, || graph.replay()).unwrap();
                     ps.iter()
-                        .for_each(|p| p.check(gpu, "replay after refilling A"));
+                        .for_each(|p| p.check(gpu, "replay after refilling A", &mut ph));
                     done += 2 * ps.len();
                 }
                 _ => {
-                    let mut p = Problem::new(gpu, &mut rng, true);
-                    p.launch(gpu).unwrap();
-                    p.check(gpu, "long-K launch");
+                    let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, true));
+                    timed(&mut ph.launches, || p.launch(gpu)).unwrap();
+                    p.check(gpu, "long-K launch", &mut ph);
                     done += 1;
                 }
             }
         }
+        ph
     }
 
     fn ops_per_run() -> usize {
@@ -599,10 +651,11 @@ mod threads {
         };
         let seed: u64 = rng(test).random();
         let ops = ops_per_run();
-        let start = std::time::Instant::now();
+        let start = Instant::now();
+        let total = Mutex::new(Phases::default());
         std::thread::scope(|s| {
             for t in 0..threads {
-                let gpu = &gpu;
+                let (gpu, total) = (&gpu, &total);
                 s.spawn(move || {
                     let own;
                     let g = if one_gpu {
@@ -613,18 +666,27 @@ mod threads {
                         own.set_autotuner(None);
                         &own
                     };
-                    worker(g, seed.wrapping_add(t as u64), ops.div_ceil(threads));
+                    let ph = worker(g, seed.wrapping_add(t as u64), ops.div_ceil(threads));
+                    total.lock().unwrap().add(&ph);
                 });
             }
         });
+        let ph = total.into_inner().unwrap();
         println!(
-            "{test}: {threads} thread(s), {} GPU handle(s), {ops} operations in {:.1} s",
+            "{test}: {threads} thread(s), {} GPU handle(s), {ops} operations in {:.1} s \
+             (thread-seconds: operands {:.1}, launches {:.1}, captures and replays {:.1}, \
+             downloads {:.1}, reference {:.1})",
             if one_gpu {
                 "one shared"
             } else {
                 "one per thread"
             },
-            start.elapsed().as_secs_f64()
+            start.elapsed().as_secs_f64(),
+            ph.operands.as_secs_f64(),
+            ph.launches.as_secs_f64(),
+            ph.graphs.as_secs_f64(),
+            ph.downloads.as_secs_f64(),
+            ph.reference.as_secs_f64(),
         );
     }
 
