@@ -22,6 +22,17 @@ pub fn driver_version() -> Result<u32, DriverError> {
     Ok(v.max(0) as u32)
 }
 
+/// `cuFuncLoad`: finishes loading `function`'s code onto the device, which lazy module loading
+/// (`CUDA_MODULE_LOADING=LAZY`, the default) otherwise defers to its first launch; nothing
+/// for a function already loaded.
+///
+/// # Errors
+/// The driver's status when the call fails.
+pub fn func_load(function: &cudarc::driver::CudaFunction) -> Result<(), DriverError> {
+    // SAFETY: the handle is live while `function` holds its module.
+    unsafe { sys::cuFuncLoad(function.cu_function()) }.result()
+}
+
 /// Tensor maps for the tensor memory accelerator (CUDA Driver API, "Tensor Map Object
 /// Management").
 pub mod tensor_map {

@@ -78,11 +78,25 @@ pub(crate) struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The workspaces and tensor maps in `state`, freed next, may still be read by kernels in flight on
+        // The workspaces and tensor maps in `state` may still be read by kernels in flight on
         // any stream of the context (launches pass their raw addresses, which cudarc does not
-        // track); an error here cannot be reported and leaves nothing better to do.
-        let _ = outside_captures(&self.ctx, || self.ctx.synchronize());
+        // track), so the context is synchronized before they are freed; an error here cannot
+        // be reported and leaves nothing better to do. Unloading a module (`cuModuleUnload`)
+        // invalidates other threads' captures as a synchronize does, so the whole teardown
+        // runs outside them.
+        outside_captures(&self.ctx, || {
+            let _ = self.ctx.synchronize();
+            clear(&mut self.state);
+            clear(&mut self.kernels);
+            clear(&mut self.functions);
+            clear(&mut self.modules);
+        });
     }
+}
+
+/// Empties a cache, dropping what it holds now.
+fn clear<K, V>(map: &mut Mutex<HashMap<K, V>>) {
+    map.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
 /// Per CUDA context handle, what this process is doing with it: every [`Gpu`] of a device
@@ -478,6 +492,9 @@ impl Gpu {
                     Error::Driver(e)
                 }
             })?;
+            // Under lazy loading (CUDA's default) the code is otherwise loaded at the first
+            // launch, outside this guard.
+            crate::driver_ext::func_load(&f)?;
             functions.insert(key, f.clone());
             Ok(f)
         })
