@@ -784,6 +784,12 @@ pub unsafe fn run<
             if rn.active {
                 epilogue.row_norm_tile(&out, &acc, &rn, rank_n, i, &sched);
                 i += step;
+                if rn.cn > 1 && !rn.global && i >= my_tiles {
+                    // Peers write their statistics into this CTA's shared memory: no CTA of
+                    // the cluster exits before every consumer has passed its last exchange
+                    // (exited threads count as arrived).
+                    cluster_sync();
+                }
                 continue;
             }
             epilogue.tile(&out, acc);
