@@ -24,7 +24,8 @@ pub fn driver_version() -> Result<u32, DriverError> {
 
 /// `cuFuncLoad`: finishes loading `function`'s code onto the device, which lazy module loading
 /// (`CUDA_MODULE_LOADING=LAZY`, the default) otherwise defers to its first launch; nothing
-/// for a function already loaded.
+/// for a function already loaded. Drivers from CUDA 12.4 on only: cudarc panics when the
+/// symbol is missing.
 ///
 /// # Errors
 /// The driver's status when the call fails.

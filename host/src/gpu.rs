@@ -94,6 +94,9 @@ impl Drop for Shared {
     }
 }
 
+/// The first driver version (CUDA 12.4) with `cuFuncLoad`.
+const FUNC_LOAD_DRIVER: u32 = 12_040;
+
 /// Empties a cache, dropping what it holds now.
 fn clear<K, V>(map: &mut Mutex<HashMap<K, V>>) {
     map.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
@@ -493,8 +496,11 @@ impl Gpu {
                 }
             })?;
             // Under lazy loading (CUDA's default) the code is otherwise loaded at the first
-            // launch, outside this guard.
-            crate::driver_ext::func_load(&f)?;
+            // launch, outside this guard. `cuFuncLoad` is new in CUDA 12.4: calling it on an
+            // older driver would panic in cudarc's symbol lookup.
+            if self.shared.driver_version >= FUNC_LOAD_DRIVER {
+                crate::driver_ext::func_load(&f)?;
+            }
             functions.insert(key, f.clone());
             Ok(f)
         })
