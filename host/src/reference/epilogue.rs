@@ -24,6 +24,7 @@
 
 pub mod activation;
 pub mod dtype;
+pub mod folded_norm;
 pub mod gated;
 pub mod norm;
 pub mod rotary;
