@@ -89,7 +89,15 @@ impl Drop for Shared {
             clear(&mut self.state);
             clear(&mut self.kernels);
             clear(&mut self.functions);
-            clear(&mut self.modules);
+            let modules = self.modules.get_mut().unwrap_or_else(|e| e.into_inner());
+            for (module, _) in modules.drain().map(|(_, m)| m) {
+                // Still held by a `Kernel` or a schedule that outlives every handle: dropped
+                // there, it would be unloaded outside this guard, so it stays loaded until
+                // the process exits instead.
+                if Arc::strong_count(&module) > 1 {
+                    std::mem::forget(module);
+                }
+            }
         });
     }
 }

@@ -120,7 +120,9 @@
 //! # Launch
 //!
 //! Every wait is on an mbarrier with a timeout ([`crate::arch::mbarrier::wait_parity`]): a
-//! protocol error traps instead of hanging the GPU.
+//! protocol error traps instead of hanging the GPU. The exceptions are the cluster barriers
+//! (`barrier.cluster`, no timeout) after the barriers' initialisation and at the end of a
+//! row-norm cluster CTA's last tile, which every thread of the cluster reaches or exits past.
 //!
 //! Block (384, 1, 1), grid (min(tiles, SMs), 1, 1) (with a cluster: clusters of (2, 1, 1),
 //! grid 2·min(tile pairs, SMs/2)), [`smem_bytes`] of dynamic shared memory,
@@ -785,9 +787,10 @@ pub unsafe fn run<
                 epilogue.row_norm_tile(&out, &acc, &rn, rank_n, i, &sched);
                 i += step;
                 if rn.cn > 1 && !rn.global && i >= my_tiles {
-                    // Peers write their statistics into this CTA's shared memory: no CTA of
-                    // the cluster exits before every consumer has passed its last exchange
-                    // (exited threads count as arrived).
+                    // Peers write their statistics into this CTA's shared memory. The
+                    // exchange barrier already orders those writes before this CTA reads them;
+                    // this cluster barrier makes the exit order explicit, as distributed
+                    // shared memory asks (exited threads count as arrived).
                     cluster_sync();
                 }
                 continue;
