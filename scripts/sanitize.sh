@@ -73,8 +73,10 @@ run_one() {
     tests="$(grep -E '^test result: ' "$log" | tail -1 | sed -E 's/^test result: //')"
     if [ "$status" = 124 ]; then
         verdict="finding did not finish in ${SANITIZE_TIMEOUT:-1800} s"
-    elif [ "$status" = 137 ] || [ "$status" = 9 ] || grep -q "process didn't terminate successfully" "$log"; then
+    elif [ "$status" = 137 ] || [ "$status" = 9 ]; then
         verdict="finding killed (exit status $status; host memory?), fewer SANITIZE_JOBS"
+    elif grep -q "process didn't terminate successfully" "$log"; then
+        verdict="finding the test process crashed (exit status $status)"
     elif [ "$unchecked" -gt 0 ] && [ "$n" -le "$unchecked" ] && [ "$status" = 0 ]; then
         verdict="finding $unchecked launch(es) unchecked (tool out of memory), fewer SANITIZE_JOBS"
     elif [ "$n" -gt 0 ] || [ "$status" != 0 ]; then
@@ -94,8 +96,8 @@ run_one() {
 # racecheck keeps host memory for every CTA launched until a test ends (tens of GB for one
 # test at sanitizer-sized shapes). On an 80 GB H100 with 128 GB of host memory, five at once
 # (two racecheck) left synccheck launches unchecked ("Unable to allocate enough memory") and
-# got a racecheck run killed; both count as findings here. Run racecheck alone
-# (SANITIZE_TOOLS=racecheck SANITIZE_JOBS=1) and the other three tools about three at once.
+# got a racecheck run killed; both count as findings here. So run racecheck alone
+# (SANITIZE_TOOLS=racecheck SANITIZE_JOBS=1) and the other three tools fewer at a time.
 jobs="${SANITIZE_JOBS:-1}"
 rm -f "$logs"/*.row "$logs/excluded.txt"
 pairs=()

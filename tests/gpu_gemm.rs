@@ -33,8 +33,8 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (4095, 4097, 63),
 ];
 
-/// [`SHAPES`] under [`sanitizing`]: smaller shapes on which the launcher's model takes the
-/// same paths (the Hopper tile; sm_80 128×64 tiles split 2 ways along K with row norms through
+/// [`SHAPES`] under [`sanitizing`]: smaller shapes on which the launcher's model (with H100
+/// and H200 figures, when they were chosen) takes the same paths (the Hopper tile; sm_80 128×64 tiles split 2 ways along K with row norms through
 /// partials, 128×128 tiles unsplit with the 32×512 row tile; the bounds-checked tile for
 /// K = 63), K loops still longer than the sm_80 stages.
 const SANITIZER_SHAPES: &[(usize, usize, usize)] = &[

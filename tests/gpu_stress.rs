@@ -467,12 +467,11 @@ mod threads {
             } else {
                 Epilogue::ALL[rng.random_range(0..Epilogue::ALL.len())]
             };
-            // Long-K problems are one output tile, which the planner splits along K, and stay
-            // narrow: their f64 reference costs M·N·K per check.
+            // Long-K problems are one output tile, which the planner splits along K.
             let (m, mut n, k) = if long_k {
                 (
-                    rng.random_range(1..17),
-                    rng.random_range(1..17),
+                    rng.random_range(1..48),
+                    rng.random_range(1..48),
                     rng.random_range(2048..16384),
                 )
             } else {

@@ -146,7 +146,8 @@ fn fixtures_for<T: GpuElement>(gpu: &Gpu, dir: &Path, min: f64) -> f64 {
         let texts = texts(&fx);
         for graphs in [false, true] {
             let mut b = CudaBackend::<T>::new(gpu, &m.weights, options(graphs)).unwrap();
-            // One batch size under compute-sanitizer: the kernels are the same at 16.
+            // One batch size under compute-sanitizer, whose runs are slow: 16 reruns the
+            // model on four times the rows.
             let batches: &[usize] = if sanitizing() { &[4] } else { &[4, 16] };
             for &batch in batches {
                 let label = format!(

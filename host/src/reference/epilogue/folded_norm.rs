@@ -1,7 +1,7 @@
 //! LayerNorm folded into the GEMM that reads its output, in f64: the reference for a post-norm
 //! encoder layer whose LayerNorm has no kernel of its own.
 //!
-//! The reparameterisation (as CODA and quack apply it to post-norm models): for a `Linear`
+//! The reparameterisation (CODA's, for post-norm models): for a `Linear`
 //! layer with weights W (N×K, PyTorch layout) and bias b reading `LN(h)`, with γ, β the norm's
 //! scale and shift, μ_r and s_r = 1/√(σ²_r + eps) row r's statistics,
 //!
@@ -24,8 +24,9 @@
 //!
 //! h′ is centred, so it keeps 16-bit relative precision of σ rather than of |μ|. Every
 //! quantity the consumer forms is small too: with `t_{r,0}` as origin, the tile means are
-//! `(t_{r,τ} − t_{r,0}) + mean(h′_τ)` (a difference of nearby f32 numbers is exact, Sterbenz
-//! 1974), so μ_r is never formed in f32 at the scale of |μ|. Shifts of zero give the unshifted
+//! `(t_{r,τ} − t_{r,0}) + mean(h′_τ)` (where the tile means are within a factor of two of each
+//! other, as in the rows that need the shift, their f32 difference is exact: Sterbenz 1974),
+//! so μ_r is never formed in f32 at the scale of |μ|. Shifts of zero give the unshifted
 //! form; every function here takes them explicitly. The tests measure both forms on rows of
 //! mean 1000 and spread 0.01 with 16-bit storage and f32 accumulation.
 //!
@@ -458,7 +459,7 @@ mod tests {
     /// Rows of mean about 1000 and spread 0.01 (|μ|/σ ≈ 1.7e5, the spread of a uniform
     /// [-1, 1) scaled by 0.01): with h stored in 16 bits and f32 arithmetic, the shifted form
     /// stays within two units of the storage's roundoff (2⁻⁷ for bf16, 2⁻¹⁰ for f16, relative
-    /// to the largest output; 40 seeds measured at most 1.04 units), while the unshifted form,
+    /// to the largest output; 40 random seeds gave at most 1.04 units), while the unshifted form,
     /// like a norm of the stored h, loses the rows.
     #[test]
     fn per_tile_shift_keeps_rows_whose_mean_dwarfs_their_spread() {
