@@ -9,7 +9,7 @@ use fused_gemm_device::gemm::TileShape;
 pub struct LaunchOptions {
     /// Launch this tile (it must be compiled for the kernel; a Hopper tile also forces the TMA
     /// and `wgmma` mainloop, an sm_80 tile rules it out). A launch that cannot use it fails
-    /// with [`Error::LaunchLimit`].
+    /// with [`Error::LaunchLimit`](crate::Error::LaunchLimit).
     pub tile: Option<TileShape>,
     /// Launch with this many K splits (above 1 rules the Hopper mainloop out).
     pub splits: Option<u32>,

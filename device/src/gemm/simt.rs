@@ -2,7 +2,7 @@
 //! 16-bit inputs, and f32 models (MiniLM's `--dtype f32`) must not be rounded to them.
 //!
 //! The CTA, warp and shared-memory structure is that of [`super::sm80`] (the same
-//! [`super::cta`] driver: a `STAGES`-deep `cp.async` ring, padded rows), and each thread
+//! `super::cta` driver: a `STAGES`-deep `cp.async` ring, padded rows), and each thread
 //! accumulates exactly the elements an `mma.sync` m16n8 fragment would give it, so the same
 //! [`Acc`] layout, epilogue stages, split-K and store apply unchanged.
 

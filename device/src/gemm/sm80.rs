@@ -6,8 +6,8 @@
 //!
 //! CTA `(x, y, z)` computes the C tile at rows `y·BM..`, columns `x·BN..` over the K range of
 //! split `z`. Warp `w` holds the `(BM/WM) × (BN/WN)` sub-tile at warp coordinates
-//! `(w % WM, w / WM)`. The ring, the k-loop and the epilogue hand-off are [`super::cta`]'s; this
-//! module supplies the [`Mainloop`]: shared-memory addressing and the `ldmatrix` + `mma.sync`
+//! `(w % WM, w / WM)`. The ring, the k-loop and the epilogue hand-off are `super::cta`'s; this
+//! module supplies the `Mainloop`: shared-memory addressing and the `ldmatrix` + `mma.sync`
 //! k-tile.
 
 use crate::arch::global::ld_u16;

@@ -27,7 +27,7 @@ pub const DRAM_TBS: f64 = 4.25;
 /// Launch overhead the model adds, µs.
 pub const LAUNCH_US: f64 = 3.0;
 
-/// Tile rows per raster group ([`Sm90Args::group_m`]).
+/// Tile rows per raster group ([`Sm90Args::group_m`](sm90::Sm90Args::group_m)).
 pub const GROUP_M: u32 = 8;
 
 /// What a one-round grid's partial statistics cost beyond the model's two launches and six
@@ -42,7 +42,7 @@ pub const UNDERFILLED_PARTIALS_US: f64 = 5.0;
 /// bandwidth).
 pub const FIXUP_GBS: f64 = 100.0;
 
-/// K pieces per tile of the last, partial round ([`Sm90Args::tail_splits`]) for `tile` on `p`
+/// K pieces per tile of the last, partial round ([`Sm90Args::tail_splits`](sm90::Sm90Args::tail_splits)) for `tile` on `p`
 /// with `sms` SMs; 1 for no split. Only ping-pong tiles with at least one whole round of tiles
 /// and a partial last one are split: into `s` pieces, as many as minimize a piece's mainloop
 /// (`tile_us / s`) plus the last piece's reads of all `s` partial tiles ([`FIXUP_GBS`]), with

@@ -312,7 +312,7 @@ pub const MAX_NORM_CLUSTER: u32 = 8;
 pub const NORM_XCHG_BYTES: u32 = 2 * MAX_NORM_CLUSTER * 128 * 16;
 
 /// Byte offset, from the end of the ring, of the mbarrier on which stage `s`'s copies
-/// complete ([`SharedMem`]'s `full`).
+/// complete (`SharedMem`'s `full`).
 pub const fn full_bar(s: u32) -> u32 {
     8 * s
 }

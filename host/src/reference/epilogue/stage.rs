@@ -169,9 +169,9 @@ pub enum RefStage {
     BiasRow(Vec<f64>),
     /// `relu`: max(x, 0).
     Relu,
-    /// `gelu`: erf-GELU ([`gelu_erf`]).
+    /// `gelu`: erf-GELU ([`gelu_erf`](super::gelu_erf)).
     Gelu,
-    /// `gelu_tanh`: tanh-approximate GELU ([`gelu_tanh`]).
+    /// `gelu_tanh`: tanh-approximate GELU ([`gelu_tanh`](super::gelu_tanh)).
     GeluTanh,
     /// `silu`: x·sigmoid(x).
     Silu,
@@ -182,7 +182,7 @@ pub enum RefStage {
     /// `accumulate`: `c_in[r, c]` + x, `c_in` the output buffer's prior contents (M×W).
     /// Must be the last stage.
     Accumulate,
-    /// `layer_norm(eps)` over each row's W values ([`layer_norm_rows`]); gamma, beta of
+    /// `layer_norm(eps)` over each row's W values ([`layer_norm_rows`](super::layer_norm_rows)); gamma, beta of
     /// length W.
     LayerNorm {
         /// Scale γ.
@@ -192,22 +192,22 @@ pub enum RefStage {
         /// ε added to the variance.
         eps: f64,
     },
-    /// `rms_norm(eps)` over each row's W values ([`rms_norm_rows`]); gamma of length W.
+    /// `rms_norm(eps)` over each row's W values ([`rms_norm_rows`](super::rms_norm_rows)); gamma of length W.
     RmsNorm {
         /// Scale γ.
         gamma: Vec<f64>,
         /// ε added to the mean square.
         eps: f64,
     },
-    /// `swiglu`: silu(gate)·up over column pairs in the given layout ([`swiglu`]); W halves.
+    /// `swiglu`: silu(gate)·up over column pairs in the given layout ([`swiglu`](super::swiglu)); W halves.
     /// The device stage is [`PairLayout::Interleaved`].
     SwiGlu(PairLayout),
-    /// `geglu`: gelu(gate)·up ([`geglu`]); W halves.
+    /// `geglu`: gelu(gate)·up ([`geglu`](super::geglu)); W halves.
     GeGlu(PairLayout),
-    /// `rope(theta)` ([`rope`]); the device stage is [`PairLayout::Interleaved`]. Must come
+    /// `rope(theta)` ([`rope`](super::rope)); the device stage is [`PairLayout::Interleaved`]. Must come
     /// before any pair-reducing stage.
     Rope(RopeConfig),
-    /// `cast(dtype)`: rounds x to the dtype and back ([`round_to`]).
+    /// `cast(dtype)`: rounds x to the dtype and back ([`round_to`](super::round_to)).
     Cast(DType),
     /// A user element-wise function.
     User(fn(f64) -> f64),
