@@ -19,7 +19,7 @@
 //! bucket, batch bucket): the first call's planning time (the loops' plans are chosen by timing
 //! candidates, `plan_loop_tuned`) and the median cached lookup are reported. Latency is the
 //! median of `--reps` runs timed with CUDA events after warm-up.
-//! Writes `control.json` and `control.md` into `--out`/<card> (the latest run per card).
+//! Writes `control.json` and `control.md` into `--out/<card>` (the latest run per card).
 //!
 //! ```text
 //! cargo run --release -p fused-gemm-bench --bin control -- --out bench/results
