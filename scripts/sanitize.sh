@@ -10,6 +10,8 @@
 #   SANITIZE_TIMEOUT   seconds per binary and tool (default 1800)
 #   SANITIZE_LOGS      folder for the full logs (default a temporary one, printed)
 #   SANITIZE_JOBS      runs at once (default 1)
+#   SANITIZE_BINS      test binaries to run, in this order (default every tests/gpu_*, by
+#                      name); longest first keeps a time-limited sweep from ending on a long run
 # A finding is an error of memcheck, synccheck or initcheck, or a racecheck error or warning.
 # The stress binary runs smaller under the tools (FUSED_GEMM_FUZZ_CASES 100,
 # FUSED_GEMM_STRESS_OPS 400, unless set), and so do the other GPU tests: FUSED_GEMM_SANITIZE=1
@@ -101,8 +103,20 @@ run_one() {
 jobs="${SANITIZE_JOBS:-1}"
 rm -f "$logs"/*.row "$logs/excluded.txt"
 pairs=()
+if [ -n "${SANITIZE_BINS:-}" ]; then
+    bins=()
+    for name in $SANITIZE_BINS; do
+        if [ ! -x "$bundle/tests/$name" ]; then
+            echo "sanitize.sh: no test binary $bundle/tests/$name" >&2
+            exit 2
+        fi
+        bins+=("$bundle/tests/$name")
+    done
+else
+    bins=("$bundle"/tests/gpu_*)
+fi
 for tool in $tools; do
-    for bin in "$bundle"/tests/gpu_*; do
+    for bin in "${bins[@]}"; do
         pairs+=("$tool $bin")
     done
 done
