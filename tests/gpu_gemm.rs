@@ -34,9 +34,10 @@ const SHAPES: &[(usize, usize, usize)] = &[
 ];
 
 /// [`SHAPES`] under [`sanitizing`]: smaller shapes on which the launcher's model (with H100
-/// and H200 figures, when they were chosen) takes the same paths (the Hopper tile; sm_80 128×64 tiles split 2 ways along K with row norms through
-/// partials, 128×128 tiles unsplit with the 32×512 row tile; the bounds-checked tile for
-/// K = 63), K loops still longer than the sm_80 stages.
+/// and H200 figures, when they were chosen) takes the same paths (the Hopper tile; sm_80
+/// 128×64 tiles split 2 ways along K with row norms through partials, 128×128 tiles unsplit
+/// with the 32×512 row tile; the bounds-checked tile for K = 63), K loops still longer than
+/// the sm_80 stages.
 const SANITIZER_SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (17, 33, 65),

@@ -291,7 +291,7 @@ mod tests {
     use super::*;
     use crate::reference::epilogue::{layer_norm_rows, partial_row_moments, round_slice};
     use crate::reference::gemm;
-    use crate::testing::rng;
+    use crate::testing::{max_abs_diff, nan_max, rng};
     use fused_gemm_device::types::DType;
     use rand::RngExt;
 
@@ -299,13 +299,10 @@ mod tests {
         (0..len).map(|_| rng.random_range(lo..hi)).collect()
     }
 
-    /// Largest |got − want| over the largest |want|.
+    /// Largest |got − want| over the largest |want| (a NaN anywhere gives NaN or infinity,
+    /// which fails every bound).
     fn rel_err(got: &[f64], want: &[f64]) -> f64 {
-        let scale = want.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
-        got.iter()
-            .zip(want)
-            .fold(0.0f64, |a, (&g, &w)| a.max((g - w).abs()))
-            / scale
+        max_abs_diff(got, want) / nan_max(want.iter().map(|w| w.abs()))
     }
 
     struct Layer {
