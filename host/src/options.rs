@@ -20,9 +20,9 @@ pub struct LaunchOptions {
     /// Read `residual` from global memory even where the Hopper mainloop could copy it into
     /// its staging buffers with TMA (to compare the two paths).
     pub global_residual: bool,
-    /// K pieces per tile of the Hopper mainloop's last, partial round instead of the model's
-    /// choice ([`crate::plan::sm90::tail_splits`]): `Some(1)` runs the last round whole, larger values
-    /// are capped at what the problem allows.
+    /// K pieces per tile of the Hopper mainloop's last, partial round instead of the model's choice
+    /// ([`crate::plan::sm90::tail_splits`]): `Some(1)` runs the last round whole, larger values are
+    /// capped at what the problem allows.
     pub tail_splits: Option<u32>,
     /// Launch a norm's finishing kernel as the GEMM's programmatic dependent (sm_90+ modules;
     /// elsewhere ignored) instead of in plain stream order after the GEMM: it may then start

@@ -48,9 +48,10 @@ pub(crate) fn output_map_key(mat: &MatrixDesc, dtype: DType, checked: &Checked) 
     })
 }
 
-/// Whether C and the epilogue's `residual` operands (none, or one) can each be moved with TMA
-/// (as for [`c_map_key`](crate::launch::sm90::c_map_key) and [`residual_map_key`]): what a row-norm group needs to take its last
-/// tile's epilogue through the ring. `false` for two residuals, which are read per thread.
+/// Whether C and the epilogue's `residual` operands (none, or one) can each be moved with TMA (as
+/// for [`c_map_key`](crate::launch::sm90::c_map_key) and [`residual_map_key`]): what a row-norm
+/// group needs to take its last tile's epilogue through the ring. `false` for two residuals, which
+/// are read per thread.
 pub fn epilogue_tma(call: &GemmCall<'_>, checked: &Checked) -> bool {
     let residual = call
         .epilogue
@@ -60,9 +61,11 @@ pub fn epilogue_tma(call: &GemmCall<'_>, checked: &Checked) -> bool {
         && (!residual || residual_map_key(call, checked).is_some())
 }
 
-/// The tensor map key of the `residual` matrix for [`Sm90Args::tmap_r`](fused_gemm_device::gemm::sm90::Sm90Args::tmap_r) (used only with C's
-/// map), or `None`: exactly one `residual` operand, no row norm before it (that stage would run
-/// in the finishing kernel), and a matrix TMA can move as it moves C ([`c_map_key`](crate::launch::sm90::c_map_key)).
+/// The tensor map key of the `residual` matrix for
+/// [`Sm90Args::tmap_r`](fused_gemm_device::gemm::sm90::Sm90Args::tmap_r) (used only with C's map),
+/// or `None`: exactly one `residual` operand, no row norm before it (that stage would run in the
+/// finishing kernel), and a matrix TMA can move as it moves C
+/// ([`c_map_key`](crate::launch::sm90::c_map_key)).
 pub fn residual_map_key(call: &GemmCall<'_>, checked: &Checked) -> Option<MapKey> {
     let mut residuals = call.epilogue.iter().filter_map(|e| match e.operand {
         Operand::Residual(r) => Some((e.stage, r)),

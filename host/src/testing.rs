@@ -60,13 +60,13 @@ pub const SANITIZE_VAR: &str = "FUSED_GEMM_SANITIZE";
 /// instruments every shared-memory access, the GPU tests then shrink their largest shapes (and
 /// time only a few launches where a test times) so that each test binary finishes in minutes.
 ///
-/// The shrunk set is chosen to keep every path the full one covers: the same kernels, entry
-/// points, tiles and epilogues (where the launcher picks the tile, shapes on which its model,
-/// evaluated with H100 and H200 figures when the set was chosen, picks the same ones; no test
-/// asserts that for other cards); awkward sizes (M or N one off a tile multiple, 1, odd N, K not a multiple of BK) with
-/// partial tiles at both edges; persistent CTAs that take two tiles or more (the shared-memory
-/// ring wraps, epilogue buffers are reused); K loops longer than the pipeline's stages; split-K
-/// with its workspace, split tails, clusters and row norms.
+/// The shrunk set is chosen to keep every path the full one covers: the same kernels, entry points,
+/// tiles and epilogues (where the launcher picks the tile, shapes on which its model, evaluated
+/// with H100 and H200 figures when the set was chosen, picks the same ones; no test asserts that
+/// for other cards); awkward sizes (M or N one off a tile multiple, 1, odd N, K not a multiple of
+/// BK) with partial tiles at both edges; persistent CTAs that take two tiles or more (the
+/// shared-memory ring wraps, epilogue buffers are reused); K loops longer than the pipeline's
+/// stages; split-K with its workspace, split tails, clusters and row norms.
 pub fn sanitizing() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| flag_set(std::env::var_os(SANITIZE_VAR).as_deref()))

@@ -421,9 +421,10 @@ where
 }
 
 /// The tensor map key of C when `plan` stores C with TMA ([`Sm90Args::tmap_c`]), or `None` for
-/// direct stores: a plan with the staging buffers (which [`plan_fit`](crate::plan::sm90::plan_fit) gives only where
-/// [`stages_c`](crate::plan::sm90::stages_c) holds) or a row-norm group ([`NormPath::Cluster`], [`NormPath::GlobalExchange`]), and a C that TMA
-/// can move (16-bit, 16-byte aligned address and row stride, M and N not zero).
+/// direct stores: a plan with the staging buffers (which [`plan_fit`](crate::plan::sm90::plan_fit)
+/// gives only where [`stages_c`](crate::plan::sm90::stages_c) holds) or a row-norm group
+/// ([`NormPath::Cluster`], [`NormPath::GlobalExchange`]), and a C that TMA can move (16-bit,
+/// 16-byte aligned address and row stride, M and N not zero).
 pub fn c_map_key(call: &GemmCall<'_>, checked: &Checked, plan: &Plan) -> Option<MapKey> {
     if plan.smem_bytes != sm90::smem_bytes_staged(&plan.tile) && !row_norm_group(plan) {
         return None;

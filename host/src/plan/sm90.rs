@@ -42,13 +42,13 @@ pub const UNDERFILLED_PARTIALS_US: f64 = 5.0;
 /// bandwidth).
 pub const FIXUP_GBS: f64 = 100.0;
 
-/// K pieces per tile of the last, partial round ([`Sm90Args::tail_splits`](sm90::Sm90Args::tail_splits)) for `tile` on `p`
-/// with `sms` SMs; 1 for no split. Only ping-pong tiles with at least one whole round of tiles
-/// and a partial last one are split: into `s` pieces, as many as minimize a piece's mainloop
-/// (`tile_us / s`) plus the last piece's reads of all `s` partial tiles ([`FIXUP_GBS`]), with
-/// `s·(tiles mod SMs) ≤ SMs` and `s ≤ ⌈K/64⌉`, when that saves at least 1 µs of the tile's
-/// mainloop. Example: 8192³ on 128×128 ping-pong tiles, 4096 tiles on 132 SMs: 4 tiles left
-/// after 31 rounds, each in 8 pieces.
+/// K pieces per tile of the last, partial round
+/// ([`Sm90Args::tail_splits`](sm90::Sm90Args::tail_splits)) for `tile` on `p` with `sms` SMs; 1 for
+/// no split. Only ping-pong tiles with at least one whole round of tiles and a partial last one are
+/// split: into `s` pieces, as many as minimize a piece's mainloop (`tile_us / s`) plus the last
+/// piece's reads of all `s` partial tiles ([`FIXUP_GBS`]), with `s·(tiles mod SMs) ≤ SMs` and
+/// `s ≤ ⌈K/64⌉`, when that saves at least 1 µs of the tile's mainloop. Example: 8192³ on 128×128
+/// ping-pong tiles, 4096 tiles on 132 SMs: 4 tiles left after 31 rounds, each in 8 pieces.
 pub fn tail_splits(sms: u32, tile: &TileShape, p: &Problem) -> u32 {
     let Some((_, cap)) = tail_shape(sms, tile, p) else {
         return 1;

@@ -10,10 +10,12 @@
 //! ```
 //!
 //! with d the rotary dimension (≤ head_dim; columns `d..head_dim` of each head pass through,
-//! GPT-NeoX's `rotary_pct`). Which columns form pair i is the layout ([`PairLayout`](super::PairLayout)):
-//! `(i, i + d/2)` for [`PairLayout::HalfSplit`](super::PairLayout::HalfSplit) (Hugging Face checkpoints, `rotate_half`) and
-//! `(2i, 2i + 1)` for [`PairLayout::Interleaved`](super::PairLayout::Interleaved) (RoFormer, GPT-J, and the fused kernel once
-//! the Q/K weight rows are permuted with `crate::weights`).
+//! GPT-NeoX's `rotary_pct`). Which columns form pair i is the layout
+//! ([`PairLayout`](super::PairLayout)): `(i, i + d/2)` for
+//! [`PairLayout::HalfSplit`](super::PairLayout::HalfSplit) (Hugging Face checkpoints,
+//! `rotate_half`) and `(2i, 2i + 1)` for
+//! [`PairLayout::Interleaved`](super::PairLayout::Interleaved) (RoFormer, GPT-J, and the fused
+//! kernel once the Q/K weight rows are permuted with `crate::weights`).
 
 pub use super::stage::RopeConfig;
 use super::stage::{ReferenceError, check_shape};

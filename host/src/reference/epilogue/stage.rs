@@ -182,8 +182,8 @@ pub enum RefStage {
     /// `accumulate`: `c_in[r, c]` + x, `c_in` the output buffer's prior contents (M×W).
     /// Must be the last stage.
     Accumulate,
-    /// `layer_norm(eps)` over each row's W values ([`layer_norm_rows`](super::layer_norm_rows)); gamma, beta of
-    /// length W.
+    /// `layer_norm(eps)` over each row's W values ([`layer_norm_rows`](super::layer_norm_rows));
+    /// gamma, beta of length W.
     LayerNorm {
         /// Scale γ.
         gamma: Vec<f64>,
@@ -192,20 +192,21 @@ pub enum RefStage {
         /// ε added to the variance.
         eps: f64,
     },
-    /// `rms_norm(eps)` over each row's W values ([`rms_norm_rows`](super::rms_norm_rows)); gamma of length W.
+    /// `rms_norm(eps)` over each row's W values ([`rms_norm_rows`](super::rms_norm_rows)); gamma of
+    /// length W.
     RmsNorm {
         /// Scale γ.
         gamma: Vec<f64>,
         /// ε added to the mean square.
         eps: f64,
     },
-    /// `swiglu`: silu(gate)·up over column pairs in the given layout ([`swiglu`](super::swiglu)); W halves.
-    /// The device stage is [`PairLayout::Interleaved`].
+    /// `swiglu`: silu(gate)·up over column pairs in the given layout ([`swiglu`](super::swiglu)); W
+    /// halves. The device stage is [`PairLayout::Interleaved`].
     SwiGlu(PairLayout),
     /// `geglu`: gelu(gate)·up ([`geglu`](super::geglu)); W halves.
     GeGlu(PairLayout),
-    /// `rope(theta)` ([`rope`](super::rope)); the device stage is [`PairLayout::Interleaved`]. Must come
-    /// before any pair-reducing stage.
+    /// `rope(theta)` ([`rope`](super::rope)); the device stage is [`PairLayout::Interleaved`]. Must
+    /// come before any pair-reducing stage.
     Rope(RopeConfig),
     /// `cast(dtype)`: rounds x to the dtype and back ([`round_to`](super::round_to)).
     Cast(DType),
