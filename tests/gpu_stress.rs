@@ -415,7 +415,9 @@ mod threads {
     //! each) and mix eager GEMM launches of several epilogues, CUDA-graph captures and replays of
     //! them, and long-K launches that grow the split-K workspace (eagerly and inside captures).
     //! Every result is checked in full against the f64 reference; a capture must leave its output
-    //! untouched until the replay, and a replay must see its inputs' current contents.
+    //! untouched until the replay, and a replay must see its inputs' current contents. A, B and
+    //! the residual are views at random offsets into operands each thread uploads once; vectors
+    //! and C are allocated per operation, so allocations and frees meet other threads' captures.
     //!
     //! `FUSED_GEMM_STRESS_OPS` sets the operations per run (default 10,000, split across the
     //! threads); `FUSED_GEMM_SEED` replays a run. Twenty runs in a row, and two processes at
@@ -431,117 +433,215 @@ mod threads {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
-    /// One GEMM's operands on the device and their f64 values.
+    /// Rows of the operand pools: one more than the largest M or N.
+    const POOL_ROWS: usize = 97;
+    /// Columns of the A and B pools: the longest K.
+    const POOL_K: usize = 16384;
+    /// Columns of the residual pool.
+    const POOL_RESIDUAL: usize = 512;
+
+    /// A random bf16 matrix on the device and its values on the host.
+    struct Matrix {
+        t: Tensor,
+        v: Vec<f32>,
+        cols: usize,
+    }
+
+    impl Matrix {
+        fn new(gpu: &Gpu, rng: &mut StdRng, rows: usize, cols: usize) -> Matrix {
+            let v = random_values(rng, rows * cols);
+            let t = Tensor::from_f32(gpu, rows, cols, DType::Bf16, &v).unwrap();
+            Matrix { t, v, cols }
+        }
+
+        /// Columns `cols` of row `r`.
+        fn row(&self, r: usize, cols: std::ops::Range<usize>) -> &[f32] {
+            &self.v[r * self.cols..][cols]
+        }
+    }
+
+    /// Values uniform in [-1, 1), rounded to bf16 (so the device holds them exactly).
+    fn random_values(rng: &mut StdRng, len: usize) -> Vec<f32> {
+        let v: Vec<f64> = (0..len).map(|_| rng.random_range(-1.0..1.0)).collect();
+        round_slice(DType::Bf16, &v)
+            .into_iter()
+            .map(|x| x as f32)
+            .collect()
+    }
+
+    /// One thread's operands, made once: problems are views into them, so a long-K problem
+    /// costs no upload. A and B have one slot per problem of a capture, so that refilling one
+    /// problem's A between replays leaves the others' operands alone.
+    struct Pools {
+        slots: Vec<(Matrix, Matrix)>,
+        residual: Matrix,
+    }
+
+    impl Pools {
+        fn new(gpu: &Gpu, rng: &mut StdRng) -> Pools {
+            let slots = (0..MAX_CAPTURED)
+                .map(|_| {
+                    (
+                        Matrix::new(gpu, rng, POOL_ROWS, POOL_K),
+                        Matrix::new(gpu, rng, POOL_ROWS, POOL_K),
+                    )
+                })
+                .collect();
+            let residual = Matrix::new(gpu, rng, POOL_ROWS, POOL_RESIDUAL);
+            Pools { slots, residual }
+        }
+    }
+
+    /// Launches one capture records, at most.
+    const MAX_CAPTURED: usize = 3;
+
+    /// A random vector on the device and its values.
+    fn vector(gpu: &Gpu, rng: &mut StdRng, len: usize) -> (Tensor, Vec<f64>) {
+        let v = random_values(rng, len);
+        let t = Tensor::from_f32(gpu, 1, len, DType::Bf16, &v).unwrap();
+        (t, v.into_iter().map(f64::from).collect())
+    }
+
+    /// A start in `0..=limit - len`, a multiple of 8 elements (16 bytes) half the time.
+    fn offset(rng: &mut StdRng, len: usize, limit: usize) -> usize {
+        let at = rng.random_range(0..=limit - len);
+        if rng.random_bool(0.5) { at & !7 } else { at }
+    }
+
+    /// One GEMM: views of A, B and the residual in a thread's [`Pools`], its own vectors and a
+    /// fresh C (allocated and poisoned per problem, so allocations and frees interleave with
+    /// other threads' captures).
     struct Problem {
         m: usize,
         n: usize,
         k: usize,
         epilogue: Epilogue,
-        a: (Tensor, Vec<f64>),
-        b: (Tensor, Vec<f64>),
+        /// The A/B slot of [`Pools`].
+        slot: usize,
+        /// (row, column) of A, B and the residual in their pools.
+        a_at: (usize, usize),
+        b_at: (usize, usize),
+        r_at: (usize, usize),
         bias: (Tensor, Vec<f64>),
-        residual: (Tensor, Vec<f64>),
         gamma: (Tensor, Vec<f64>),
         beta: (Tensor, Vec<f64>),
         c: Tensor,
     }
 
-    fn random(gpu: &Gpu, rng: &mut StdRng, rows: usize, cols: usize) -> (Tensor, Vec<f64>) {
-        let v: Vec<f64> = (0..rows * cols)
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect();
-        let v = round_slice(DType::Bf16, &v);
-        let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-        (
-            Tensor::from_f32(gpu, rows, cols, DType::Bf16, &f).unwrap(),
-            v,
-        )
-    }
-
     impl Problem {
-        /// A small problem (the reference is checked in full), or with `long_k` a narrow one with
-        /// a long K, which the planner splits along K (growing the workspace).
-        fn new(gpu: &Gpu, rng: &mut StdRng, long_k: bool) -> Problem {
+        /// A small problem, or with `long_k` a narrow one with a long K (log-uniform from 512
+        /// to 16,384), which the planner splits along K (4 to 16 ways, growing the workspace).
+        fn new(gpu: &Gpu, rng: &mut StdRng, slot: usize, long_k: bool) -> Problem {
             let epilogue = if long_k {
                 Epilogue::Plain
             } else {
                 Epilogue::ALL[rng.random_range(0..Epilogue::ALL.len())]
             };
-            // Long-K problems are one output tile, which the planner splits along K.
             let (m, mut n, k) = if long_k {
+                let k = 512.0 * 32f64.powf(rng.random::<f64>());
                 (
                     rng.random_range(1..48),
                     rng.random_range(1..48),
-                    rng.random_range(2048..16384),
+                    (k as usize).min(POOL_K),
                 )
             } else {
                 (
-                    rng.random_range(1..97),
-                    rng.random_range(1..97),
+                    rng.random_range(1..POOL_ROWS),
+                    rng.random_range(1..POOL_ROWS),
                     rng.random_range(1..257),
                 )
             };
             if epilogue == Epilogue::SwiGlu {
                 n += n % 2;
             }
-            let width = epilogue.width(n);
-            let mut c = Tensor::zeros(gpu, m, width, DType::Bf16).unwrap();
+            let mut c = Tensor::zeros(gpu, m, epilogue.width(n), DType::Bf16).unwrap();
             c.poison(gpu).unwrap();
             Problem {
                 m,
                 n,
                 k,
                 epilogue,
-                a: random(gpu, rng, m, k),
-                b: random(gpu, rng, n, k),
-                bias: random(gpu, rng, 1, n),
-                residual: random(gpu, rng, m, n),
-                gamma: random(gpu, rng, 1, n),
-                beta: random(gpu, rng, 1, n),
+                slot,
+                a_at: (offset(rng, m, POOL_ROWS), offset(rng, k, POOL_K)),
+                b_at: (offset(rng, n, POOL_ROWS), offset(rng, k, POOL_K)),
+                r_at: (offset(rng, m, POOL_ROWS), offset(rng, n, POOL_RESIDUAL)),
+                bias: vector(gpu, rng, n),
+                gamma: vector(gpu, rng, n),
+                beta: vector(gpu, rng, n),
                 c,
             }
         }
 
-        fn launch(&mut self, gpu: &Gpu) -> Result<()> {
+        fn launch(&mut self, gpu: &Gpu, pools: &Pools) -> Result<()> {
+            let (m, n, k) = (self.m, self.n, self.k);
+            let (pa, pb) = &pools.slots[self.slot];
+            let ((ar, ac), (br, bc), (rr, rc)) = (self.a_at, self.b_at, self.r_at);
+            let a = pa.t.slice(ar..ar + m, ac..ac + k)?;
+            let b = pb.t.slice(br..br + n, bc..bc + k)?;
+            let residual = pools.residual.t.slice(rr..rr + m, rc..rc + n)?;
+            let vectors = (&self.bias.0, &residual, &self.gamma.0, &self.beta.0);
             let bf16 = (DType::Bf16, true, DType::Bf16);
-            let ops = (&self.bias.0, &self.residual.0, &self.gamma.0, &self.beta.0);
             self.epilogue
-                .launch(gpu, bf16, &self.a.0, &self.b.0, &mut self.c, ops)
+                .launch(gpu, bf16, &a, &b, &mut self.c, vectors)
                 .map(|_| ())
         }
 
-        fn want(&self) -> Vec<f64> {
+        /// Refills this problem's view of A with fresh values.
+        fn refill_a(&self, gpu: &Gpu, rng: &mut StdRng, pools: &mut Pools) {
+            let (m, k, (ar, ac)) = (self.m, self.k, self.a_at);
+            let fresh = random_values(rng, m * k);
+            let pa = &mut pools.slots[self.slot].0;
+            pa.t.slice_mut(ar..ar + m, ac..ac + k)
+                .unwrap()
+                .upload_f32(gpu, &fresh)
+                .unwrap();
+            for (r, row) in fresh.chunks(k).enumerate() {
+                let at = (ar + r) * pa.cols + ac;
+                pa.v[at..at + k].copy_from_slice(row);
+            }
+        }
+
+        fn want(&self, pools: &Pools) -> Vec<f64> {
             let (m, n, k) = (self.m, self.n, self.k);
-            let (a, b) = (&self.a.1, &self.b.1);
-            let acc: Vec<f64> = (0..m * n)
-                .map(|i| {
-                    let (r, j) = (i / n, i % n);
-                    (0..k).map(|kk| a[r * k + kk] * b[j * k + kk]).sum()
-                })
-                .collect();
-            let stages = self.epilogue.stages(
-                &self.bias.1,
-                || self.residual.1.clone(),
-                &self.gamma.1,
-                &self.beta.1,
-            );
+            let (pa, pb) = &pools.slots[self.slot];
+            let ((ar, ac), (br, bc), (rr, rc)) = (self.a_at, self.b_at, self.r_at);
+            let mut acc = Vec::with_capacity(m * n);
+            for r in 0..m {
+                let a = pa.row(ar + r, ac..ac + k);
+                for j in 0..n {
+                    let b = pb.row(br + j, bc..bc + k);
+                    acc.push(a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum());
+                }
+            }
+            let residual = || {
+                (0..m)
+                    .flat_map(|r| pools.residual.row(rr + r, rc..rc + n).to_vec())
+                    .map(f64::from)
+                    .collect()
+            };
+            let stages = self
+                .epilogue
+                .stages(&self.bias.1, residual, &self.gamma.1, &self.beta.1);
             apply_stages(m, n, &acc, &stages, None).unwrap()
         }
 
-        fn check(&self, gpu: &Gpu, what: &str, ph: &mut Phases) {
+        fn check(&self, gpu: &Gpu, pools: &Pools, what: &str, ph: &mut Phases) {
             let got: Vec<f64> = timed(&mut ph.downloads, || self.c.download_f32(gpu))
                 .unwrap()
                 .iter()
                 .map(|&v| v as f64)
                 .collect();
-            let close = timed(&mut ph.reference, || compare(&got, &self.want(), 1e-2));
+            let close = timed(&mut ph.reference, || compare(&got, &self.want(pools), 1e-2));
             assert!(
                 close.passed(),
-                "{what}: {:?} {}x{}x{}: {close}",
+                "{what}: {:?} {}x{}x{} A@{:?} B@{:?} slot {}: {close}",
                 self.epilogue,
                 self.m,
                 self.n,
-                self.k
+                self.k,
+                self.a_at,
+                self.b_at,
+                self.slot
             );
         }
 
@@ -549,7 +649,6 @@ mod threads {
             self.c.download_f32(gpu).unwrap().iter().all(|v| v.is_nan())
         }
     }
-
     /// Thread-seconds a run spent in each phase: where a slow run's time goes.
     #[derive(Default)]
     struct Phases {
@@ -587,27 +686,28 @@ mod threads {
     fn worker(gpu: &Gpu, seed: u64, ops: usize) -> Phases {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut ph = Phases::default();
+        let mut pools = timed(&mut ph.operands, || Pools::new(gpu, &mut rng));
         let mut done = 0;
         while done < ops {
             match rng.random_range(0..10) {
                 0..5 => {
-                    let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, false));
-                    timed(&mut ph.launches, || p.launch(gpu)).unwrap();
-                    p.check(gpu, "eager launch", &mut ph);
+                    let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, 0, false));
+                    timed(&mut ph.launches, || p.launch(gpu, &pools)).unwrap();
+                    p.check(gpu, &pools, "eager launch", &mut ph);
                     done += 1;
                 }
                 5..8 => {
-                    let count = rng.random_range(1..4);
+                    let count = rng.random_range(1..=MAX_CAPTURED);
                     let mut ps: Vec<Problem> = timed(&mut ph.operands, || {
                         (0..count)
-                            .map(|_| {
+                            .map(|slot| {
                                 let long_k = rng.random_bool(0.2);
-                                Problem::new(gpu, &mut rng, long_k)
+                                Problem::new(gpu, &mut rng, slot, long_k)
                             })
                             .collect()
                     });
                     let graph = timed(&mut ph.graphs, || {
-                        gpu.capture(|g| ps.iter_mut().try_for_each(|p| p.launch(g)))
+                        gpu.capture(|g| ps.iter_mut().try_for_each(|p| p.launch(g, &pools)))
                     })
                     .unwrap();
                     let untouched = timed(&mut ph.downloads, || {
@@ -615,23 +715,21 @@ mod threads {
                     });
                     assert!(untouched, "a captured launch ran before its replay");
                     timed(&mut ph.graphs, || graph.replay()).unwrap();
-                    ps.iter().for_each(|p| p.check(gpu, "replay", &mut ph));
+                    ps.iter()
+                        .for_each(|p| p.check(gpu, &pools, "replay", &mut ph));
                     // A replay reads its inputs' current contents.
                     timed(&mut ph.operands, || {
-                        let (fresh, values) = random(gpu, &mut rng, ps[0].m, ps[0].k);
-                        let f = fresh.download_f32(gpu).unwrap();
-                        ps[0].a.0.upload_f32(gpu, &f).unwrap();
-                        ps[0].a.1 = values;
+                        ps[0].refill_a(gpu, &mut rng, &mut pools)
                     });
                     timed(&mut ph.graphs, || graph.replay()).unwrap();
                     ps.iter()
-                        .for_each(|p| p.check(gpu, "replay after refilling A", &mut ph));
+                        .for_each(|p| p.check(gpu, &pools, "replay after refilling A", &mut ph));
                     done += 2 * ps.len();
                 }
                 _ => {
-                    let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, true));
-                    timed(&mut ph.launches, || p.launch(gpu)).unwrap();
-                    p.check(gpu, "long-K launch", &mut ph);
+                    let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, 0, true));
+                    timed(&mut ph.launches, || p.launch(gpu, &pools)).unwrap();
+                    p.check(gpu, &pools, "long-K launch", &mut ph);
                     done += 1;
                 }
             }
