@@ -1641,3 +1641,155 @@ fn degenerate_and_bad_shapes() {
     println!("bias of the wrong length: {e}");
     assert!(e.to_string().contains("bias"), "{e}");
 }
+
+/// A deferred post-norm LayerNorm across two GEMMs: the producer stores h = A·W₁ + b₁ + R and
+/// its rows' statistics per 64 columns (`row_moments`, the statistics poisoned first, so every
+/// group must be written); the consumer multiplies h by diag(γ)·W₂ and finishes
+/// gelu(LayerNorm(h)·W₂ + b₂) in its epilogue (`folded_layer_norm`). Checked against f64 of the
+/// norm over the exact h. Rows carry offsets of up to ±4 (|μ| several times σ), so the
+/// `acc − μ·colsum` form is exercised where it cancels.
+#[test]
+fn deferred_layer_norm_pair() {
+    use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
+    let Some(mut fx) = Fx::new("deferred_ln") else {
+        return;
+    };
+    // (M, K₁, D, N₂): the producer is M×D×K₁, the consumer M×N₂×D.
+    let shapes: &[(usize, usize, usize, usize)] = if sanitizing() {
+        &[(1, 17, 100, 8), (17, 65, 33, 40), (300, 128, 384, 640)]
+    } else {
+        &[
+            (1, 17, 100, 8),
+            (17, 65, 33, 40),
+            (300, 384, 384, 1536),
+            (1000, 256, 768, 3072),
+            (4095, 384, 384, 1152),
+        ]
+    };
+    for dtype in [DType::Bf16, DType::F16] {
+        for &(m, k1, d, n2) in shapes {
+            let label = format!("{} {m}x{k1}x{d}x{n2}", dtype.name());
+            let (a, w1, b1) = (
+                fx.random(m, k1, dtype, 1.0),
+                fx.random(d, k1, dtype, 0.1),
+                vecf(&mut fx, d, dtype),
+            );
+            let offsets: Vec<f64> = (0..m).map(|_| fx.rng.random_range(-4.0..4.0)).collect();
+            let r_vals: Vec<f64> = (0..m * d)
+                .map(|i| offsets[i / d] + fx.rng.random_range(-1.0..1.0))
+                .collect();
+            let r = fx.upload(m, d, dtype, r_vals);
+            let mut h = fx.poisoned(m, d, dtype);
+            let groups = d.div_ceil(64);
+            let mut stats = fx.poisoned(m, 4 * groups, DType::F32);
+            let producer = if dtype == DType::Bf16 {
+                blocks::proj_bias_residual_moments(
+                    &fx.gpu, &a.t, &w1.t, &mut h, &b1.t, &r.t, &mut stats,
+                )
+            } else {
+                blocks::proj_bias_residual_moments_f16(
+                    &fx.gpu, &a.t, &w1.t, &mut h, &b1.t, &r.t, &mut stats,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{label}: producer: {e}"));
+            let exact: Vec<f64> = apply_stages(
+                m,
+                d,
+                &gemm64(m, d, k1, &a.v, &w1.v, true),
+                &[
+                    RefStage::BiasCol(b1.v.clone()),
+                    RefStage::Residual(r.v.clone()),
+                ],
+                None,
+            )
+            .unwrap();
+            let stored = fx.get(&h);
+            let close = compare(&stored, &exact, threshold(dtype));
+            assert!(close.passed(), "{label}: stored h: {close}");
+            // Every group written; merged, the groups give each row's mean and variance.
+            let st = fx.get(&stats);
+            for row in 0..m {
+                let g = &st[row * 4 * groups..(row + 1) * 4 * groups];
+                assert!(g.iter().all(|v| v.is_finite()), "{label}: row {row}: {g:?}");
+                let (mut n, mut mean, mut m2) = (0.0f64, 0.0f64, 0.0f64);
+                for q in g.chunks(4).filter(|q| q[0] > 0.0) {
+                    let (nb, mb, m2b) = (q[0], q[1], q[2]);
+                    let delta = mb - mean;
+                    let tot = n + nb;
+                    mean += delta * nb / tot;
+                    m2 += m2b + delta * delta * n * nb / tot;
+                    n = tot;
+                }
+                let x = &exact[row * d..(row + 1) * d];
+                let want_mean = x.iter().sum::<f64>() / d as f64;
+                let want_var = x.iter().map(|v| (v - want_mean).powi(2)).sum::<f64>() / d as f64;
+                assert_eq!(n, d as f64, "{label}: row {row}: counts {g:?}");
+                assert!(
+                    (mean - want_mean).abs() <= 1e-4 * (want_var.sqrt() + want_mean.abs()),
+                    "{label}: row {row}: mean {mean} vs {want_mean}"
+                );
+                assert!(
+                    (m2 / n - want_var).abs() <= 1e-4 * want_var,
+                    "{label}: row {row}: variance {} vs {want_var}",
+                    m2 / n
+                );
+            }
+            // The consumer, with γ folded into its weights.
+            let (w2, b2, gamma, beta) = (
+                fx.random(n2, d, DType::F32, 0.1),
+                vecf(&mut fx, n2, DType::F32),
+                fx.random(1, d, DType::F32, 1.0),
+                vecf(&mut fx, d, DType::F32),
+            );
+            let folded = FoldedLinear::fold(n2, d, &w2.v, Some(&b2.v), &gamma.v, &beta.v).unwrap();
+            let w2f = fx.upload(n2, d, dtype, folded.weight.clone());
+            let rounded = FoldedLinear {
+                weight: w2f.v.clone(),
+                ..folded.clone()
+            };
+            let colsum = fx.upload(1, n2, DType::F32, rounded.tile_colsums(d).unwrap());
+            let offset = fx.upload(1, n2, DType::F32, folded.offset.clone());
+            let mut y = fx.poisoned(m, n2, dtype);
+            let report = if dtype == DType::Bf16 {
+                blocks::folded_ln_ffn_up_gelu(
+                    &fx.gpu, &h, &w2f.t, &mut y, &stats, &colsum.t, &offset.t,
+                )
+            } else {
+                blocks::folded_ln_ffn_up_gelu_f16(
+                    &fx.gpu, &h, &w2f.t, &mut y, &stats, &colsum.t, &offset.t,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{label}: consumer: {e}"));
+            let (g, bt) = (&gamma.v, &beta.v);
+            let normalized: Vec<f64> = exact
+                .chunks(d)
+                .flat_map(|x| {
+                    let mean = x.iter().sum::<f64>() / d as f64;
+                    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+                    let s = 1.0 / (var + 1e-12).sqrt();
+                    x.iter()
+                        .enumerate()
+                        .map(move |(k, v)| (v - mean) * s * g[k] + bt[k])
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let want = apply_stages(
+                m,
+                n2,
+                &gemm64(m, n2, d, &normalized, &w2.v, true),
+                &[RefStage::BiasCol(b2.v.clone()), RefStage::Gelu],
+                None,
+            )
+            .unwrap();
+            let close = compare(&fx.get(&y), &want, threshold(dtype));
+            println!(
+                "deferred LayerNorm {label:<28} producer {:?} consumer {:?}: rel err {:.2e} worst {:.2}",
+                producer.plan.map(|p| (p.tile.bm, p.tile.bn)),
+                report.plan.map(|p| (p.tile.bm, p.tile.bn)),
+                close.frobenius,
+                close.worst
+            );
+            assert!(close.passed(), "{label}: consumer: {close}");
+        }
+    }
+}

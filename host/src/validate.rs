@@ -51,6 +51,7 @@
 //! [`Error::Misaligned`] if it has none. Epilogue loads and the C store are pairwise and check
 //! alignment at run time on the device, so they only need element alignment.
 
+use fused_gemm_device::epilogue::stages::MOMENT_GROUP_COLS;
 use fused_gemm_device::types::DType;
 
 use crate::tensor::{MatrixDesc, VectorDesc};
@@ -107,6 +108,16 @@ pub enum Operand {
     Rope(RopeSpec),
     /// A norm's ε.
     Eps(f32),
+    /// `row_moments`: the row statistics it writes, f32, M × 4·ceil(N/64) or wider (four values
+    /// per row and group of 64 columns), 16-byte aligned rows.
+    RowStats(MatrixDesc),
+    /// `folded_layer_norm`: the statistics of A's rows as `row_moments` wrote them, f32,
+    /// M × 4·ceil(K/64) or wider, 16-byte aligned rows.
+    InputStats(MatrixDesc),
+    /// `folded_layer_norm`: `Σ_k γ[k]·W[k, c]`, f32, one per output column.
+    Colsum(VectorDesc),
+    /// `folded_layer_norm`: `Σ_k β[k]·W[k, c] + b[c]`, f32, one per output column.
+    NormOffset(VectorDesc),
 }
 
 /// An epilogue operand with its name (for messages) and the index of its stage in the
@@ -287,6 +298,43 @@ fn check_address(
             max: u64::MAX - span,
             actual: ptr,
         });
+    }
+    Ok(())
+}
+
+/// A row-statistics matrix (`row_moments`, `folded_layer_norm`): f32, `m` rows of at least
+/// 4·ceil(width/64) values, rows 16-byte aligned (each group is one 16-byte store or load).
+fn check_stats(
+    arg: &'static str,
+    d: &MatrixDesc,
+    m: usize,
+    width: u64,
+    width_name: &str,
+) -> Result<()> {
+    check_dtype(arg, DType::F32, d.dtype)?;
+    let cols = 4 * width.div_ceil(MOMENT_GROUP_COLS as u64);
+    if d.rows != m || (d.cols as u64) < cols {
+        return Err(Error::shape(
+            arg,
+            format!("{m}×{cols} or wider (M × 4·ceil({width_name}/{MOMENT_GROUP_COLS}), f32)"),
+            d.shape_str(),
+        ));
+    }
+    check_matrix(arg, arg, d)?;
+    if d.is_empty() {
+        return Ok(());
+    }
+    let misaligned = |what, actual| Error::Misaligned {
+        arg,
+        what,
+        align: 16,
+        actual,
+    };
+    if !d.ptr.is_multiple_of(16) {
+        return Err(misaligned("address", d.ptr));
+    }
+    if !(d.ld as u64 * 4).is_multiple_of(16) {
+        return Err(misaligned("leading dimension (bytes)", d.ld as u64 * 4));
     }
     Ok(())
 }
@@ -538,6 +586,30 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
                     return Err(Error::invalid(arg.name, "finite and ≥ 0", e));
                 }
                 (None, false)
+            }
+            Operand::RowStats(d) => {
+                check_stats(arg.name, d, m, n as u64, "N")?;
+                if work == Work::Gemm {
+                    for (name, x) in [("a", a), ("b", b)] {
+                        if overlap(d, x) != Overlap::Disjoint {
+                            return Err(Error::Aliasing {
+                                output: arg.name,
+                                input: name,
+                                detail: "the statistics are written while the mainloop reads it"
+                                    .into(),
+                            });
+                        }
+                    }
+                }
+                (Some(*d), false)
+            }
+            Operand::InputStats(d) => {
+                check_stats(arg.name, d, m, k as u64, "K")?;
+                (Some(*d), false)
+            }
+            Operand::Colsum(v) | Operand::NormOffset(v) => {
+                check_vector(arg.name, v, width, "N, one per output column", DType::F32)?;
+                (Some(v.as_matrix()), false)
             }
         };
         let Some(d) = vec else { continue };

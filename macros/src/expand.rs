@@ -397,6 +397,87 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                 }
             }
         }
+        StageKind::RowMoments => {
+            let (id, dsc) = (param(0), desc(0));
+            let lit = id.to_string();
+            StageGen {
+                ty: quote!(#st::RowMoments),
+                params: quote!(#st::RowMomentsParams { ptr: #dsc.ptr, ld: (#dsc.ld / 4) as u32, _pad: 0 }),
+                checks: quote!(let #dsc = #id.matrix(gpu)?;),
+                operands: vec![quote!(#val::EpilogueArg {
+                    name: #lit, stage: #idx, operand: #val::Operand::RowStats(#dsc),
+                })],
+                launch_params: vec![LaunchParam {
+                    ident: id.clone(),
+                    ty: quote!(&mut impl ::fused_gemm::__private::host::kernel::AsMatrix),
+                    doc: format!(
+                        "M × 4·ceil(N/64) or wider, f32, 16-byte aligned rows: stage {} writes each row's (count, mean, M2, 0) over every group of 64 columns",
+                        idx + 1
+                    ),
+                }],
+                doc: format!(
+                    "`row_moments`: leaves x unchanged and writes each row's statistics over every group of 64 columns to `{id}` (Welford/Chan; the producer half of a deferred LayerNorm, merged by a later GEMM's `folded_layer_norm`)."
+                ),
+            }
+        }
+        StageKind::FoldedLayerNorm { eps } => {
+            let eps32 = *eps as f32;
+            let (s_id, s_dsc) = (param(0), desc(0));
+            let (c_id, c_dsc) = (param(1), desc(1));
+            let (o_id, o_dsc) = (param(2), desc(2));
+            let (s_lit, c_lit, o_lit) = (s_id.to_string(), c_id.to_string(), o_id.to_string());
+            StageGen {
+                ty: quote!(#st::FoldedLayerNorm),
+                params: quote!(#st::FoldedLayerNormParams {
+                    stats: #s_dsc.ptr,
+                    colsum: #c_dsc.ptr,
+                    offset: #o_dsc.ptr,
+                    ld: (#s_dsc.ld / 4) as u32,
+                    groups: (a.cols as u32).div_ceil(#d::epilogue::stages::MOMENT_GROUP_COLS),
+                    eps: #eps32,
+                    _pad: 0,
+                }),
+                checks: quote! {
+                    let #s_dsc = #s_id.matrix(gpu)?;
+                    let #c_dsc = #c_id.vector(gpu)?;
+                    let #o_dsc = #o_id.vector(gpu)?;
+                },
+                operands: vec![
+                    quote!(#val::EpilogueArg {
+                        name: #s_lit, stage: #idx, operand: #val::Operand::InputStats(#s_dsc),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: #c_lit, stage: #idx, operand: #val::Operand::Colsum(#c_dsc),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: #o_lit, stage: #idx, operand: #val::Operand::NormOffset(#o_dsc),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: "eps", stage: #idx, operand: #val::Operand::Eps(#eps32),
+                    }),
+                ],
+                launch_params: vec![
+                    LaunchParam {
+                        ident: s_id.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
+                        doc: "M × 4·ceil(K/64) or wider, f32: the statistics of A's rows, as a `row_moments` stage wrote them".into(),
+                    },
+                    LaunchParam {
+                        ident: c_id.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
+                        doc: format!("length {width}, f32: Σ_k γ[k]·W[k, c], W the weights before γ was folded into B"),
+                    },
+                    LaunchParam {
+                        ident: o_id.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
+                        doc: format!("length {width}, f32: Σ_k β[k]·W[k, c] + bias[c]"),
+                    },
+                ],
+                doc: format!(
+                    "`folded_layer_norm(eps = {eps:e})`: A is the pre-norm h of a deferred LayerNorm and B holds γ folded in (diag(γ)·W); gives LayerNorm(h)·W + bias = rstd·(x − μ·{c_id}[c]) + {o_id}[c], with μ and rstd = 1/√(σ² + {eps:e}) merged from `{s_id}` (biased variance)."
+                ),
+            }
+        }
         StageKind::Rope { theta } => {
             let theta32 = *theta as f32;
             let id = param(0);
@@ -859,6 +940,7 @@ fn stage_text(s: &Stage) -> String {
         StageKind::Bias(Axis::Col) => "bias".into(),
         StageKind::LayerNorm { eps } => format!("layer_norm(eps = {eps:e})"),
         StageKind::RmsNorm { eps } => format!("rms_norm(eps = {eps:e})"),
+        StageKind::FoldedLayerNorm { eps } => format!("folded_layer_norm(eps = {eps:e})"),
         StageKind::Rope { theta } => format!("rope(theta = {theta})"),
         StageKind::Cast(d) => format!("cast({})", d.name()),
         StageKind::User(p) => quote!(#p).to_string().replace(' ', ""),

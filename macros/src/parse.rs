@@ -27,6 +27,8 @@ pub const STAGE_NAMES: &[&str] = &[
     "accumulate",
     "layer_norm",
     "rms_norm",
+    "row_moments",
+    "folded_layer_norm",
     "swiglu",
     "geglu",
     "rope",
@@ -571,7 +573,7 @@ fn parse_stage(e: &Expr, errors: &mut Errors) -> Option<Stage> {
             Some(c) => StageKind::Bias(bias_axis(c, errors)?),
         },
         "relu" | "gelu" | "gelu_tanh" | "silu" | "sigmoid" | "residual" | "accumulate"
-        | "swiglu" | "geglu" => {
+        | "swiglu" | "geglu" | "row_moments" => {
             no_args(&name, call, errors);
             match name.as_str() {
                 "relu" => StageKind::Relu,
@@ -582,6 +584,7 @@ fn parse_stage(e: &Expr, errors: &mut Errors) -> Option<Stage> {
                 "residual" => StageKind::Residual,
                 "accumulate" => StageKind::Accumulate,
                 "swiglu" => StageKind::SwiGlu,
+                "row_moments" => StageKind::RowMoments,
                 _ => StageKind::GeGlu,
             }
         }
@@ -594,6 +597,9 @@ fn parse_stage(e: &Expr, errors: &mut Errors) -> Option<Stage> {
                 StageKind::RmsNorm { eps }
             }
         }
+        "folded_layer_norm" => StageKind::FoldedLayerNorm {
+            eps: float_arg("eps", &name, "1e-12", 0.0, &args, span, errors)?,
+        },
         "rope" => StageKind::Rope {
             theta: float_arg("theta", "rope", "10000.0", 1.0, &args, span, errors)?,
         },

@@ -157,6 +157,7 @@ pub fn check_attr(attr: &KernelAttr, errors: &mut Errors) {
 fn check_stages(stages: &[Stage], errors: &mut Errors) {
     let mut norm: Option<&Stage> = None;
     let mut pair: Option<&Stage> = None;
+    let mut moments: Option<&Stage> = None;
     let last = stages.len().saturating_sub(1);
     for (i, s) in stages.iter().enumerate() {
         if s.is_norm() {
@@ -223,6 +224,33 @@ fn check_stages(stages: &[Stage], errors: &mut Errors) {
                     p.name()
                 ),
             );
+        }
+        if matches!(s.kind, StageKind::FoldedLayerNorm { .. }) && i != 0 {
+            errors.push(
+                s.span,
+                "`folded_layer_norm` must be the first stage: it turns the raw product of the pre-norm A and the γ-scaled weights into the normalized layer's output, and its offset already holds the bias; move it to the front",
+            );
+        }
+        if matches!(s.kind, StageKind::RowMoments) {
+            if let Some(first) = moments {
+                let mut e = syn::Error::new(s.span, "a kernel writes row statistics at most once");
+                e.combine(syn::Error::new(
+                    first.span,
+                    "the first `row_moments` is here",
+                ));
+                errors.push_err(e);
+            }
+            if let Some(p) = pair.or(norm) {
+                errors.push(
+                    s.span,
+                    format!(
+                        "`row_moments` cannot follow `{}`: its statistics are of the full-width values a CTA holds before any pair or norm stage; put it before `{}`",
+                        p.name(),
+                        p.name()
+                    ),
+                );
+            }
+            moments = Some(s);
         }
         if matches!(s.kind, StageKind::Accumulate) {
             if i != last {

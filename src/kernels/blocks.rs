@@ -17,6 +17,20 @@ pub fn proj_bias_residual_layer_norm() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = f16)]
 pub fn proj_bias_residual_layer_norm_f16() {}
+/// Deferred post-norm LayerNorm, producer half: h = A·W + b + residual stored as is, with each
+/// row's statistics per 64 columns in `stats`; the next GEMM normalizes (`folded_ln_*`).
+#[fused_gemm(epilogue = [bias, residual, row_moments])]
+pub fn proj_bias_residual_moments() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [bias, residual, row_moments], dtype = f16)]
+pub fn proj_bias_residual_moments_f16() {}
+/// Deferred LayerNorm, consumer half, BERT FFN up: gelu(LayerNorm(h)·W + b) from the pre-norm
+/// h, its `row_moments` statistics and weights with γ folded in.
+#[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12), gelu])]
+pub fn folded_ln_ffn_up_gelu() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12), gelu], dtype = f16)]
+pub fn folded_ln_ffn_up_gelu_f16() {}
 /// GPT/LLaMA (pre-norm) out-proj / FFN down: A·W + b + residual.
 #[fused_gemm(epilogue = [bias, residual])]
 pub fn proj_bias_residual() {}

@@ -931,6 +931,155 @@ unsafe fn cta_row_moments<K: RowNorm, const MI: usize, const NI: usize>(
     rows
 }
 
+/// Columns per group of [`RowMoments`] statistics: the Hopper epilogue's chunk width, and a
+/// divisor of every CTA tile's BN, so that a group never spans two CTAs.
+pub const MOMENT_GROUP_COLS: u32 = 64;
+
+params!(
+    /// `row_moments(stats)`.
+    RowMomentsParams {
+        /// Row statistics, f32 `(count, mean, M2, 0)` per row and group of
+        /// [`MOMENT_GROUP_COLS`] columns: row `r`, group `g` at byte `ptr + 16·(r·ld + g)`.
+        ptr: u64,
+        /// Groups per row of the statistics matrix (at least `ceil(N / 64)`).
+        ld: u32,
+        /// Unused.
+        _pad: u32,
+    }
+);
+
+/// `row_moments(stats)`: leaves the values unchanged and writes each row's statistics
+/// (count, mean, M2; Welford/Chan, as [`Moments`]) over each group of
+/// [`MOMENT_GROUP_COLS`] columns: the producer half of a deferred LayerNorm (CODA's
+/// reparameterisation), whose consumer ([`FoldedLayerNorm`]) merges a row's groups. A CTA
+/// whose tile spans several groups writes the tile's statistics in its first group and zero
+/// counts in the others (merging skips them). No row spans CTAs, so there is no exchange and
+/// no finishing kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowMoments;
+impl Stage for RowMoments {
+    type Params = RowMomentsParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &RowMomentsParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        let rows = unsafe { cta_row_moments::<LayerNorm, MI, NI>(acc, ctx) };
+        if ctx.warp_n != 0 || ctx.t != 0 {
+            return;
+        }
+        let first = ctx.cta_col / MOMENT_GROUP_COLS;
+        let end = (ctx.cta_col + ctx.bn)
+            .min(ctx.n)
+            .div_ceil(MOMENT_GROUP_COLS)
+            .max(first + 1);
+        for (k, st) in rows[..2 * MI].iter().enumerate() {
+            let r = ctx.row_of(k / 2, k % 2);
+            if r >= ctx.m {
+                continue;
+            }
+            let row = (p.ptr as *mut [f32; 4]).wrapping_add(r as usize * p.ld as usize);
+            unsafe {
+                crate::arch::global::st_f32x4(
+                    row.wrapping_add(first as usize),
+                    [st.n, st.mean, st.m2, 0.0],
+                );
+                for g in first + 1..end {
+                    crate::arch::global::st_f32x4(row.wrapping_add(g as usize), [0.0; 4]);
+                }
+            }
+        }
+    }
+}
+
+params!(
+    /// `folded_layer_norm(eps)`.
+    FoldedLayerNormParams {
+        /// Statistics of A's rows as [`RowMoments`] wrote them.
+        stats: u64,
+        /// `Σ_k γ[k]·W[k, c]`, f32, one per output column.
+        colsum: u64,
+        /// `Σ_k β[k]·W[k, c] + b[c]`, f32, one per output column.
+        offset: u64,
+        /// Groups per row of the statistics matrix.
+        ld: u32,
+        /// Groups a row's statistics merge: `ceil(K / 64)`.
+        groups: u32,
+        /// ε added to the variance.
+        eps: f32,
+        /// Unused.
+        _pad: u32,
+    }
+);
+
+/// `folded_layer_norm(eps)`: the consumer half of a deferred LayerNorm. A holds a pre-norm
+/// `h` and B is `diag(γ)·W`, so the accumulator is `Σ_k h[k]·γ[k]·W[k, c]`, and
+/// `LayerNorm(h)·W + b = rstd·(acc − μ·colsum[c]) + offset[c]` with μ and
+/// `rstd = 1/√(σ² + ε)` merged from the row's [`RowMoments`] groups (biased variance). The
+/// first stage of a list: it reads the raw product. Numerics: `acc − μ·colsum` cancels when
+/// |μ| is far above σ; the error bound grows with |μ|/σ (the stored h's rounding dominates).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FoldedLayerNorm;
+impl Stage for FoldedLayerNorm {
+    type Params = FoldedLayerNormParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &FoldedLayerNormParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        let mut f = [RowFactors::default(); 16];
+        for mi in 0..MI {
+            for h in 0..2 {
+                let r = ctx.row_of(mi, h);
+                if r < ctx.m {
+                    f[2 * mi + h] = unsafe { merged_row_factors(p, r) };
+                }
+            }
+        }
+        let interior = acc.interior(ctx);
+        for ni in 0..NI {
+            let c = ctx.col_of(ni);
+            if !interior && c >= ctx.n {
+                continue;
+            }
+            let (c0, c1) = unsafe { load_pair::<f32>(p.colsum, 0, 0, c, ctx.n) };
+            let (d0, d1) = unsafe { load_pair::<f32>(p.offset, 0, 0, c, ctx.n) };
+            for mi in 0..MI {
+                for h in 0..2 {
+                    let st = f[2 * mi + h];
+                    let v = &mut acc.v[mi][ni];
+                    v[2 * h] = math::fma(st.scale, math::fma(-st.shift, c0, v[2 * h]), d0);
+                    v[2 * h + 1] = math::fma(st.scale, math::fma(-st.shift, c1, v[2 * h + 1]), d1);
+                }
+            }
+        }
+    }
+}
+
+/// Mean and `1/√(σ² + ε)` of row `r` from its `p.groups` statistics groups.
+///
+/// # Safety
+/// `p.stats` holds row `r`'s groups.
+#[inline(always)]
+unsafe fn merged_row_factors(p: &FoldedLayerNormParams, r: u32) -> RowFactors {
+    let row = (p.stats as *const [f32; 4]).wrapping_add(r as usize * p.ld as usize);
+    let mut st = Moments::default();
+    for g in 0..p.groups {
+        let v = unsafe { crate::arch::global::ld_f32x4(row.wrapping_add(g as usize)) };
+        st = st.merge(Moments {
+            n: v[0],
+            mean: v[1],
+            m2: v[2],
+        });
+    }
+    RowFactors {
+        shift: st.mean,
+        scale: math::rsqrt(math::div(st.m2, st.n) + p.eps),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
