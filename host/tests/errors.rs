@@ -217,3 +217,61 @@ fn every_error_kind_is_produced_and_named() {
     let missing: Vec<_> = all.iter().filter(|k| !seen.contains(*k)).collect();
     assert!(missing.is_empty(), "not produced: {missing:?}");
 }
+
+/// The row-statistics operands of a deferred LayerNorm (`row_moments`, `folded_layer_norm`):
+/// f32, M rows of at least 4·ceil(width/64) values, 16-byte aligned rows, not aliasing A or B;
+/// each error names the operand.
+#[test]
+fn row_statistics_operands_are_checked() {
+    let m = |p, r, c| MatrixDesc::contiguous(p, r, c, DType::Bf16);
+    // M = 8, K = 130 (3 groups), N = 70 (2 groups).
+    let (a, b, c) = (m(0x10000, 8, 130), m(0x20000, 70, 130), m(0x30000, 8, 70));
+    let stats = |ptr, rows, cols, ld, dtype| MatrixDesc::new(ptr, rows, cols, ld, dtype);
+    let out = |d| {
+        [EpilogueArg {
+            name: "stats",
+            stage: 0,
+            operand: Operand::RowStats(d),
+        }]
+    };
+    let input = |d| {
+        [EpilogueArg {
+            name: "input_stats",
+            stage: 0,
+            operand: Operand::InputStats(d),
+        }]
+    };
+    let ok = |ep: &[EpilogueArg]| {
+        check_gemm(&GemmCall {
+            a,
+            b,
+            b_layout: BLayout::NxK,
+            c,
+            in_dtype: DType::Bf16,
+            out_dtype: DType::Bf16,
+            epilogue: ep,
+            pair_stage: None,
+            row_norm_stage: None,
+        })
+    };
+    assert!(ok(&out(stats(0x40000, 8, 8, 8, DType::F32))).is_ok());
+    assert!(ok(&input(stats(0x40000, 8, 12, 12, DType::F32))).is_ok());
+    // Wider than needed is fine (a buffer sized for a wider layer).
+    assert!(ok(&out(stats(0x40000, 8, 16, 16, DType::F32))).is_ok());
+    let cases = [
+        (out(stats(0x40000, 8, 8, 8, DType::Bf16)), "DtypeMismatch"),
+        (out(stats(0x40000, 8, 4, 4, DType::F32)), "ShapeMismatch"),
+        (out(stats(0x40000, 7, 8, 8, DType::F32)), "ShapeMismatch"),
+        (input(stats(0x40000, 8, 8, 8, DType::F32)), "ShapeMismatch"),
+        (out(stats(0x40004, 8, 8, 8, DType::F32)), "Misaligned"),
+        (out(stats(0x40000, 8, 8, 10, DType::F32)), "Misaligned"),
+        (out(stats(0x40000, 8, 8, 6, DType::F32)), "LeadingDimension"),
+        (out(stats(0x10000, 8, 8, 8, DType::F32)), "Aliasing"),
+        (out(stats(0x30000, 8, 8, 8, DType::F32)), "Aliasing"),
+    ];
+    for (ep, want) in cases {
+        let e = ok(&ep).unwrap_err();
+        assert_eq!(kind(&e), want, "{ep:?}: {e}");
+        assert!(e.to_string().contains("stats"), "{e}");
+    }
+}
