@@ -1793,3 +1793,181 @@ fn deferred_layer_norm_pair() {
         }
     }
 }
+
+/// LayerNorm over rows of `d` values in f64 (biased variance, ε = 1e-12).
+fn layer_norm64(x: &[f64], d: usize, gamma: &[f64], beta: &[f64]) -> Vec<f64> {
+    x.chunks(d)
+        .flat_map(|row| {
+            let mean = row.iter().sum::<f64>() / d as f64;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+            let s = 1.0 / (var + 1e-12).sqrt();
+            row.iter()
+                .enumerate()
+                .map(move |(k, v)| (v - mean) * s * gamma[k] + beta[k])
+        })
+        .collect()
+}
+
+/// Two post-norm layers with both norms deferred, as an encoder chains them: h₁ = A₁·W₁ + b₁ + X
+/// (`row_moments`); h₂ = A₂·W₂ + b₂ + LayerNorm₁(h₁) (`normed_residual`, `row_moments`); then
+/// LayerNorm₂(h₂)·W₃ + b₃ (`folded_layer_norm`, the next layer's QKV) and, as the last layer does,
+/// LayerNorm₂(A₂·W₂ + b₂ + LayerNorm₁(h₁)) finished in the epilogue. Each against f64 of the
+/// exact pre-norm values.
+#[test]
+fn deferred_layer_norm_chain() {
+    use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
+    let Some(mut fx) = Fx::new("deferred_ln_chain") else {
+        return;
+    };
+    // (M, D, F, N₃): layers of width D reading F-wide activations; the consumer is M×N₃×D.
+    let shapes: &[(usize, usize, usize, usize)] = if sanitizing() {
+        &[(17, 33, 40, 24), (300, 384, 256, 384)]
+    } else {
+        &[
+            (17, 33, 40, 24),
+            (300, 384, 1536, 1152),
+            (2048, 768, 3072, 2304),
+        ]
+    };
+    for dtype in [DType::Bf16, DType::F16] {
+        for &(m, d, f, n3) in shapes {
+            let label = format!("{} {m}x{d}x{f}x{n3}", dtype.name());
+            let tol = threshold(dtype);
+            let x0 = fx.random(m, d, dtype, 1.0);
+            let (a1, w1, b1) = (
+                fx.random(m, f, dtype, 1.0),
+                fx.random(d, f, dtype, 0.1),
+                vecf(&mut fx, d, dtype),
+            );
+            let (a2, w2, b2) = (
+                fx.random(m, f, dtype, 1.0),
+                fx.random(d, f, dtype, 0.1),
+                vecf(&mut fx, d, dtype),
+            );
+            let (g1, be1, g2, be2) = (
+                vecf(&mut fx, d, dtype),
+                vecf(&mut fx, d, dtype),
+                vecf(&mut fx, d, dtype),
+                vecf(&mut fx, d, dtype),
+            );
+            let groups = d.div_ceil(64);
+            let (mut h1, mut s1) = (
+                fx.poisoned(m, d, dtype),
+                fx.poisoned(m, 4 * groups, DType::F32),
+            );
+            let (mut h2, mut s2) = (
+                fx.poisoned(m, d, dtype),
+                fx.poisoned(m, 4 * groups, DType::F32),
+            );
+            let mut z = fx.poisoned(m, d, dtype);
+            let bf = dtype == DType::Bf16;
+            let g = &fx.gpu;
+            if bf {
+                blocks::proj_bias_residual_moments(g, &a1.t, &w1.t, &mut h1, &b1.t, &x0.t, &mut s1)
+            } else {
+                blocks::proj_bias_residual_moments_f16(
+                    g, &a1.t, &w1.t, &mut h1, &b1.t, &x0.t, &mut s1,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{label}: first producer: {e}"));
+            let r2 = if bf {
+                blocks::proj_bias_normed_residual_moments(
+                    g, &a2.t, &w2.t, &mut h2, &b2.t, &h1, &s1, &g1.t, &be1.t, &mut s2,
+                )
+            } else {
+                blocks::proj_bias_normed_residual_moments_f16(
+                    g, &a2.t, &w2.t, &mut h2, &b2.t, &h1, &s1, &g1.t, &be1.t, &mut s2,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{label}: second producer: {e}"));
+            let rz = if bf {
+                blocks::proj_bias_normed_residual_layer_norm(
+                    g, &a2.t, &w2.t, &mut z, &b2.t, &h1, &s1, &g1.t, &be1.t, &g2.t, &be2.t,
+                )
+            } else {
+                blocks::proj_bias_normed_residual_layer_norm_f16(
+                    g, &a2.t, &w2.t, &mut z, &b2.t, &h1, &s1, &g1.t, &be1.t, &g2.t, &be2.t,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{label}: last layer: {e}"));
+            let h1_exact = apply_stages(
+                m,
+                d,
+                &gemm64(m, d, f, &a1.v, &w1.v, true),
+                &[
+                    RefStage::BiasCol(b1.v.clone()),
+                    RefStage::Residual(x0.v.clone()),
+                ],
+                None,
+            )
+            .unwrap();
+            let h2_exact = apply_stages(
+                m,
+                d,
+                &gemm64(m, d, f, &a2.v, &w2.v, true),
+                &[
+                    RefStage::BiasCol(b2.v.clone()),
+                    RefStage::Residual(layer_norm64(&h1_exact, d, &g1.v, &be1.v)),
+                ],
+                None,
+            )
+            .unwrap();
+            let close = compare(&fx.get(&h2), &h2_exact, tol);
+            assert!(
+                close.passed(),
+                "{label}: h2 with the normed residual: {close}"
+            );
+            let close_z = compare(&fx.get(&z), &layer_norm64(&h2_exact, d, &g2.v, &be2.v), tol);
+            assert!(
+                close_z.passed(),
+                "{label}: last layer's LayerNorm: {close_z}"
+            );
+            // The next layer's QKV reads LayerNorm₂(h₂) through the folded weights.
+            let (w3, b3) = (
+                fx.random(n3, d, DType::F32, 0.1),
+                vecf(&mut fx, n3, DType::F32),
+            );
+            let folded = FoldedLinear::fold(n3, d, &w3.v, Some(&b3.v), &g2.v, &be2.v).unwrap();
+            let w3f = fx.upload(n3, d, dtype, folded.weight.clone());
+            let rounded = FoldedLinear {
+                weight: w3f.v.clone(),
+                ..folded.clone()
+            };
+            let colsum = fx.upload(1, n3, DType::F32, rounded.tile_colsums(d).unwrap());
+            let offset = fx.upload(1, n3, DType::F32, folded.offset.clone());
+            let mut q = fx.poisoned(m, n3, dtype);
+            let g = &fx.gpu;
+            if bf {
+                blocks::folded_ln_linear(g, &h2, &w3f.t, &mut q, &s2, &colsum.t, &offset.t)
+            } else {
+                blocks::folded_ln_linear_f16(g, &h2, &w3f.t, &mut q, &s2, &colsum.t, &offset.t)
+            }
+            .unwrap_or_else(|e| panic!("{label}: consumer: {e}"));
+            let want = apply_stages(
+                m,
+                n3,
+                &gemm64(
+                    m,
+                    n3,
+                    d,
+                    &layer_norm64(&h2_exact, d, &g2.v, &be2.v),
+                    &w3.v,
+                    true,
+                ),
+                &[RefStage::BiasCol(b3.v.clone())],
+                None,
+            )
+            .unwrap();
+            let close_q = compare(&fx.get(&q), &want, tol);
+            println!(
+                "deferred LayerNorm chain {label:<26} h2 {:.2e} last LN {:.2e} folded QKV {:.2e} (tiles {:?} {:?})",
+                close.frobenius,
+                close_z.frobenius,
+                close_q.frobenius,
+                r2.plan.map(|p| (p.tile.bm, p.tile.bn)),
+                rz.plan.map(|p| (p.tile.bm, p.tile.bn, p.norm)),
+            );
+            assert!(close_q.passed(), "{label}: folded QKV: {close_q}");
+        }
+    }
+}

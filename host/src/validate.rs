@@ -114,6 +114,12 @@ pub enum Operand {
     /// `folded_layer_norm`: the statistics of A's rows as `row_moments` wrote them, f32,
     /// M × 4·ceil(K/64) or wider, 16-byte aligned rows.
     InputStats(MatrixDesc),
+    /// `normed_residual`: the pre-norm h it normalizes and adds, an M×N matrix (output shape),
+    /// output dtype.
+    NormedResidual(MatrixDesc),
+    /// `normed_residual`: the statistics of its matrix's rows as `row_moments` wrote them, f32,
+    /// M × 4·ceil(N/64) or wider, 16-byte aligned rows.
+    ResidualStats(MatrixDesc),
     /// `folded_layer_norm`: `Σ_k γ[k]·W[k, c]`, f32, one per output column.
     Colsum(VectorDesc),
     /// `folded_layer_norm`: `Σ_k β[k]·W[k, c] + b[c]`, f32, one per output column.
@@ -558,7 +564,7 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
                 check_vector(arg.name, v, m as u64, "M, one per row", DType::F32)?;
                 (Some(v.as_matrix()), false)
             }
-            Operand::Residual(r) => {
+            Operand::Residual(r) | Operand::NormedResidual(r) => {
                 check_dtype(arg.name, out, r.dtype)?;
                 if r.rows != m || r.cols as u64 != width {
                     return Err(Error::shape(
@@ -605,6 +611,10 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
             }
             Operand::InputStats(d) => {
                 check_stats(arg.name, d, m, k as u64, "K")?;
+                (Some(*d), false)
+            }
+            Operand::ResidualStats(d) => {
+                check_stats(arg.name, d, m, width, "N")?;
                 (Some(*d), false)
             }
             Operand::Colsum(v) | Operand::NormOffset(v) => {

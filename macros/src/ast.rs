@@ -100,6 +100,7 @@ pub enum StageKind {
     RmsNorm { eps: f64 },
     RowMoments,
     FoldedLayerNorm { eps: f64 },
+    NormedResidual { eps: f64 },
     SwiGlu,
     GeGlu,
     Rope { theta: f64 },
@@ -131,6 +132,7 @@ impl Stage {
             StageKind::RmsNorm { .. } => "rms_norm",
             StageKind::RowMoments => "row_moments",
             StageKind::FoldedLayerNorm { .. } => "folded_layer_norm",
+            StageKind::NormedResidual { .. } => "normed_residual",
             StageKind::SwiGlu => "swiglu",
             StageKind::GeGlu => "geglu",
             StageKind::Rope { .. } => "rope",
@@ -225,6 +227,12 @@ pub fn stage_params(stages: &[Stage]) -> Vec<Vec<ParamName>> {
             StageKind::LayerNorm { .. } => vec![generated("gamma"), generated("beta")],
             StageKind::RmsNorm { .. } => vec![generated("gamma")],
             StageKind::RowMoments => vec![generated("stats")],
+            StageKind::NormedResidual { .. } => vec![
+                generated("residual"),
+                generated("residual_stats"),
+                generated("residual_gamma"),
+                generated("residual_beta"),
+            ],
             StageKind::FoldedLayerNorm { .. } => vec![
                 generated("input_stats"),
                 generated("colsum"),

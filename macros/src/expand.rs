@@ -420,6 +420,76 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                 ),
             }
         }
+        StageKind::NormedResidual { eps } => {
+            let eps32 = *eps as f32;
+            let ids: Vec<syn::Ident> = (0..4).map(param).collect();
+            let ds: Vec<syn::Ident> = (0..4).map(desc).collect();
+            let lits: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+            let (r, rs, g, b) = (&ids[0], &ids[1], &ids[2], &ids[3]);
+            let (rd, rsd, gd, bd) = (&ds[0], &ds[1], &ds[2], &ds[3]);
+            let (rl, rsl, gl, bl) = (&lits[0], &lits[1], &lits[2], &lits[3]);
+            StageGen {
+                ty: quote!(#st::NormedResidual),
+                params: quote!(#st::NormedResidualParams {
+                    ptr: #rd.ptr,
+                    stats: #rsd.ptr,
+                    gamma: #gd.ptr,
+                    beta: #bd.ptr,
+                    ld: #rd.ld as u32,
+                    stats_ld: (#rsd.ld / 4) as u32,
+                    groups: (#rd.cols as u32).div_ceil(#d::epilogue::stages::MOMENT_GROUP_COLS),
+                    eps: #eps32,
+                }),
+                checks: quote! {
+                    let #rd = #r.matrix(gpu)?;
+                    let #rsd = #rs.matrix(gpu)?;
+                    let #gd = #g.vector(gpu)?;
+                    let #bd = #b.vector(gpu)?;
+                },
+                operands: vec![
+                    quote!(#val::EpilogueArg {
+                        name: #rl, stage: #idx, operand: #val::Operand::NormedResidual(#rd),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: #rsl, stage: #idx, operand: #val::Operand::ResidualStats(#rsd),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: #gl, stage: #idx, operand: #val::Operand::Gamma(#gd),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: #bl, stage: #idx, operand: #val::Operand::Beta(#bd),
+                    }),
+                    quote!(#val::EpilogueArg {
+                        name: "eps", stage: #idx, operand: #val::Operand::Eps(#eps32),
+                    }),
+                ],
+                launch_params: vec![
+                    LaunchParam {
+                        ident: r.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
+                        doc: format!("M×{width}, {out_name}: the pre-norm h of a deferred LayerNorm (a `row_moments` producer's C); must not overlap `c`"),
+                    },
+                    LaunchParam {
+                        ident: rs.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
+                        doc: format!("M × 4·ceil({width}/64) or wider, f32: h's row statistics (the producer's `stats`)"),
+                    },
+                    LaunchParam {
+                        ident: g.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
+                        doc: format!("length {width}, {out_name}: the deferred norm's scale γ"),
+                    },
+                    LaunchParam {
+                        ident: b.clone(),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
+                        doc: format!("length {width}, {out_name}: the deferred norm's shift β"),
+                    },
+                ],
+                doc: format!(
+                    "`normed_residual(eps = {eps:e})`: x + LayerNorm({r})[r, c] = x + ({r}[r, c] − μ)·rstd·{g}[c] + {b}[c], μ and rstd = 1/√(σ² + {eps:e}) merged from `{rs}` (the residual of a post-norm layer whose norm was deferred)."
+                ),
+            }
+        }
         StageKind::FoldedLayerNorm { eps } => {
             let eps32 = *eps as f32;
             let (s_id, s_dsc) = (param(0), desc(0));
@@ -941,6 +1011,7 @@ fn stage_text(s: &Stage) -> String {
         StageKind::LayerNorm { eps } => format!("layer_norm(eps = {eps:e})"),
         StageKind::RmsNorm { eps } => format!("rms_norm(eps = {eps:e})"),
         StageKind::FoldedLayerNorm { eps } => format!("folded_layer_norm(eps = {eps:e})"),
+        StageKind::NormedResidual { eps } => format!("normed_residual(eps = {eps:e})"),
         StageKind::Rope { theta } => format!("rope(theta = {theta})"),
         StageKind::Cast(d) => format!("cast({})", d.name()),
         StageKind::User(p) => quote!(#p).to_string().replace(' ', ""),

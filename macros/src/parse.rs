@@ -29,6 +29,7 @@ pub const STAGE_NAMES: &[&str] = &[
     "rms_norm",
     "row_moments",
     "folded_layer_norm",
+    "normed_residual",
     "swiglu",
     "geglu",
     "rope",
@@ -598,6 +599,9 @@ fn parse_stage(e: &Expr, errors: &mut Errors) -> Option<Stage> {
             }
         }
         "folded_layer_norm" => StageKind::FoldedLayerNorm {
+            eps: float_arg("eps", &name, "1e-12", 0.0, &args, span, errors)?,
+        },
+        "normed_residual" => StageKind::NormedResidual {
             eps: float_arg("eps", &name, "1e-12", 0.0, &args, span, errors)?,
         },
         "rope" => StageKind::Rope {

@@ -231,6 +231,19 @@ fn check_stages(stages: &[Stage], errors: &mut Errors) {
                 "`folded_layer_norm` must be the first stage: it turns the raw product of the pre-norm A and the γ-scaled weights into the normalized layer's output, and its offset already holds the bias; move it to the front",
             );
         }
+        if matches!(s.kind, StageKind::NormedResidual { .. })
+            && let Some(p) = pair
+        {
+            errors.push(
+                s.span,
+                format!(
+                    "`normed_residual` cannot follow `{}`: it normalizes full-width rows of its matrix, and `{}` halved the columns; put it before `{}`",
+                    p.name(),
+                    p.name(),
+                    p.name()
+                ),
+            );
+        }
         if matches!(s.kind, StageKind::RowMoments) {
             if let Some(first) = moments {
                 let mut e = syn::Error::new(s.span, "a kernel writes row statistics at most once");

@@ -31,6 +31,26 @@ pub fn folded_ln_ffn_up_gelu() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12), gelu], dtype = f16)]
 pub fn folded_ln_ffn_up_gelu_f16() {}
+/// Deferred LayerNorm, consumer half, a `Linear` layer (BERT's QKV projection):
+/// LayerNorm(h)·W + b from the pre-norm h, its statistics and weights with γ folded in.
+#[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12)])]
+pub fn folded_ln_linear() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12)], dtype = f16)]
+pub fn folded_ln_linear_f16() {}
+/// A post-norm layer whose input norm was deferred too (BERT out-proj / FFN down between
+/// deferred norms): A·W + b + LayerNorm(h_prev), stored pre-norm with its row statistics.
+#[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), row_moments])]
+pub fn proj_bias_normed_residual_moments() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), row_moments], dtype = f16)]
+pub fn proj_bias_normed_residual_moments_f16() {}
+/// The last post-norm layer after a deferred norm: LayerNorm(A·W + b + LayerNorm(h_prev)).
+#[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), layer_norm(eps = 1e-12)])]
+pub fn proj_bias_normed_residual_layer_norm() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), layer_norm(eps = 1e-12)], dtype = f16)]
+pub fn proj_bias_normed_residual_layer_norm_f16() {}
 /// GPT/LLaMA (pre-norm) out-proj / FFN down: A·W + b + residual.
 #[fused_gemm(epilogue = [bias, residual])]
 pub fn proj_bias_residual() {}

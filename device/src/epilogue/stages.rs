@@ -1034,7 +1034,8 @@ impl Stage for FoldedLayerNorm {
             for h in 0..2 {
                 let r = ctx.row_of(mi, h);
                 if r < ctx.m {
-                    f[2 * mi + h] = unsafe { merged_row_factors(p, r) };
+                    f[2 * mi + h] =
+                        unsafe { merged_row_factors(p.stats, p.ld, p.groups, p.eps, r) };
                 }
             }
         }
@@ -1058,15 +1059,85 @@ impl Stage for FoldedLayerNorm {
     }
 }
 
-/// Mean and `1/√(σ² + ε)` of row `r` from its `p.groups` statistics groups.
+params!(
+    /// `normed_residual(eps)`.
+    NormedResidualParams {
+        /// The pre-norm h, output dtype, M × N.
+        ptr: u64,
+        /// Its rows' statistics as [`RowMoments`] wrote them.
+        stats: u64,
+        /// The norm's γ, output dtype, length N.
+        gamma: u64,
+        /// The norm's β, output dtype, length N.
+        beta: u64,
+        /// Leading dimension of h, elements.
+        ld: u32,
+        /// Groups per row of the statistics matrix.
+        stats_ld: u32,
+        /// Groups a row's statistics merge: `ceil(N / 64)`.
+        groups: u32,
+        /// ε added to the variance.
+        eps: f32,
+    }
+);
+
+/// `normed_residual(eps)`: `x + LayerNorm(h)[r, c]`, normalizing a deferred LayerNorm's
+/// pre-norm h as it is read: `(h − μ)·rstd·γ[c] + β[c]` with μ and rstd merged from its
+/// [`RowMoments`] groups: the residual of a post-norm layer whose input norm was deferred.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NormedResidual;
+impl Stage for NormedResidual {
+    type Params = NormedResidualParams;
+    #[inline(always)]
+    fn apply<Out: Element, const MI: usize, const NI: usize>(
+        p: &NormedResidualParams,
+        acc: &mut Acc<MI, NI>,
+        ctx: &mut TileCtx,
+    ) {
+        let mut f = [RowFactors::default(); 16];
+        for mi in 0..MI {
+            for h in 0..2 {
+                let r = ctx.row_of(mi, h);
+                if r < ctx.m {
+                    f[2 * mi + h] =
+                        unsafe { merged_row_factors(p.stats, p.stats_ld, p.groups, p.eps, r) };
+                }
+            }
+        }
+        let n = ctx.n;
+        for ni in 0..NI {
+            let c = ctx.col_of(ni);
+            if c >= n {
+                continue;
+            }
+            let (g0, g1) = unsafe { load_pair::<Out>(p.gamma, 0, 0, c, n) };
+            let (b0, b1) = unsafe { load_pair::<Out>(p.beta, 0, 0, c, n) };
+            for mi in 0..MI {
+                for h in 0..2 {
+                    let r = ctx.row_of(mi, h);
+                    if r >= ctx.m {
+                        continue;
+                    }
+                    let (x0, x1) = unsafe { load_pair::<Out>(p.ptr, p.ld, r, c, n) };
+                    let st = f[2 * mi + h];
+                    let v = &mut acc.v[mi][ni];
+                    v[2 * h] += st.affine(x0, g0, b0);
+                    v[2 * h + 1] += st.affine(x1, g1, b1);
+                }
+            }
+        }
+    }
+}
+
+/// Mean and `1/√(σ² + ε)` of row `r` from its `groups` statistics groups (`ld` per row).
 ///
 /// # Safety
-/// `p.stats` holds row `r`'s groups.
+/// `stats` holds row `r`'s groups.
 #[inline(always)]
-unsafe fn merged_row_factors(p: &FoldedLayerNormParams, r: u32) -> RowFactors {
-    let row = (p.stats as *const [f32; 4]).wrapping_add(r as usize * p.ld as usize);
+unsafe fn merged_row_factors(stats: u64, ld: u32, groups: u32, eps: f32, r: u32) -> RowFactors {
+    let row = (stats as *const [f32; 4]).wrapping_add(r as usize * ld as usize);
     let mut st = Moments::default();
-    for g in 0..p.groups {
+    for g in 0..groups {
         let v = unsafe { crate::arch::global::ld_f32x4(row.wrapping_add(g as usize)) };
         st = st.merge(Moments {
             n: v[0],
@@ -1076,7 +1147,7 @@ unsafe fn merged_row_factors(p: &FoldedLayerNormParams, r: u32) -> RowFactors {
     }
     RowFactors {
         shift: st.mean,
-        scale: math::rsqrt(math::div(st.m2, st.n) + p.eps),
+        scale: math::rsqrt(math::div(st.m2, st.n) + eps),
     }
 }
 

@@ -106,7 +106,7 @@ impl Problem {
         let residuals = call
             .epilogue
             .iter()
-            .filter(|e| matches!(e.operand, Operand::Residual(_)))
+            .filter(|e| matches!(e.operand, Operand::Residual(_) | Operand::NormedResidual(_)))
             .count() as f64;
         Problem {
             m: checked.m,
