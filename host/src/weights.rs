@@ -482,6 +482,76 @@ pub fn rope_bias_to_half_split<T: Copy>(
     rope_weight_to_half_split(b, b.len(), 1, head_dim, rotary_dim)
 }
 
+/// A `Linear` layer with the deferred LayerNorm before it folded in: the operands of a
+/// `folded_layer_norm` consumer. See [`fold_layer_norm`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FoldedLinear {
+    /// `W′[j, k] = γ[k]·W[j, k]` rounded to the GEMM's input dtype (each value exact in it),
+    /// N×K row-major: B of the consumer GEMM (B stored N×K).
+    pub weight: Vec<f32>,
+    /// `Σ_k W′[j, k]` over the rounded weights, length N: the launcher's `colsum`.
+    pub colsum: Vec<f32>,
+    /// `Σ_k β[k]·W[j, k] + b[j]`, length N: the launcher's `offset`.
+    pub offset: Vec<f32>,
+}
+
+/// Folds the LayerNorm (γ, β: length K) that a `Linear` layer (W: N×K row-major, PyTorch
+/// layout; bias: length N) reads into its weights, for a GEMM with `dtype` inputs (CODA's
+/// reparameterisation of post-norm layers): `LayerNorm(h)·Wᵀ + b = rstd·(h·W′ᵀ − μ·colsum) +
+/// offset`. Sums in f64; `colsum` is taken over the weights as rounded to `dtype`, so that it
+/// matches what the GEMM multiplies. Unlike the layout functions of this module it does
+/// arithmetic.
+///
+/// # Errors
+/// [`WeightLayoutError::ZeroDim`] if N or K is 0, [`WeightLayoutError::Length`] on a buffer of
+/// the wrong length, [`WeightLayoutError::TooLarge`] if N×K overflows.
+pub fn fold_layer_norm(
+    w: &[f32],
+    bias: Option<&[f32]>,
+    gamma: &[f32],
+    beta: &[f32],
+    n: usize,
+    k: usize,
+    dtype: fused_gemm_device::types::DType,
+) -> Result<FoldedLinear> {
+    use fused_gemm_device::types::DType;
+    if n == 0 {
+        return Err(WeightLayoutError::ZeroDim { what: "N" });
+    }
+    if k == 0 {
+        return Err(WeightLayoutError::ZeroDim { what: "K" });
+    }
+    check_shape("weight", n, k, w.len())?;
+    check_len("gamma", k, gamma.len())?;
+    check_len("beta", k, beta.len())?;
+    if let Some(b) = bias {
+        check_len("bias", n, b.len())?;
+    }
+    let round = |x: f64| match dtype {
+        DType::Bf16 => half::bf16::from_f64(x).to_f32(),
+        DType::F16 => half::f16::from_f64(x).to_f32(),
+        DType::F32 => x as f32,
+    };
+    let mut weight = Vec::with_capacity(n * k);
+    let (mut colsum, mut offset) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for (j, row) in w.chunks_exact(k).enumerate() {
+        let (mut c, mut d) = (0f64, bias.map_or(0.0, |b| b[j] as f64));
+        for ((&x, &g), &b) in row.iter().zip(gamma).zip(beta) {
+            let folded = round(g as f64 * x as f64);
+            weight.push(folded);
+            c += folded as f64;
+            d += b as f64 * x as f64;
+        }
+        colsum.push(c as f32);
+        offset.push(d as f32);
+    }
+    Ok(FoldedLinear {
+        weight,
+        colsum,
+        offset,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -630,5 +700,52 @@ mod tests {
             interleave_halves(&none, 1 << 62, 0, 3),
             Err(WeightLayoutError::OddBlock { block: 3 })
         );
+    }
+
+    #[test]
+    fn folding_matches_the_reference_and_rounds_the_weights() {
+        use crate::reference::epilogue::folded_norm::FoldedLinear as Reference;
+        use fused_gemm_device::types::DType;
+        let (n, k) = (5, 7);
+        let val = |i: usize, s: f64| ((i * 37 % 17) as f64 - 8.0) * s;
+        let w: Vec<f32> = (0..n * k).map(|i| val(i, 0.013) as f32).collect();
+        let b: Vec<f32> = (0..n).map(|i| val(i + 3, 0.1) as f32).collect();
+        let g: Vec<f32> = (0..k).map(|i| 1.0 + val(i, 0.05) as f32).collect();
+        let be: Vec<f32> = (0..k).map(|i| val(i + 1, 0.02) as f32).collect();
+        let f64s = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+        let want =
+            Reference::fold(n, k, &f64s(&w), Some(&f64s(&b)), &f64s(&g), &f64s(&be)).unwrap();
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            let got = fold_layer_norm(&w, Some(&b), &g, &be, n, k, dtype).unwrap();
+            let u = crate::reference::epilogue::unit_roundoff(dtype);
+            for (x, y) in got.weight.iter().zip(&want.weight) {
+                assert!(
+                    (*x as f64 - y).abs() <= u * y.abs(),
+                    "{dtype:?}: {x} vs {y}"
+                );
+                assert_eq!(
+                    crate::reference::epilogue::round_to(dtype, *x as f64),
+                    *x as f64
+                );
+            }
+            for j in 0..n {
+                let sum: f64 = got.weight[j * k..(j + 1) * k]
+                    .iter()
+                    .map(|&x| x as f64)
+                    .sum();
+                assert!((got.colsum[j] as f64 - sum).abs() <= 1e-6 * sum.abs().max(1.0));
+                let d = want.offset[j];
+                assert!((got.offset[j] as f64 - d).abs() <= 1e-6 * d.abs().max(1.0));
+            }
+        }
+        assert_eq!(
+            fold_layer_norm(&w, None, &g[..6], &be, n, k, DType::Bf16),
+            Err(WeightLayoutError::Length {
+                what: "gamma",
+                expected: 7,
+                actual: 6
+            })
+        );
+        assert!(fold_layer_norm(&[], None, &[], &[], 0, 0, DType::Bf16).is_err());
     }
 }
