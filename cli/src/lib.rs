@@ -34,6 +34,7 @@ pub mod embed;
 pub mod error;
 pub mod input;
 pub mod output;
+pub mod random_model;
 pub mod smoke;
 pub mod tokenize;
 pub mod weights;

@@ -40,6 +40,10 @@ enum Command {
     Bench(BenchArgs),
     /// Write a copy of a model directory with its weights in f16 or bf16 (half the size).
     ConvertModel(ConvertArgs),
+    /// Write a BERT model directory with random weights (BERT's initialization) of a named
+    /// architecture or a config.json, with the tokenizer of a model directory: for timing
+    /// models whose trained weights are not at hand.
+    RandomModel(RandomModelArgs),
     /// Run axpy and a naive GEMM on the GPU (or on the CPU without one) and check them against
     /// an f64 reference.
     Smoke,
@@ -138,12 +142,41 @@ struct ConvertArgs {
     model_dir: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct RandomModelArgs {
+    /// Architecture.
+    #[arg(
+        long,
+        value_enum,
+        conflicts_with = "config",
+        required_unless_present = "config"
+    )]
+    preset: Option<fused_gemm_cli::random_model::Preset>,
+    /// A BERT config.json to take the hyper-parameters from instead.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Dtype of the written weights.
+    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
+    dtype: DtypeChoice,
+    /// Seed of the weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Directory to write model.safetensors, config.json and tokenizer.json into (created if
+    /// missing).
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    /// Model directory whose tokenizer.json is copied (as for `embed`).
+    #[arg(long, env = "FUSED_GEMM_MODEL_DIR")]
+    model_dir: Option<PathBuf>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Embed(args) => run_embed(args),
         Command::Bench(args) => run_bench(args),
         Command::ConvertModel(args) => run_convert(args),
+        Command::RandomModel(args) => run_random_model(args),
         Command::Smoke => run_smoke(),
     };
     match result {
@@ -375,6 +408,36 @@ fn run_convert(args: ConvertArgs) -> Result<()> {
         r.bytes_out as f64 / 1e6,
         r.max_abs_rounding,
         r.max_rel_rounding
+    );
+    Ok(())
+}
+
+fn run_random_model(args: RandomModelArgs) -> Result<()> {
+    let config = match (args.preset, &args.config) {
+        (Some(p), _) => p.config(),
+        (None, Some(path)) => fused_gemm_cli::config::MiniLmConfig::from_file(path)?,
+        (None, None) => unreachable!("clap requires --preset or --config"),
+    };
+    let tokenizer = args.model_dir.clone().unwrap_or_else(default_model_dir);
+    let dtype = args.dtype.resolve(true);
+    let r = fused_gemm_cli::random_model::write_random_model(
+        &config,
+        &tokenizer,
+        &args.output,
+        dtype,
+        args.seed,
+    )?;
+    eprintln!(
+        "fused-gemm random-model: {} layers, d {}, {} heads, FFN {}: {} tensors, {:.1} M \
+         parameters in {dtype} ({:.1} MB) -> {}",
+        config.num_layers,
+        config.hidden_size,
+        config.num_heads,
+        config.intermediate_size,
+        r.tensors,
+        r.parameters as f64 / 1e6,
+        r.bytes as f64 / 1e6,
+        r.weights.display()
     );
     Ok(())
 }
