@@ -529,8 +529,9 @@ mod threads {
     }
 
     impl Problem {
-        /// A small problem, or with `long_k` a narrow one with a long K (log-uniform from 512
-        /// to 16,384), which the planner splits along K (4 to 16 ways, growing the workspace).
+        /// A small problem, or with `long_k` a narrow one with a long K (log-uniform from 2,048
+        /// to 16,384), which the planner splits along K (8 to 16 ways on its model, growing the
+        /// workspace).
         fn new(gpu: &Gpu, rng: &mut StdRng, slot: usize, long_k: bool) -> Problem {
             let epilogue = if long_k {
                 Epilogue::Plain
@@ -538,7 +539,7 @@ mod threads {
                 Epilogue::ALL[rng.random_range(0..Epilogue::ALL.len())]
             };
             let (m, mut n, k) = if long_k {
-                let k = 512.0 * 32f64.powf(rng.random::<f64>());
+                let k = 2048.0 * 8f64.powf(rng.random::<f64>());
                 (
                     rng.random_range(1..48),
                     rng.random_range(1..48),

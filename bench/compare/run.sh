@@ -135,8 +135,12 @@ step ours-last "ours and cuBLAS (last)" "$work/ours-last.json" \
 bert="$work/bert-base-model"
 if [ -f "$model/tokenizer.json" ] && [ -x "$cli" ]; then
     if wanted bert-ours || wanted bert-torch; then
-        [ -f "$bert/model.safetensors" ] ||
-            "$cli" random-model --preset bert-base --dtype f16 --model-dir "$model" -o "$bert"
+        # The weights, config and tokenizer, all three: a write cut short is written again.
+        if ! [ -f "$bert/model.safetensors" ] || ! [ -f "$bert/config.json" ] ||
+            ! [ -f "$bert/tokenizer.json" ]; then
+            "$cli" random-model --preset bert-base --dtype f16 --model-dir "$model" -o "$bert" ||
+                failed+=(bert-model)
+        fi
     fi
     step bert-ours "BERT-base forward, ours" "$work/bert-ours.json" \
         "$cli" bench --model-dir "$bert" --dtype f16 --batch-sizes 1,128 --seq-len 128 \

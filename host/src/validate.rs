@@ -610,6 +610,13 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
                 (Some(*d), false)
             }
             Operand::InputStats(d) => {
+                if k == 0 {
+                    return Err(Error::invalid(
+                        arg.name,
+                        "K ≥ 1 (a row normalized over no columns has no statistics)",
+                        "K = 0",
+                    ));
+                }
                 check_stats(arg.name, d, m, k as u64, "K")?;
                 (Some(*d), false)
             }
@@ -655,6 +662,37 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
                         d.shape_str(),
                         d.ptr
                     ),
+                });
+            }
+        }
+    }
+    // The statistics `row_moments` writes must not meet anything the epilogue reads: other
+    // CTAs may still be reading it.
+    for w in call.epilogue {
+        let Operand::RowStats(stats) = w.operand else {
+            continue;
+        };
+        for r in call.epilogue {
+            let read = match r.operand {
+                Operand::Bias(v)
+                | Operand::BiasRow(v)
+                | Operand::ScaleRow(v)
+                | Operand::ScaleCol(v)
+                | Operand::Gamma(v)
+                | Operand::Beta(v)
+                | Operand::Colsum(v)
+                | Operand::NormOffset(v) => v.as_matrix(),
+                Operand::Residual(d)
+                | Operand::NormedResidual(d)
+                | Operand::InputStats(d)
+                | Operand::ResidualStats(d) => d,
+                Operand::RowStats(_) | Operand::Rope(_) | Operand::Eps(_) => continue,
+            };
+            if overlap(&stats, &read) != Overlap::Disjoint {
+                return Err(Error::Aliasing {
+                    output: w.name,
+                    input: r.name,
+                    detail: "the statistics are written while other CTAs read it".into(),
                 });
             }
         }

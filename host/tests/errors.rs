@@ -269,6 +269,35 @@ fn row_statistics_operands_are_checked() {
         (out(stats(0x10000, 8, 8, 8, DType::F32)), "Aliasing"),
         (out(stats(0x30000, 8, 8, 8, DType::F32)), "Aliasing"),
     ];
+    // Written statistics that meet an operand the epilogue reads (the residual's statistics
+    // reused in place).
+    let both = [
+        EpilogueArg {
+            name: "residual_stats",
+            stage: 0,
+            operand: Operand::ResidualStats(stats(0x40000, 8, 8, 8, DType::F32)),
+        },
+        EpilogueArg {
+            name: "stats",
+            stage: 1,
+            operand: Operand::RowStats(stats(0x40000, 8, 8, 8, DType::F32)),
+        },
+    ];
+    let e = ok(&both).unwrap_err();
+    assert_eq!(kind(&e), "Aliasing", "{e}");
+    let k0 = check_gemm(&GemmCall {
+        a: m(0x10000, 8, 0),
+        b: m(0x20000, 70, 0),
+        b_layout: BLayout::NxK,
+        c,
+        in_dtype: DType::Bf16,
+        out_dtype: DType::Bf16,
+        epilogue: &input(stats(0x40000, 8, 4, 4, DType::F32)),
+        pair_stage: None,
+        row_norm_stage: None,
+    })
+    .unwrap_err();
+    assert_eq!(kind(&k0), "InvalidArgument", "{k0}");
     for (ep, want) in cases {
         let e = ok(&ep).unwrap_err();
         assert_eq!(kind(&e), want, "{ep:?}: {e}");

@@ -467,7 +467,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     LaunchParam {
                         ident: r.clone(),
                         ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
-                        doc: format!("M×{width}, {out_name}: the pre-norm h of a deferred LayerNorm (a `row_moments` producer's C); must not overlap `c`"),
+                        doc: format!("M×{width}, {out_name}: the pre-norm h of a deferred LayerNorm (a `row_moments` producer's C); may be `c` itself, but must not overlap it otherwise"),
                     },
                     LaunchParam {
                         ident: rs.clone(),
@@ -620,6 +620,8 @@ fn formula(stages: &[Stage], params: &[Vec<ParamName>]) -> String {
             StageKind::Bias(Axis::Row) => (format!("{x} + {}[r]", p(0)), true),
             StageKind::Bias(Axis::Col) => (format!("{x} + {}[c]", p(0)), true),
             StageKind::Residual => (format!("{x} + {}[r, c]", p(0)), true),
+            StageKind::NormedResidual { .. } => (format!("{x} + layer_norm({})[r, c]", p(0)), true),
+            StageKind::RowMoments => (x, sum),
             StageKind::Accumulate => (format!("C + {x}"), true),
             StageKind::Cast(d) => (format!("round_{}({x})", d.name()), false),
             StageKind::User(path) => (

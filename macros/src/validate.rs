@@ -151,6 +151,18 @@ pub fn check_attr(attr: &KernelAttr, errors: &mut Errors) {
         if let Err(msg) = resolve_tile((bm, bn, bk), attr.dtype, b_col, attr.arch) {
             errors.push(span, msg);
         }
+        let moments = attr
+            .stages
+            .iter()
+            .any(|s| matches!(s.kind, StageKind::RowMoments));
+        if moments && bn % 64 != 0 {
+            errors.push(
+                span,
+                format!(
+                    "`row_moments` writes statistics per 64 columns, so each CTA tile must start on a group: BN = {bn} is not a multiple of 64"
+                ),
+            );
+        }
     }
 }
 
@@ -261,6 +273,11 @@ fn check_stages(stages: &[Stage], errors: &mut Errors) {
                         p.name(),
                         p.name()
                     ),
+                );
+            } else if i != last {
+                errors.push(
+                    s.span,
+                    "`row_moments` must be the last stage: its statistics describe the values stored in C; move it to the end",
                 );
             }
             moments = Some(s);

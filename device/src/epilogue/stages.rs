@@ -932,7 +932,8 @@ unsafe fn cta_row_moments<K: RowNorm, const MI: usize, const NI: usize>(
 }
 
 /// Columns per group of [`RowMoments`] statistics: the Hopper epilogue's chunk width, and a
-/// divisor of every CTA tile's BN, so that a group never spans two CTAs.
+/// divisor of every built-in tile's BN (the macro refuses other tiles with `row_moments`), so
+/// that a group never spans two CTAs.
 pub const MOMENT_GROUP_COLS: u32 = 64;
 
 params!(
@@ -953,7 +954,7 @@ params!(
 /// [`MOMENT_GROUP_COLS`] columns: the producer half of a deferred LayerNorm (CODA's
 /// reparameterisation), whose consumer ([`FoldedLayerNorm`]) merges a row's groups. A CTA
 /// whose tile spans several groups writes the tile's statistics in its first group and zero
-/// counts in the others (merging skips them). No row spans CTAs, so there is no exchange and
+/// counts in the others (merging skips them). No group spans CTAs, so there is no exchange and
 /// no finishing kernel.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RowMoments;
@@ -965,6 +966,10 @@ impl Stage for RowMoments {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
+        if ctx.cta_col % MOMENT_GROUP_COLS != 0 {
+            // A tile not starting on a group would share it with another CTA.
+            crate::arch::trap();
+        }
         let rows = unsafe { cta_row_moments::<LayerNorm, MI, NI>(acc, ctx) };
         if ctx.warp_n != 0 || ctx.t != 0 {
             return;
