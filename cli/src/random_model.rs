@@ -122,6 +122,10 @@ fn tensors(c: &MiniLmConfig) -> Vec<(String, Vec<usize>, Init)> {
     v
 }
 
+/// Largest weights file [`write_random_model`] writes: it holds the weights and their serialized
+/// copy in memory (BERT-large in f32 is 1.3 GB).
+pub const MAX_BYTES: usize = 4_000_000_000;
+
 /// What [`write_random_model`] wrote.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RandomModelReport {
@@ -141,8 +145,10 @@ pub struct RandomModelReport {
 /// check it. `dst` is created if missing; files are written atomically.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `config` fails [`MiniLmConfig::validate`] or `dst` is the
-/// tokenizer's directory; [`Error::ModelFileMissing`] without `tokenizer_from/tokenizer.json`;
+/// [`Error::InvalidArgument`] when `config` fails [`MiniLmConfig::validate`], has fewer tokens
+/// than the tokenizer or weights above [`MAX_BYTES`], or `dst` is the tokenizer's directory or
+/// already holds a `model.safetensors`; [`Error::ModelFileMissing`] without
+/// `tokenizer_from/tokenizer.json`, [`Error::Tokenizer`] when it does not parse;
 /// [`Error::Io`] when `dst` cannot be written; any error of loading the result.
 pub fn write_random_model(
     config: &MiniLmConfig,
@@ -162,7 +168,46 @@ pub fn write_random_model(
             dst.display(),
         ));
     }
+    if to.weights.exists() {
+        return Err(Error::invalid(
+            "--output",
+            "a directory without a model.safetensors (random-model does not overwrite a model)",
+            dst.display(),
+        ));
+    }
     let tokenizer = read_model_file(&from.tokenizer)?;
+    let vocab = tokenizers::Tokenizer::from_bytes(&tokenizer)
+        .map_err(|e| Error::Tokenizer {
+            path: from.tokenizer.clone(),
+            message: e.to_string(),
+        })?
+        .get_vocab_size(true);
+    if config.vocab_size < vocab {
+        return Err(Error::invalid(
+            "vocab_size",
+            format!("at least the tokenizer's {vocab} tokens"),
+            config.vocab_size,
+        ));
+    }
+    let size = match dtype {
+        Dtype::F32 => 4,
+        Dtype::F16 | Dtype::Bf16 => 2,
+    };
+    let bytes: usize = tensors(config)
+        .iter()
+        .map(|(_, shape, _)| shape.iter().product::<usize>())
+        .sum::<usize>()
+        .saturating_mul(size);
+    if bytes > MAX_BYTES {
+        return Err(Error::invalid(
+            "config",
+            format!(
+                "a model of at most {} GB of weights",
+                MAX_BYTES / 1_000_000_000
+            ),
+            format!("{:.1} GB in {dtype}", bytes as f64 / 1e9),
+        ));
+    }
     std::fs::create_dir_all(dst).map_err(|e| Error::io("create", dst, e))?;
 
     let hidden_act = match config.activation {
@@ -191,10 +236,10 @@ pub fn write_random_model(
         reason: e.to_string(),
     })?;
 
-    let (st_dtype, size) = match dtype {
-        Dtype::F32 => (StDtype::F32, 4),
-        Dtype::F16 => (StDtype::F16, 2),
-        Dtype::Bf16 => (StDtype::BF16, 2),
+    let st_dtype = match dtype {
+        Dtype::F32 => StDtype::F32,
+        Dtype::F16 => StDtype::F16,
+        Dtype::Bf16 => StDtype::BF16,
     };
     let encode = |v: f32, out: &mut Vec<u8>| match dtype {
         Dtype::F32 => out.extend_from_slice(&v.to_le_bytes()),

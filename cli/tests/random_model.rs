@@ -88,6 +88,26 @@ fn a_bad_configuration_or_output_is_refused() {
     let e =
         write_random_model(&small(), dir.path(), &dir.path().join("m"), Dtype::F16, 0).unwrap_err();
     assert!(matches!(e, Error::ModelFileMissing { .. }), "{e}");
+    // A model directory is not overwritten; a vocabulary smaller than the tokenizer's and
+    // weights beyond the size limit are refused before anything is written.
+    write_random_model(&small(), &model_dir(), dir.path(), Dtype::F16, 0).unwrap();
+    let e = write_random_model(&small(), &model_dir(), dir.path(), Dtype::F16, 0).unwrap_err();
+    assert!(e.to_string().contains("does not overwrite"), "{e}");
+    let fresh = dir.path().join("other");
+    let few = MiniLmConfig {
+        vocab_size: 1000,
+        ..small()
+    };
+    let e = write_random_model(&few, &model_dir(), &fresh, Dtype::F16, 0).unwrap_err();
+    assert!(e.to_string().contains("vocab_size"), "{e}");
+    let huge = MiniLmConfig {
+        hidden_size: 65536,
+        num_heads: 1,
+        ..small()
+    };
+    let e = write_random_model(&huge, &model_dir(), &fresh, Dtype::F16, 0).unwrap_err();
+    assert!(e.to_string().contains("GB"), "{e}");
+    assert!(!fresh.exists(), "nothing written");
     assert_eq!(Preset::BertBase.config().intermediate_size, 3072);
 }
 
