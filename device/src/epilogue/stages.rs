@@ -1034,16 +1034,7 @@ impl Stage for FoldedLayerNorm {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
-        let mut f = [RowFactors::default(); 16];
-        for mi in 0..MI {
-            for h in 0..2 {
-                let r = ctx.row_of(mi, h);
-                if r < ctx.m {
-                    f[2 * mi + h] =
-                        unsafe { merged_row_factors(p.stats, p.ld, p.groups, p.eps, r) };
-                }
-            }
-        }
+        let f = unsafe { tile_row_factors::<MI>(ctx, p.stats, p.ld, p.groups, p.eps) };
         let interior = acc.interior(ctx);
         for ni in 0..NI {
             let c = ctx.col_of(ni);
@@ -1099,16 +1090,7 @@ impl Stage for NormedResidual {
         acc: &mut Acc<MI, NI>,
         ctx: &mut TileCtx,
     ) {
-        let mut f = [RowFactors::default(); 16];
-        for mi in 0..MI {
-            for h in 0..2 {
-                let r = ctx.row_of(mi, h);
-                if r < ctx.m {
-                    f[2 * mi + h] =
-                        unsafe { merged_row_factors(p.stats, p.stats_ld, p.groups, p.eps, r) };
-                }
-            }
-        }
+        let f = unsafe { tile_row_factors::<MI>(ctx, p.stats, p.stats_ld, p.groups, p.eps) };
         let n = ctx.n;
         for ni in 0..NI {
             let c = ctx.col_of(ni);
@@ -1132,6 +1114,31 @@ impl Stage for NormedResidual {
             }
         }
     }
+}
+
+/// [`merged_row_factors`] of each of this thread's `2·MI` rows (index `2·mi + h`; rows ≥ M
+/// keep zero factors and read nothing).
+///
+/// # Safety
+/// `stats` holds the groups of every row below M.
+#[inline(always)]
+unsafe fn tile_row_factors<const MI: usize>(
+    ctx: &TileCtx,
+    stats: u64,
+    ld: u32,
+    groups: u32,
+    eps: f32,
+) -> [RowFactors; 16] {
+    let mut f = [RowFactors::default(); 16];
+    for mi in 0..MI {
+        for h in 0..2 {
+            let r = ctx.row_of(mi, h);
+            if r < ctx.m {
+                f[2 * mi + h] = unsafe { merged_row_factors(stats, ld, groups, eps, r) };
+            }
+        }
+    }
+    f
 }
 
 /// Mean and `1/√(σ² + ε)` of row `r` from its `groups` statistics groups (`ld` per row).
