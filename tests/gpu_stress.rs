@@ -526,6 +526,8 @@ mod threads {
         gamma: (Tensor, Vec<f64>),
         beta: (Tensor, Vec<f64>),
         c: Tensor,
+        /// What the last launch ran: entry point and plan (norm path included), for failures.
+        ran: String,
     }
 
     impl Problem {
@@ -570,6 +572,7 @@ mod threads {
                 gamma: vector(gpu, rng, n),
                 beta: vector(gpu, rng, n),
                 c,
+                ran: String::new(),
             }
         }
 
@@ -582,9 +585,17 @@ mod threads {
             let residual = pools.residual.t.slice(rr..rr + m, rc..rc + n)?;
             let vectors = (&self.bias.0, &residual, &self.gamma.0, &self.beta.0);
             let bf16 = (DType::Bf16, true, DType::Bf16);
-            self.epilogue
-                .launch(gpu, bf16, &a, &b, &mut self.c, vectors)
-                .map(|_| ())
+            let report = self
+                .epilogue
+                .launch(gpu, bf16, &a, &b, &mut self.c, vectors)?;
+            self.ran = format!(
+                "{} {:?}",
+                report.entry.unwrap_or(report.kernel),
+                report
+                    .plan
+                    .map(|p| (p.tile, p.splits, p.tail_splits, p.norm))
+            );
+            Ok(())
         }
 
         /// Refills this problem's view of A with fresh values.
@@ -626,24 +637,49 @@ mod threads {
             apply_stages(m, n, &acc, &stages, None).unwrap()
         }
 
-        fn check(&self, gpu: &Gpu, pools: &Pools, what: &str, ph: &mut Phases) {
+        fn check(&mut self, gpu: &Gpu, pools: &Pools, what: &str, ph: &mut Phases) {
             let got: Vec<f64> = timed(&mut ph.downloads, || self.c.download_f32(gpu))
                 .unwrap()
                 .iter()
                 .map(|&v| v as f64)
                 .collect();
             let close = timed(&mut ph.reference, || compare(&got, &self.want(pools), 1e-2));
-            assert!(
-                close.passed(),
-                "{what}: {:?} {}x{}x{} A@{:?} B@{:?} slot {}: {close}",
+            if !close.passed() {
+                // Launched again alone: a result that is right now points at interference
+                // from other threads, one that is wrong again at the kernel or its plan.
+                let again = self
+                    .launch(gpu, pools)
+                    .and_then(|_| self.c.download_f32(gpu));
+                let again = again.map(|v| {
+                    let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+                    compare(&v, &self.want(pools), 1e-2).passed()
+                });
+                panic!(
+                    "{what}: {}: {close}; launched again: {}",
+                    self.describe(),
+                    match again {
+                        Ok(true) => "right".to_string(),
+                        Ok(false) => "wrong again".to_string(),
+                        Err(e) => format!("failed: {e}"),
+                    }
+                );
+            }
+        }
+
+        /// The problem and what ran, for failure messages.
+        fn describe(&self) -> String {
+            format!(
+                "{:?} {}x{}x{} A@{:?} B@{:?} R@{:?} slot {}, ran {}",
                 self.epilogue,
                 self.m,
                 self.n,
                 self.k,
                 self.a_at,
                 self.b_at,
-                self.slot
-            );
+                self.r_at,
+                self.slot,
+                self.ran
+            )
         }
 
         fn still_poisoned(&self, gpu: &Gpu) -> bool {
@@ -684,7 +720,7 @@ mod threads {
     }
 
     /// One thread's share of a run: eager launches, captures with replays, long-K launches.
-    fn worker(gpu: &Gpu, seed: u64, ops: usize) -> Phases {
+    fn worker(gpu: &Gpu, test: &str, seed: u64, ops: usize) -> Phases {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut ph = Phases::default();
         let mut pools = timed(&mut ph.operands, || Pools::new(gpu, &mut rng));
@@ -693,8 +729,9 @@ mod threads {
             match rng.random_range(0..10) {
                 0..5 => {
                     let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, 0, false));
-                    timed(&mut ph.launches, || p.launch(gpu, &pools)).unwrap();
-                    p.check(gpu, &pools, "eager launch", &mut ph);
+                    timed(&mut ph.launches, || p.launch(gpu, &pools))
+                        .unwrap_or_else(|e| panic!("{test}: eager launch: {e}"));
+                    p.check(gpu, &pools, &format!("{test}: eager launch"), &mut ph);
                     done += 1;
                 }
                 5..8 => {
@@ -710,27 +747,32 @@ mod threads {
                     let graph = timed(&mut ph.graphs, || {
                         gpu.capture(|g| ps.iter_mut().try_for_each(|p| p.launch(g, &pools)))
                     })
-                    .unwrap();
+                    .unwrap_or_else(|e| {
+                        let what: Vec<String> = ps.iter().map(|p| p.describe()).collect();
+                        panic!("{test}: capture of {what:?}: {e}")
+                    });
                     let untouched = timed(&mut ph.downloads, || {
                         ps.iter().all(|p| p.still_poisoned(gpu))
                     });
                     assert!(untouched, "a captured launch ran before its replay");
                     timed(&mut ph.graphs, || graph.replay()).unwrap();
-                    ps.iter()
-                        .for_each(|p| p.check(gpu, &pools, "replay", &mut ph));
+                    ps.iter_mut()
+                        .for_each(|p| p.check(gpu, &pools, &format!("{test}: replay"), &mut ph));
                     // A replay reads its inputs' current contents.
                     timed(&mut ph.operands, || {
                         ps[0].refill_a(gpu, &mut rng, &mut pools)
                     });
                     timed(&mut ph.graphs, || graph.replay()).unwrap();
-                    ps.iter()
-                        .for_each(|p| p.check(gpu, &pools, "replay after refilling A", &mut ph));
+                    let again = format!("{test}: replay after refilling A");
+                    ps.iter_mut()
+                        .for_each(|p| p.check(gpu, &pools, &again, &mut ph));
                     done += 2 * ps.len();
                 }
                 _ => {
                     let mut p = timed(&mut ph.operands, || Problem::new(gpu, &mut rng, 0, true));
-                    timed(&mut ph.launches, || p.launch(gpu, &pools)).unwrap();
-                    p.check(gpu, &pools, "long-K launch", &mut ph);
+                    timed(&mut ph.launches, || p.launch(gpu, &pools))
+                        .unwrap_or_else(|e| panic!("{test}: long-K launch: {e}"));
+                    p.check(gpu, &pools, &format!("{test}: long-K launch"), &mut ph);
                     done += 1;
                 }
             }
@@ -766,7 +808,7 @@ mod threads {
                         own.set_autotuner(None);
                         &own
                     };
-                    let ph = worker(g, seed.wrapping_add(t as u64), ops.div_ceil(threads));
+                    let ph = worker(g, test, seed.wrapping_add(t as u64), ops.div_ceil(threads));
                     total.lock().unwrap().add(&ph);
                 });
             }
