@@ -108,20 +108,21 @@ pub enum Operand {
     Rope(RopeSpec),
     /// A norm's ε.
     Eps(f32),
-    /// `row_moments`: the row statistics it writes, f32, M × 4·ceil(N/64) or wider (four values
-    /// per row and group of 64 columns), 16-byte aligned rows.
+    /// `row_moments`: the row statistics it writes, f32, M × 4·ceil(N/64) or wider (count, mean,
+    /// M2 and shift per row and group of 64 columns), 16-byte aligned rows.
     RowStats(MatrixDesc),
     /// `folded_layer_norm`: the statistics of A's rows as `row_moments` wrote them, f32,
     /// M × 4·ceil(K/64) or wider, 16-byte aligned rows.
     InputStats(MatrixDesc),
-    /// `normed_residual`: the pre-norm h it normalizes and adds, an M×N matrix (output shape),
-    /// output dtype.
+    /// `normed_residual`: the stored (shifted) pre-norm h′ it normalizes and adds, an M×N
+    /// matrix (output shape), output dtype.
     NormedResidual(MatrixDesc),
     /// `normed_residual`: the statistics of its matrix's rows as `row_moments` wrote them, f32,
     /// M × 4·ceil(N/64) or wider, 16-byte aligned rows.
     ResidualStats(MatrixDesc),
-    /// `folded_layer_norm`: `Σ_k γ[k]·W[k, c]`, f32, one per output column.
-    Colsum(VectorDesc),
+    /// `folded_layer_norm`: `Σ_k γ[k]·W[k, c]` over each group of 64 K columns, f32,
+    /// ceil(K/64) × N (a row per group).
+    Colsum(MatrixDesc),
     /// `folded_layer_norm`: `Σ_k β[k]·W[k, c] + b[c]`, f32, one per output column.
     NormOffset(VectorDesc),
 }
@@ -624,7 +625,23 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
                 check_stats(arg.name, d, m, width, "N")?;
                 (Some(*d), false)
             }
-            Operand::Colsum(v) | Operand::NormOffset(v) => {
+            Operand::Colsum(d) => {
+                check_dtype(arg.name, DType::F32, d.dtype)?;
+                let groups = (k as u64).div_ceil(MOMENT_GROUP_COLS as u64) as usize;
+                if d.rows != groups || d.cols as u64 != width {
+                    return Err(Error::shape(
+                        arg.name,
+                        format!(
+                            "{groups}×{width} (ceil(K/{MOMENT_GROUP_COLS}) × N: a row per group \
+                             of K columns, f32)"
+                        ),
+                        d.shape_str(),
+                    ));
+                }
+                check_matrix(arg.name, arg.name, d)?;
+                (Some(*d), false)
+            }
+            Operand::NormOffset(v) => {
                 check_vector(arg.name, v, width, "N, one per output column", DType::F32)?;
                 (Some(v.as_matrix()), false)
             }
@@ -680,9 +697,9 @@ pub fn check_gemm(call: &GemmCall<'_>) -> Result<Checked> {
                 | Operand::ScaleCol(v)
                 | Operand::Gamma(v)
                 | Operand::Beta(v)
-                | Operand::Colsum(v)
                 | Operand::NormOffset(v) => v.as_matrix(),
                 Operand::Residual(d)
+                | Operand::Colsum(d)
                 | Operand::NormedResidual(d)
                 | Operand::InputStats(d)
                 | Operand::ResidualStats(d) => d,

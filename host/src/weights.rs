@@ -489,7 +489,9 @@ pub struct FoldedLinear {
     /// `W′[j, k] = γ[k]·W[j, k]` rounded to the GEMM's input dtype (each value exact in it),
     /// N×K row-major: B of the consumer GEMM (B stored N×K).
     pub weight: Vec<f32>,
-    /// `Σ_k W′[j, k]` over the rounded weights, length N: the launcher's `colsum`.
+    /// `Σ_{k ∈ g} W′[j, k]` over the rounded weights for each group g of 64 columns of K
+    /// (the deferred norm's statistics groups), ceil(K/64) × N row-major: the launcher's
+    /// `colsum`.
     pub colsum: Vec<f32>,
     /// `Σ_k β[k]·W[j, k] + b[j]`, length N: the launcher's `offset`.
     pub offset: Vec<f32>,
@@ -497,10 +499,11 @@ pub struct FoldedLinear {
 
 /// Folds the LayerNorm (γ, β: length K) that a `Linear` layer (W: N×K row-major, PyTorch
 /// layout; bias: length N) reads into its weights, for a GEMM with `dtype` inputs (CODA's
-/// reparameterisation of post-norm layers): `LayerNorm(h)·Wᵀ + b = rstd·(h·W′ᵀ − μ·colsum) +
-/// offset`. Sums in f64; `colsum` is taken over the weights as rounded to `dtype`, so that it
-/// matches what the GEMM multiplies. Unlike the layout functions of this module it does
-/// arithmetic.
+/// reparameterisation of post-norm layers): `LayerNorm(h)·Wᵀ + b = rstd·(h′·W′ᵀ +
+/// Σ_g ((t_g − t_0) − μ)·colsum[g]) + offset`, h′ = h less each group's shift t_g (see the
+/// `folded_layer_norm` stage). Sums in f64; `colsum` is taken over the weights as rounded to
+/// `dtype`, so that it matches what the GEMM multiplies. Unlike the layout functions of this
+/// module it does arithmetic.
 ///
 /// # Errors
 /// [`WeightLayoutError::ZeroDim`] if N or K is 0, [`WeightLayoutError::Length`] on a buffer of
@@ -532,17 +535,23 @@ pub fn fold_layer_norm(
         DType::F16 => half::f16::from_f64(x).to_f32(),
         DType::F32 => x as f32,
     };
+    let group = fused_gemm_device::epilogue::stages::MOMENT_GROUP_COLS as usize;
     let mut weight = Vec::with_capacity(n * k);
-    let (mut colsum, mut offset) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut colsum = vec![0f32; k.div_ceil(group) * n];
+    let mut offset = Vec::with_capacity(n);
     for (j, row) in w.chunks_exact(k).enumerate() {
-        let (mut c, mut d) = (0f64, bias.map_or(0.0, |b| b[j] as f64));
-        for ((&x, &g), &b) in row.iter().zip(gamma).zip(beta) {
-            let folded = round(g as f64 * x as f64);
-            weight.push(folded);
-            c += folded as f64;
-            d += b as f64 * x as f64;
+        let mut d = bias.map_or(0.0, |b| b[j] as f64);
+        for (g, cols) in row.chunks(group).enumerate() {
+            let mut c = 0f64;
+            for (i, &x) in cols.iter().enumerate() {
+                let at = g * group + i;
+                let folded = round(gamma[at] as f64 * x as f64);
+                weight.push(folded);
+                c += folded as f64;
+                d += beta[at] as f64 * x as f64;
+            }
+            colsum[g * n + j] = c as f32;
         }
-        colsum.push(c as f32);
         offset.push(d as f32);
     }
     Ok(FoldedLinear {
@@ -706,7 +715,8 @@ mod tests {
     fn folding_matches_the_reference_and_rounds_the_weights() {
         use crate::reference::epilogue::folded_norm::FoldedLinear as Reference;
         use fused_gemm_device::types::DType;
-        let (n, k) = (5, 7);
+        // K = 150: three groups of the statistics, the last one partial.
+        let (n, k) = (5, 150);
         let val = |i: usize, s: f64| ((i * 37 % 17) as f64 - 8.0) * s;
         let w: Vec<f32> = (0..n * k).map(|i| val(i, 0.013) as f32).collect();
         let b: Vec<f32> = (0..n).map(|i| val(i + 3, 0.1) as f32).collect();
@@ -728,12 +738,16 @@ mod tests {
                     *x as f64
                 );
             }
+            assert_eq!(got.colsum.len(), 3 * n);
             for j in 0..n {
-                let sum: f64 = got.weight[j * k..(j + 1) * k]
-                    .iter()
-                    .map(|&x| x as f64)
-                    .sum();
-                assert!((got.colsum[j] as f64 - sum).abs() <= 1e-6 * sum.abs().max(1.0));
+                for (g, cols) in [0..64, 64..128, 128..150].into_iter().enumerate() {
+                    let sum: f64 = got.weight[j * k..(j + 1) * k][cols]
+                        .iter()
+                        .map(|&x| x as f64)
+                        .sum();
+                    let c = got.colsum[g * n + j] as f64;
+                    assert!((c - sum).abs() <= 1e-6 * sum.abs().max(1.0), "{dtype:?}");
+                }
                 let d = want.offset[j];
                 assert!((got.offset[j] as f64 - d).abs() <= 1e-6 * d.abs().max(1.0));
             }
@@ -742,7 +756,7 @@ mod tests {
             fold_layer_norm(&w, None, &g[..6], &be, n, k, DType::Bf16),
             Err(WeightLayoutError::Length {
                 what: "gamma",
-                expected: 7,
+                expected: 150,
                 actual: 6
             })
         );

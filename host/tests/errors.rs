@@ -220,7 +220,7 @@ fn every_error_kind_is_produced_and_named() {
 
 /// The row-statistics operands of a deferred LayerNorm (`row_moments`, `folded_layer_norm`):
 /// f32, M rows of at least 4·ceil(width/64) values, 16-byte aligned rows, not aliasing A or B;
-/// each error names the operand.
+/// the consumer's column sums ceil(K/64) × N, f32; each error names the operand.
 #[test]
 fn row_statistics_operands_are_checked() {
     let m = |p, r, c| MatrixDesc::contiguous(p, r, c, DType::Bf16);
@@ -302,5 +302,24 @@ fn row_statistics_operands_are_checked() {
         let e = ok(&ep).unwrap_err();
         assert_eq!(kind(&e), want, "{ep:?}: {e}");
         assert!(e.to_string().contains("stats"), "{e}");
+    }
+    // The consumer's column sums: f32, a row of N per group of 64 K columns (3 × 70 here).
+    let colsum = |d| {
+        [EpilogueArg {
+            name: "colsum",
+            stage: 0,
+            operand: Operand::Colsum(d),
+        }]
+    };
+    assert!(ok(&colsum(stats(0x40000, 3, 70, 72, DType::F32))).is_ok());
+    for (d, want) in [
+        (stats(0x40000, 1, 70, 70, DType::F32), "ShapeMismatch"),
+        (stats(0x40000, 3, 69, 70, DType::F32), "ShapeMismatch"),
+        (stats(0x40000, 3, 70, 70, DType::Bf16), "DtypeMismatch"),
+        (stats(0x40000, 3, 70, 60, DType::F32), "LeadingDimension"),
+    ] {
+        let e = ok(&colsum(d)).unwrap_err();
+        assert_eq!(kind(&e), want, "{d:?}: {e}");
+        assert!(e.to_string().contains("colsum"), "{e}");
     }
 }

@@ -411,12 +411,12 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     ident: id.clone(),
                     ty: quote!(&mut impl ::fused_gemm::__private::host::kernel::AsMatrix),
                     doc: format!(
-                        "M × 4·ceil(N/64) or wider, f32, 16-byte aligned rows: stage {} writes each row's (count, mean, M2, 0) over every group of 64 columns",
+                        "M × 4·ceil(N/64) or wider, f32, 16-byte aligned rows: stage {} writes each row's (count, mean, M2, shift) over every group of 64 columns",
                         idx + 1
                     ),
                 }],
                 doc: format!(
-                    "`row_moments`: leaves x unchanged and writes each row's statistics over every group of 64 columns to `{id}` (Welford/Chan; the producer half of a deferred LayerNorm, merged by a later GEMM's `folded_layer_norm`)."
+                    "`row_moments`: stores each row of the CTA's tile less its mean t (the shift, so that rows whose mean dwarfs their spread keep their precision) and writes the statistics of what it stored, with t, over every group of 64 columns to `{id}` (Welford/Chan; the producer half of a deferred LayerNorm, merged by a later GEMM's `folded_layer_norm` or `normed_residual`)."
                 ),
             }
         }
@@ -467,7 +467,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     LaunchParam {
                         ident: r.clone(),
                         ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
-                        doc: format!("M×{width}, {out_name}: the pre-norm h of a deferred LayerNorm (a `row_moments` producer's C); may be `c` itself, but must not overlap it otherwise"),
+                        doc: format!("M×{width}, {out_name}: the stored (shifted) pre-norm h′ of a deferred LayerNorm (a `row_moments` producer's C); may be `c` itself, but must not overlap it otherwise"),
                     },
                     LaunchParam {
                         ident: rs.clone(),
@@ -486,7 +486,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     },
                 ],
                 doc: format!(
-                    "`normed_residual(eps = {eps:e})`: x + LayerNorm({r})[r, c] = x + ({r}[r, c] − μ)·rstd·{g}[c] + {b}[c], μ and rstd = 1/√(σ² + {eps:e}) merged from `{rs}` (the residual of a post-norm layer whose norm was deferred)."
+                    "`normed_residual(eps = {eps:e})`: x + LayerNorm(h)[r, c] = x + (({r}[r, c] + t_g − t_0) − μ)·rstd·{g}[c] + {b}[c], with `{r}` the stored h′ = h − t_g and the shifts t_g, μ and rstd = 1/√(σ² + {eps:e}) merged from `{rs}` (the residual of a post-norm layer whose norm was deferred)."
                 ),
             }
         }
@@ -505,11 +505,11 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     ld: (#s_dsc.ld / 4) as u32,
                     groups: (a.cols as u32).div_ceil(#d::epilogue::stages::MOMENT_GROUP_COLS),
                     eps: #eps32,
-                    _pad: 0,
+                    colsum_ld: #c_dsc.ld as u32,
                 }),
                 checks: quote! {
                     let #s_dsc = #s_id.matrix(gpu)?;
-                    let #c_dsc = #c_id.vector(gpu)?;
+                    let #c_dsc = #c_id.matrix(gpu)?;
                     let #o_dsc = #o_id.vector(gpu)?;
                 },
                 operands: vec![
@@ -534,8 +534,8 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     },
                     LaunchParam {
                         ident: c_id.clone(),
-                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsVector),
-                        doc: format!("length {width}, f32: Σ_k γ[k]·W[k, c], W the weights before γ was folded into B"),
+                        ty: quote!(&impl ::fused_gemm::__private::host::kernel::AsMatrix),
+                        doc: format!("ceil(K/64) × {width}, f32: row g is Σ_k γ[k]·W[k, c] over the K columns 64g..64g+63, W the weights before γ was folded into B (`fold_layer_norm` makes it)"),
                     },
                     LaunchParam {
                         ident: o_id.clone(),
@@ -544,7 +544,7 @@ fn stage_gen(cx: &StageCtx<'_>, s: &Stage, extra_items: &mut TokenStream) -> Sta
                     },
                 ],
                 doc: format!(
-                    "`folded_layer_norm(eps = {eps:e})`: A is the pre-norm h of a deferred LayerNorm and B holds γ folded in (diag(γ)·W); gives LayerNorm(h)·W + bias = rstd·(x − μ·{c_id}[c]) + {o_id}[c], with μ and rstd = 1/√(σ² + {eps:e}) merged from `{s_id}` (biased variance)."
+                    "`folded_layer_norm(eps = {eps:e})`: A is the stored (shifted) pre-norm h′ of a deferred LayerNorm and B holds γ folded in (diag(γ)·W); gives LayerNorm(h)·W + bias = rstd·(x + Σ_g ((t_g − t_0) − μ)·{c_id}[g, c]) + {o_id}[c], with the shifts t_g, μ and rstd = 1/√(σ² + {eps:e}) merged from `{s_id}` (biased variance)."
                 ),
             }
         }

@@ -17,29 +17,30 @@ pub fn proj_bias_residual_layer_norm() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [bias, residual, layer_norm(eps = 1e-12)], dtype = f16)]
 pub fn proj_bias_residual_layer_norm_f16() {}
-/// Deferred post-norm LayerNorm, producer half: h = A·W + b + residual stored as is, with each
-/// row's statistics per 64 columns in `stats`; the next GEMM normalizes (`folded_ln_*`).
+/// Deferred post-norm LayerNorm, producer half: h = A·W + b + residual stored centred (each
+/// row of a tile less the tile's row mean, h′), with the statistics and shifts per 64 columns
+/// in `stats`; the next GEMM normalizes (`folded_ln_*`).
 #[fused_gemm(epilogue = [bias, residual, row_moments])]
 pub fn proj_bias_residual_moments() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [bias, residual, row_moments], dtype = f16)]
 pub fn proj_bias_residual_moments_f16() {}
-/// Deferred LayerNorm, consumer half, BERT FFN up: gelu(LayerNorm(h)·W + b) from the pre-norm
-/// h, its `row_moments` statistics and weights with γ folded in.
+/// Deferred LayerNorm, consumer half, BERT FFN up: gelu(LayerNorm(h)·W + b) from the stored
+/// h′, its `row_moments` statistics and weights with γ folded in (`weights::fold_layer_norm`).
 #[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12), gelu])]
 pub fn folded_ln_ffn_up_gelu() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12), gelu], dtype = f16)]
 pub fn folded_ln_ffn_up_gelu_f16() {}
 /// Deferred LayerNorm, consumer half, a `Linear` layer (BERT's QKV projection):
-/// LayerNorm(h)·W + b from the pre-norm h, its statistics and weights with γ folded in.
+/// LayerNorm(h)·W + b from the stored h′, its statistics and weights with γ folded in.
 #[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12)])]
 pub fn folded_ln_linear() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [folded_layer_norm(eps = 1e-12)], dtype = f16)]
 pub fn folded_ln_linear_f16() {}
 /// A post-norm layer whose input norm was deferred too (BERT out-proj / FFN down between
-/// deferred norms): A·W + b + LayerNorm(h_prev), stored pre-norm with its row statistics.
+/// deferred norms): A·W + b + LayerNorm(h_prev), stored centred with its row statistics.
 #[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), row_moments])]
 pub fn proj_bias_normed_residual_moments() {}
 /// The same with f16 inputs.

@@ -939,7 +939,7 @@ pub const MOMENT_GROUP_COLS: u32 = 64;
 params!(
     /// `row_moments(stats)`.
     RowMomentsParams {
-        /// Row statistics, f32 `(count, mean, M2, 0)` per row and group of
+        /// Row statistics, f32 `(count, mean, M2, shift)` per row and group of
         /// [`MOMENT_GROUP_COLS`] columns: row `r`, group `g` at byte `ptr + 16·(r·ld + g)`.
         ptr: u64,
         /// Groups per row of the statistics matrix (at least `ceil(N / 64)`).
@@ -949,13 +949,15 @@ params!(
     }
 );
 
-/// `row_moments(stats)`: leaves the values unchanged and writes each row's statistics
-/// (count, mean, M2; Welford/Chan, as [`Moments`]) over each group of
-/// [`MOMENT_GROUP_COLS`] columns: the producer half of a deferred LayerNorm (CODA's
-/// reparameterisation), whose consumer ([`FoldedLayerNorm`]) merges a row's groups. A CTA
-/// whose tile spans several groups writes the tile's statistics in its first group and zero
-/// counts in the others (merging skips them). No group spans CTAs, so there is no exchange and
-/// no finishing kernel.
+/// `row_moments(stats)`: the producer half of a deferred LayerNorm (CODA's
+/// reparameterisation), whose consumers ([`FoldedLayerNorm`], [`NormedResidual`]) merge a
+/// row's groups. It stores each row of its tile less the tile's row mean `t` (the shift, f32),
+/// `h′ = h − t`, and writes, per group of [`MOMENT_GROUP_COLS`] columns, the statistics of
+/// what it stored, `(count, mean, M2, t)` (Welford/Chan, as [`Moments`]). Centred values keep
+/// 16-bit precision relative to the row's spread rather than its mean, so rows whose mean
+/// dwarfs their spread survive storage. A CTA whose tile spans several groups writes the
+/// tile's statistics in its first group and zero counts (with the shift) in the others. No
+/// group spans CTAs, so there is no exchange and no finishing kernel.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RowMoments;
 impl Stage for RowMoments {
@@ -971,6 +973,15 @@ impl Stage for RowMoments {
             crate::arch::trap();
         }
         let rows = unsafe { cta_row_moments::<LayerNorm, MI, NI>(acc, ctx) };
+        for mi in 0..MI {
+            for h in 0..2 {
+                let t = rows[2 * mi + h].mean;
+                for v in acc.v[mi].iter_mut() {
+                    v[2 * h] -= t;
+                    v[2 * h + 1] -= t;
+                }
+            }
+        }
         if ctx.warp_n != 0 || ctx.t != 0 {
             return;
         }
@@ -988,10 +999,13 @@ impl Stage for RowMoments {
             unsafe {
                 crate::arch::global::st_f32x4(
                     row.wrapping_add(first as usize),
-                    [st.n, st.mean, st.m2, 0.0],
+                    [st.n, 0.0, st.m2, st.mean],
                 );
                 for g in first + 1..end {
-                    crate::arch::global::st_f32x4(row.wrapping_add(g as usize), [0.0; 4]);
+                    crate::arch::global::st_f32x4(
+                        row.wrapping_add(g as usize),
+                        [0.0, 0.0, 0.0, st.mean],
+                    );
                 }
             }
         }
@@ -1003,7 +1017,7 @@ params!(
     FoldedLayerNormParams {
         /// Statistics of A's rows as [`RowMoments`] wrote them.
         stats: u64,
-        /// `Σ_k γ[k]·W[k, c]`, f32, one per output column.
+        /// `Σ_{k ∈ g} γ[k]·W[k, c]`, f32, one row of N per group g of 64 K columns.
         colsum: u64,
         /// `Σ_k β[k]·W[k, c] + b[c]`, f32, one per output column.
         offset: u64,
@@ -1013,17 +1027,19 @@ params!(
         groups: u32,
         /// ε added to the variance.
         eps: f32,
-        /// Unused.
-        _pad: u32,
+        /// Leading dimension of `colsum`, elements.
+        colsum_ld: u32,
     }
 );
 
-/// `folded_layer_norm(eps)`: the consumer half of a deferred LayerNorm. A holds a pre-norm
-/// `h` and B is `diag(γ)·W`, so the accumulator is `Σ_k h[k]·γ[k]·W[k, c]`, and
-/// `LayerNorm(h)·W + b = rstd·(acc − μ·colsum[c]) + offset[c]` with μ and
-/// `rstd = 1/√(σ² + ε)` merged from the row's [`RowMoments`] groups (biased variance). The
-/// first stage of a list: it reads the raw product. Numerics: `acc − μ·colsum` cancels when
-/// |μ| is far above σ; the error bound grows with |μ|/σ (the stored h's rounding dominates).
+/// `folded_layer_norm(eps)`: the consumer half of a deferred LayerNorm. A holds the stored
+/// `h′ = h − t_g` ([`RowMoments`]: each group g of a row less its tile's shift) and B is
+/// `diag(γ)·W`, so the accumulator is `Σ_k h′[k]·γ[k]·W[k, c]`, and
+/// `LayerNorm(h)·W + b = rstd·(acc + Σ_g ((t_g − t_0) − μ)·colsum_g[c]) + offset[c]`, with μ
+/// (relative to the row's first shift t_0) and `rstd = 1/√(σ² + ε)` merged from the row's
+/// groups (biased variance). Every term is of the size of the row's spread, not its mean, so
+/// nothing cancels (the reference's module docs, `folded_norm`, give the derivation). The
+/// first stage of a list: it reads the raw product.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FoldedLayerNorm;
 impl Stage for FoldedLayerNorm {
@@ -1036,19 +1052,46 @@ impl Stage for FoldedLayerNorm {
     ) {
         let f = unsafe { tile_row_factors::<MI>(ctx, p.stats, p.ld, p.groups, p.eps) };
         let interior = acc.interior(ctx);
+        for g in 0..p.groups {
+            // (t_g − t_0) − μ per row: the group's shift back, less the mean.
+            let mut back = [0f32; 16];
+            for mi in 0..MI {
+                for h in 0..2 {
+                    let r = ctx.row_of(mi, h);
+                    if r < ctx.m {
+                        let t = unsafe { group_shift(p.stats, p.ld, r, g) };
+                        let st = f[2 * mi + h];
+                        back[2 * mi + h] = (t - st.origin) - st.mean;
+                    }
+                }
+            }
+            for ni in 0..NI {
+                let c = ctx.col_of(ni);
+                if !interior && c >= ctx.n {
+                    continue;
+                }
+                let (c0, c1) = unsafe { load_pair::<f32>(p.colsum, p.colsum_ld, g, c, ctx.n) };
+                for mi in 0..MI {
+                    for h in 0..2 {
+                        let v = &mut acc.v[mi][ni];
+                        v[2 * h] = math::fma(back[2 * mi + h], c0, v[2 * h]);
+                        v[2 * h + 1] = math::fma(back[2 * mi + h], c1, v[2 * h + 1]);
+                    }
+                }
+            }
+        }
         for ni in 0..NI {
             let c = ctx.col_of(ni);
             if !interior && c >= ctx.n {
                 continue;
             }
-            let (c0, c1) = unsafe { load_pair::<f32>(p.colsum, 0, 0, c, ctx.n) };
             let (d0, d1) = unsafe { load_pair::<f32>(p.offset, 0, 0, c, ctx.n) };
             for mi in 0..MI {
                 for h in 0..2 {
-                    let st = f[2 * mi + h];
+                    let s = f[2 * mi + h].scale;
                     let v = &mut acc.v[mi][ni];
-                    v[2 * h] = math::fma(st.scale, math::fma(-st.shift, c0, v[2 * h]), d0);
-                    v[2 * h + 1] = math::fma(st.scale, math::fma(-st.shift, c1, v[2 * h + 1]), d1);
+                    v[2 * h] = math::fma(s, v[2 * h], d0);
+                    v[2 * h + 1] = math::fma(s, v[2 * h + 1], d1);
                 }
             }
         }
@@ -1058,7 +1101,7 @@ impl Stage for FoldedLayerNorm {
 params!(
     /// `normed_residual(eps)`.
     NormedResidualParams {
-        /// The pre-norm h, output dtype, M × N.
+        /// The stored (shifted) pre-norm h′, output dtype, M × N.
         ptr: u64,
         /// Its rows' statistics as [`RowMoments`] wrote them.
         stats: u64,
@@ -1078,8 +1121,9 @@ params!(
 );
 
 /// `normed_residual(eps)`: `x + LayerNorm(h)[r, c]`, normalizing a deferred LayerNorm's
-/// pre-norm h as it is read: `(h − μ)·rstd·γ[c] + β[c]` with μ and rstd merged from its
-/// [`RowMoments`] groups: the residual of a post-norm layer whose input norm was deferred.
+/// stored `h′ = h − t_g` as it is read: `((h′ + (t_g − t_0)) − μ)·rstd·γ[c] + β[c]`, with g the
+/// group of column c and μ, rstd merged from the row's [`RowMoments`] groups: the residual of a
+/// post-norm layer whose input norm was deferred.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NormedResidual;
 impl Stage for NormedResidual {
@@ -1097,6 +1141,8 @@ impl Stage for NormedResidual {
             if c >= n {
                 continue;
             }
+            // A column pair never straddles a group (c is even, groups are 64 wide).
+            let g = c / MOMENT_GROUP_COLS;
             let (g0, g1) = unsafe { load_pair::<Out>(p.gamma, 0, 0, c, n) };
             let (b0, b1) = unsafe { load_pair::<Out>(p.beta, 0, 0, c, n) };
             for mi in 0..MI {
@@ -1107,13 +1153,29 @@ impl Stage for NormedResidual {
                     }
                     let (x0, x1) = unsafe { load_pair::<Out>(p.ptr, p.ld, r, c, n) };
                     let st = f[2 * mi + h];
+                    let back = unsafe { group_shift(p.stats, p.stats_ld, r, g) } - st.origin;
+                    let norm = RowFactors {
+                        shift: st.mean,
+                        scale: st.scale,
+                    };
                     let v = &mut acc.v[mi][ni];
-                    v[2 * h] += st.affine(x0, g0, b0);
-                    v[2 * h + 1] += st.affine(x1, g1, b1);
+                    v[2 * h] += norm.affine(x0 + back, g0, b0);
+                    v[2 * h + 1] += norm.affine(x1 + back, g1, b1);
                 }
             }
         }
     }
+}
+
+/// A row's deferred-LayerNorm factors, merged from its [`RowMoments`] groups.
+#[derive(Clone, Copy, Debug, Default)]
+struct DeferredRow {
+    /// The row's first shift t_0: the origin of `mean` and of the other groups' shifts.
+    origin: f32,
+    /// The row's mean less `origin`.
+    mean: f32,
+    /// `1/√(σ² + ε)`.
+    scale: f32,
 }
 
 /// [`merged_row_factors`] of each of this thread's `2·MI` rows (index `2·mi + h`; rows ≥ M
@@ -1128,8 +1190,8 @@ unsafe fn tile_row_factors<const MI: usize>(
     ld: u32,
     groups: u32,
     eps: f32,
-) -> [RowFactors; 16] {
-    let mut f = [RowFactors::default(); 16];
+) -> [DeferredRow; 16] {
+    let mut f = [DeferredRow::default(); 16];
     for mi in 0..MI {
         for h in 0..2 {
             let r = ctx.row_of(mi, h);
@@ -1141,24 +1203,39 @@ unsafe fn tile_row_factors<const MI: usize>(
     f
 }
 
-/// Mean and `1/√(σ² + ε)` of row `r` from its `groups` statistics groups (`ld` per row).
+/// The shift group `g` of row `r` was stored less (`ld` groups per row).
+///
+/// # Safety
+/// `stats` holds row `r`'s group `g`.
+#[inline(always)]
+unsafe fn group_shift(stats: u64, ld: u32, r: u32, g: u32) -> f32 {
+    let at = (stats as *const [f32; 4]).wrapping_add(r as usize * ld as usize + g as usize);
+    let v = unsafe { crate::arch::global::ld_f32x4(at) };
+    v[3]
+}
+
+/// Row `r`'s [`DeferredRow`] from its `groups` statistics groups (`ld` per row): each group's
+/// mean moved to the row's first shift (`(t_g − t_0) + mean_g`, where nearby shifts subtract
+/// exactly), then merged.
 ///
 /// # Safety
 /// `stats` holds row `r`'s groups.
 #[inline(always)]
-unsafe fn merged_row_factors(stats: u64, ld: u32, groups: u32, eps: f32, r: u32) -> RowFactors {
+unsafe fn merged_row_factors(stats: u64, ld: u32, groups: u32, eps: f32, r: u32) -> DeferredRow {
     let row = (stats as *const [f32; 4]).wrapping_add(r as usize * ld as usize);
+    let origin = unsafe { crate::arch::global::ld_f32x4(row) }[3];
     let mut st = Moments::default();
     for g in 0..groups {
         let v = unsafe { crate::arch::global::ld_f32x4(row.wrapping_add(g as usize)) };
         st = st.merge(Moments {
             n: v[0],
-            mean: v[1],
+            mean: (v[3] - origin) + v[1],
             m2: v[2],
         });
     }
-    RowFactors {
-        shift: st.mean,
+    DeferredRow {
+        origin,
+        mean: st.mean,
         scale: math::rsqrt(math::div(st.m2, st.n) + eps),
     }
 }
