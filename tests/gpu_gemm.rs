@@ -15,7 +15,7 @@ use fused_gemm::host::cudarc::driver::CudaSlice;
 use fused_gemm::host::kernel::RopeArgs;
 use fused_gemm::host::launch::LaunchOptions;
 use fused_gemm::host::reference::epilogue::{
-    PairLayout, RefStage, RopeConfig, apply_stages, round_slice,
+    PairLayout, RefStage, RopeConfig, apply_stages, round_slice, unit_roundoff,
 };
 use fused_gemm::host::testing::{assert_close, compare, gpu_or_skip, rng, sanitizing};
 use fused_gemm::host::{Gpu, Result, Tensor};
@@ -1985,8 +1985,10 @@ fn deferred_layer_norm_chain() {
 /// exact pre-norm h: h = A·W + 1000 + R with a spread of about 0.01 (|μ|/σ ≈ 10⁵), and constant
 /// rows (A and R rows of zeros: h = 1000 exactly, σ = 0, so the output is `offset`). Unshifted,
 /// 16-bit storage would keep nothing of such rows (a bf16 h of 1000 has a resolution of 4).
-/// What remains is h's f32 rounding at 1000 in the producer's epilogue (6.1e-5, 0.3% of σ)
-/// and the 16-bit rounding of the centred h′: the bound asserted is the dtype's usual one.
+/// What remains is h's f32 rounding at |μ| in the producer's epilogue (2⁻²⁴·|μ|/σ of σ, 0.7%
+/// here, which no storage format downstream can undo) and the 16-bit rounding of the centred
+/// h′ (the dtype's unit roundoff u): the bound asserted on those rows is
+/// 2·(2⁻²⁴·max |μ|/σ + u), 2.2e-2 in bf16 and 1.5e-2 in f16 here.
 #[test]
 fn deferred_layer_norm_far_mean() {
     use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
@@ -2084,11 +2086,22 @@ fn deferred_layer_norm_far_mean() {
                 .flat_map(|&r| v[r * n2..(r + 1) * n2].to_vec())
                 .collect()
         };
-        let close = compare(&rows(&far, &got), &rows(&far, &want), threshold(dtype));
+        let spread = |row: &[f64]| {
+            let mean = row.iter().sum::<f64>() / d as f64;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+            mean.abs() / var.sqrt()
+        };
+        let ratio = far
+            .iter()
+            .map(|&r| spread(&exact[r * d..(r + 1) * d]))
+            .fold(0.0, f64::max);
+        let bound = 2.0 * (ratio * f64::powi(2.0, -24) + unit_roundoff(dtype));
+        let close = compare(&rows(&far, &got), &rows(&far, &want), bound);
         let flat_close = compare(&rows(&flat, &got), &rows(&flat, &want), threshold(dtype));
         println!(
-            "deferred LayerNorm, mean 1000 and spread 0.01, {label}: rel err {:.2e} worst {:.2}; \
-             constant rows: rel err {:.2e} worst {:.2}",
+            "deferred LayerNorm, mean 1000 and spread 0.01, {label}: max |μ|/σ {ratio:.3e}, \
+             rel err {:.2e} worst {:.2} of the bound {bound:.2e}; constant rows: rel err {:.2e} \
+             worst {:.2}",
             close.frobenius, close.worst, flat_close.frobenius, flat_close.worst
         );
         assert!(close.passed(), "{label}: rows of mean 1000: {close}");

@@ -19,6 +19,9 @@
 //!   capture forbids on its own thread, and the calls that would synchronize the whole device
 //!   (dropping the last handle of a [`Gpu`], a schedule's buffers, a context's first extra
 //!   stream) wait until the device's captures have ended.
+//! - A replay is queued under the device's GEMM workspace lock, as every launch is: a launch
+//!   that finishes a row norm in a second kernel reads statistics its GEMM left in the shared
+//!   workspace, and a replay queued between the two by another thread would overwrite them.
 //! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
 //!   outside a capture are illegal inside it); it is restored afterwards, also on error. With
 //!   captures on several threads of one device it stays paused until the last has ended.
@@ -38,6 +41,10 @@ pub struct Graph {
     /// Holds the capture's own stream, which replays do not use.
     graph: CudaGraph,
     origin: Arc<CudaStream>,
+    /// The GEMM workspace the recorded launches use: a replay is queued under its lock, as
+    /// every launch is, so that it never lands between another thread's GEMM and the norm
+    /// finishing kernel reading the statistics that GEMM left there.
+    workspace: Arc<crate::launch::workspace::WorkspaceCell>,
     _shared: Arc<crate::gpu::Shared>,
 }
 
@@ -115,6 +122,7 @@ impl Gpu {
             Ok(Some(graph)) => Ok(Graph {
                 graph,
                 origin: self.stream.clone(),
+                workspace: self.workspace(),
                 _shared: self.shared.clone(),
             }),
             Ok(None) => Err(Error::Capture("the driver returned no graph".into())),
@@ -153,6 +161,9 @@ impl Graph {
         ) -> std::result::Result<(), cudarc::driver::DriverError>,
     ) -> Result<()> {
         self.origin.context().bind_to_thread()?;
+        // A poisoned lock only means another launch panicked while queuing; the queue order
+        // it protects is still sound.
+        let _queued = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the executable graph is alive (owned by `self.graph`) and `origin` is a
         // stream of the context it was instantiated in.
         unsafe { op(self.graph.cu_graph_exec(), self.origin.cu_stream()) }?;

@@ -105,7 +105,14 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         && attr.b_layout == BLayout::Col
         && attr.tile.is_none()
     {
-        out.extend(TILES_SM90.iter().map(|t| Variant {
+        // A `row_moments` producer also centres its tile: on the 128×256 and 256×128 tiles
+        // that leaves too few registers (local memory), so it compiles the smaller ones.
+        let moments = attr
+            .stages
+            .iter()
+            .any(|s| matches!(s.kind, StageKind::RowMoments));
+        let fits = |t: &&TileShape| !moments || t.bm * t.bn <= 128 * 128;
+        out.extend(TILES_SM90.iter().filter(fits).map(|t| Variant {
             entry: format!(
                 "{name}__sm90tma_{}_{}_{bl}_t{}x{}x{}_w{}x{}_s{}_v16",
                 attr.dtype.name(),

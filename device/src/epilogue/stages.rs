@@ -976,9 +976,9 @@ impl Stage for RowMoments {
         for mi in 0..MI {
             for h in 0..2 {
                 let t = rows[2 * mi + h].mean;
-                for v in acc.v[mi].iter_mut() {
-                    v[2 * h] -= t;
-                    v[2 * h + 1] -= t;
+                for ni in 0..NI {
+                    acc.v[mi][ni][2 * h] -= t;
+                    acc.v[mi][ni][2 * h + 1] -= t;
                 }
             }
         }
