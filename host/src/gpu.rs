@@ -74,6 +74,9 @@ pub(crate) struct Shared {
     /// The context's first extra stream ([`Gpu::new_stream`]), kept so that cudarc never makes
     /// another "first" one, which synchronizes the context.
     first_stream: OnceLock<Arc<CudaStream>>,
+    /// Held while queuing work that uses the device's shared GEMM workspaces
+    /// ([`Gpu::queue_lock`]).
+    queue: Mutex<()>,
 }
 
 impl Drop for Shared {
@@ -329,6 +332,7 @@ impl Gpu {
                 local_bytes: Mutex::new(HashMap::new()),
                 state: Mutex::new(HashMap::new()),
                 first_stream: OnceLock::new(),
+                queue: Mutex::new(()),
             }),
             stream,
             options: Default::default(),
@@ -346,6 +350,15 @@ impl Gpu {
             .clone();
         any.downcast::<T>()
             .expect("the state map holds values under their own type id")
+    }
+
+    /// The device's launch-queue lock: held while queuing work that reads or writes the
+    /// shared GEMM workspaces, so that one thread's sequence (a GEMM and the norm finishing
+    /// kernel reading the statistics it left there) is never split by another thread's work
+    /// on the same stream, a graph replay included. A poisoned lock only means a panic while
+    /// queuing; the order it protects is still sound.
+    pub(crate) fn queue_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The device's name as the driver reports it.

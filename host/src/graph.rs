@@ -19,7 +19,7 @@
 //!   capture forbids on its own thread, and the calls that would synchronize the whole device
 //!   (dropping the last handle of a [`Gpu`], a schedule's buffers, a context's first extra
 //!   stream) wait until the device's captures have ended.
-//! - A replay is queued under the device's GEMM workspace lock, as every launch is: a launch
+//! - A replay is queued under the device's launch-queue lock, as every GEMM launch is: a launch
 //!   that finishes a row norm in a second kernel reads statistics its GEMM left in the shared
 //!   workspace, and a replay queued between the two by another thread would overwrite them.
 //! - cudarc's per-buffer event tracking is paused during the capture (waits on events recorded
@@ -41,11 +41,11 @@ pub struct Graph {
     /// Holds the capture's own stream, which replays do not use.
     graph: CudaGraph,
     origin: Arc<CudaStream>,
-    /// The GEMM workspace the recorded launches use: a replay is queued under its lock, as
-    /// every launch is, so that it never lands between another thread's GEMM and the norm
-    /// finishing kernel reading the statistics that GEMM left there.
-    workspace: Arc<crate::launch::workspace::WorkspaceCell>,
-    _shared: Arc<crate::gpu::Shared>,
+    /// The capturing handle: a replay is queued under its [`Gpu::queue_lock`], as every GEMM
+    /// launch is, so that it never lands between another thread's GEMM and the norm finishing
+    /// kernel reading the statistics that GEMM left in the shared workspace. It also keeps the
+    /// device's shared state alive.
+    gpu: Gpu,
 }
 
 impl std::fmt::Debug for Graph {
@@ -122,8 +122,7 @@ impl Gpu {
             Ok(Some(graph)) => Ok(Graph {
                 graph,
                 origin: self.stream.clone(),
-                workspace: self.workspace(),
-                _shared: self.shared.clone(),
+                gpu: self.clone(),
             }),
             Ok(None) => Err(Error::Capture("the driver returned no graph".into())),
             Err(e) => Err(Error::Capture(format!("ending the capture failed: {e}"))),
@@ -161,9 +160,7 @@ impl Graph {
         ) -> std::result::Result<(), cudarc::driver::DriverError>,
     ) -> Result<()> {
         self.origin.context().bind_to_thread()?;
-        // A poisoned lock only means another launch panicked while queuing; the queue order
-        // it protects is still sound.
-        let _queued = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        let _queued = self.gpu.queue_lock();
         // SAFETY: the executable graph is alive (owned by `self.graph`) and `origin` is a
         // stream of the context it was instantiated in.
         unsafe { op(self.graph.cu_graph_exec(), self.origin.cu_stream()) }?;

@@ -62,8 +62,9 @@ where
         Decision::Sm80(variant, plan, why) => (variant, plan, why),
     };
 
+    // The GEMM and its finishing kernel are queued as one: see `Gpu::queue_lock`.
+    let _queued = gpu.queue_lock();
     let cell = gpu.workspace();
-
     let mut ws = cell
         .lock()
         .map_err(|_| Error::LaunchLimit("GEMM workspace lock poisoned".into()))?;

@@ -316,6 +316,8 @@ where
     Q: KernelParam,
 {
     let t = plan.tile;
+    // The GEMM and its finishing kernel are queued as one: see `Gpu::queue_lock`.
+    let _queued = gpu.queue_lock();
     let cell = gpu.workspace();
     let mut ws = cell
         .lock()

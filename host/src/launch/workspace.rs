@@ -11,7 +11,8 @@ use crate::{Error, Gpu, Result};
 
 /// Growing device buffers for split-K partials, arrival counters and row statistics, reused by
 /// every GEMM launched on one [`Gpu`]. Launches on different streams must not share it
-/// concurrently (each launch, and each graph replay, holds its lock only while enqueuing).
+/// concurrently (each launch holds its lock only while enqueuing; launches and graph replays
+/// on one stream are kept from interleaving by [`Gpu::queue_lock`]).
 #[derive(Default)]
 pub struct Workspace {
     pub(crate) partials: Growing,
