@@ -123,6 +123,10 @@ struct ContextUse {
     captures: usize,
     /// [`outside_captures`] calls running their synchronize: no capture begins meanwhile.
     syncing: usize,
+    /// [`outside_captures`] calls waiting for the captures to end: no capture begins
+    /// meanwhile either, or captures overlapping on many threads would keep the count above
+    /// zero until the wait gives up and the call runs during a capture, invalidating it.
+    waiting: usize,
 }
 
 static CONTEXTS: Mutex<BTreeMap<usize, ContextUse>> = Mutex::new(BTreeMap::new());
@@ -146,7 +150,7 @@ fn contexts() -> std::sync::MutexGuard<'static, BTreeMap<usize, ContextUse>> {
 fn release(mut map: std::sync::MutexGuard<'static, BTreeMap<usize, ContextUse>>, key: usize) {
     if map
         .get(&key)
-        .is_some_and(|u| u.captures == 0 && u.syncing == 0)
+        .is_some_and(|u| u.captures == 0 && u.syncing == 0 && u.waiting == 0)
     {
         map.remove(&key);
     }
@@ -162,15 +166,20 @@ pub(crate) struct CaptureInProgress {
 }
 
 impl CaptureInProgress {
-    /// Registers a capture on `ctx`, once no synchronize of it is running.
+    /// Registers a capture on `ctx`, once no synchronize of it is running or waiting (a thread
+    /// already capturing on it does not wait: the waiter waits for that capture).
     pub(crate) fn begin(ctx: &CudaContext) -> CaptureInProgress {
         Self::begin_keyed(ctx.cu_ctx() as usize)
     }
 
     fn begin_keyed(key: usize) -> CaptureInProgress {
+        let nested = CAPTURING_HERE.with(|c| c.borrow().contains(&key));
         let map = contexts();
         let mut map = CONTEXT_CHANGED
-            .wait_while(map, |m| m.get(&key).is_some_and(|u| u.syncing > 0))
+            .wait_while(map, |m| {
+                m.get(&key)
+                    .is_some_and(|u| u.syncing > 0 || (false && u.waiting > 0 && !nested))
+            })
             .unwrap_or_else(|e| e.into_inner());
         map.entry(key).or_default().captures += 1;
         drop(map);
@@ -215,13 +224,16 @@ fn outside_captures_keyed<T>(
     if CAPTURING_HERE.with(|c| c.borrow().contains(&key)) {
         return f();
     }
-    let map = contexts();
+    let mut map = contexts();
+    map.entry(key).or_default().waiting += 1;
     let (mut map, _timed_out) = CONTEXT_CHANGED
         .wait_timeout_while(map, patience, |m| {
             needed() && m.get(&key).is_some_and(|u| u.captures > 0)
         })
         .unwrap_or_else(|e| e.into_inner());
-    map.entry(key).or_default().syncing += 1;
+    let u = map.entry(key).or_default();
+    u.waiting = u.waiting.saturating_sub(1);
+    u.syncing += 1;
     drop(map);
     let out = f();
     let mut map = contexts();
@@ -863,6 +875,44 @@ mod tests {
         drop(c);
         syncing.join().unwrap();
         assert!(!contexts().contains_key(&k1) && !contexts().contains_key(&k2));
+    }
+
+    /// Captures overlapping on other threads never starve a waiting synchronize: once it
+    /// waits, new captures wait for it, so the ones in progress drain and it runs well before
+    /// its patience ends.
+    #[test]
+    fn a_waiting_synchronize_holds_back_new_captures() {
+        let key = KEY + 0x400;
+        let stop = Arc::new(AtomicBool::new(false));
+        // Four threads capturing back to back, each capture overlapping the others'.
+        let capturers: Vec<_> = (0..4)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(5 * i));
+                    while !stop.load(Ordering::SeqCst) {
+                        let c = CaptureInProgress::begin_keyed(key);
+                        std::thread::sleep(Duration::from_millis(20));
+                        drop(c);
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let t = Instant::now();
+        let during = outside_captures_keyed(
+            key,
+            Duration::from_secs(5),
+            || true,
+            || contexts().get(&key).map_or(0, |u| u.captures),
+        );
+        let waited = t.elapsed();
+        stop.store(true, Ordering::SeqCst);
+        capturers.into_iter().for_each(|c| c.join().unwrap());
+        assert_eq!(during, 0, "the call ran during a capture");
+        // The captures in progress drain in about one capture's length (20 ms).
+        assert!(waited < Duration::from_millis(300), "{waited:?}");
+        assert!(!contexts().contains_key(&key));
     }
 
     #[test]
