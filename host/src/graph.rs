@@ -26,10 +26,8 @@
 //!   outside a capture are illegal inside it); it is restored afterwards, also on error. With
 //!   captures on several threads of one device it stays paused until the last has ended.
 
-use std::sync::Arc;
-
+use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaStream};
 
 use crate::gpu::CaptureInProgress;
 use crate::{Error, Gpu, Result};
@@ -40,11 +38,10 @@ use crate::{Error, Gpu, Result};
 pub struct Graph {
     /// Holds the capture's own stream, which replays do not use.
     graph: CudaGraph,
-    origin: Arc<CudaStream>,
-    /// The capturing handle: a replay is queued under its [`Gpu::queue_lock`], as every GEMM
-    /// launch is, so that it never lands between another thread's GEMM and the norm finishing
-    /// kernel reading the statistics that GEMM left in the shared workspace. It also keeps the
-    /// device's shared state alive.
+    /// The capturing handle: replays run on its stream, queued under its
+    /// [`Gpu::queue_lock`] as every GEMM launch is, so that a replay never lands between
+    /// another thread's GEMM and the norm finishing kernel reading the statistics that GEMM
+    /// left in the shared workspace. It also keeps the device's shared state alive.
     gpu: Gpu,
 }
 
@@ -121,7 +118,6 @@ impl Gpu {
         match ended {
             Ok(Some(graph)) => Ok(Graph {
                 graph,
-                origin: self.stream.clone(),
                 gpu: self.clone(),
             }),
             Ok(None) => Err(Error::Capture("the driver returned no graph".into())),
@@ -159,11 +155,12 @@ impl Graph {
             cudarc::driver::sys::CUstream,
         ) -> std::result::Result<(), cudarc::driver::DriverError>,
     ) -> Result<()> {
-        self.origin.context().bind_to_thread()?;
+        let origin = &self.gpu.stream;
+        origin.context().bind_to_thread()?;
         let _queued = self.gpu.queue_lock();
         // SAFETY: the executable graph is alive (owned by `self.graph`) and `origin` is a
         // stream of the context it was instantiated in.
-        unsafe { op(self.graph.cu_graph_exec(), self.origin.cu_stream()) }?;
+        unsafe { op(self.graph.cu_graph_exec(), origin.cu_stream()) }?;
         Ok(())
     }
 }
