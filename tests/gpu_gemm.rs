@@ -1651,6 +1651,37 @@ fn unshifted(stored: &[f64], stats: &[f64], m: usize, d: usize) -> Vec<f64> {
         .collect()
 }
 
+/// A `folded_layer_norm` consumer's operands for a `Linear` layer (W: N×D, b: N) reading
+/// LayerNorm(h) (γ, β: D): B = diag(γ)·W in `dtype`, the column sums per 64-column group of
+/// the weights as uploaded (⌈D/64⌉ × N), and the offset (length N).
+#[allow(clippy::too_many_arguments)]
+fn upload_folded(
+    fx: &Fx,
+    n: usize,
+    d: usize,
+    dtype: DType,
+    w: &Dev,
+    b: &Dev,
+    gamma: &Dev,
+    beta: &Dev,
+) -> (Dev, Dev, Dev) {
+    use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
+    let folded = FoldedLinear::fold(n, d, &w.v, Some(&b.v), &gamma.v, &beta.v).unwrap();
+    let weight = fx.upload(n, d, dtype, folded.weight.clone());
+    let rounded = FoldedLinear {
+        weight: weight.v.clone(),
+        ..folded.clone()
+    };
+    let colsum = fx.upload(
+        d.div_ceil(64),
+        n,
+        DType::F32,
+        rounded.tile_colsums(64).unwrap(),
+    );
+    let offset = fx.upload(1, n, DType::F32, folded.offset);
+    (weight, colsum, offset)
+}
+
 /// A deferred post-norm LayerNorm across two GEMMs: the producer stores h = A·W₁ + b₁ + R
 /// centred (h′, each row of a tile less its mean) with its rows' statistics and shifts per 64
 /// columns (`row_moments`, the statistics poisoned first, so every group must be written); the
@@ -1659,7 +1690,6 @@ fn unshifted(stored: &[f64], stats: &[f64], m: usize, d: usize) -> Vec<f64> {
 /// the norm over the stored values. Rows carry offsets of up to ±4 (|μ| several times σ).
 #[test]
 fn deferred_layer_norm_pair() {
-    use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
     let Some(mut fx) = Fx::new("deferred_ln") else {
         return;
     };
@@ -1767,14 +1797,7 @@ fn deferred_layer_norm_pair() {
                 fx.random(1, d, DType::F32, 1.0),
                 vecf(&mut fx, d, DType::F32),
             );
-            let folded = FoldedLinear::fold(n2, d, &w2.v, Some(&b2.v), &gamma.v, &beta.v).unwrap();
-            let w2f = fx.upload(n2, d, dtype, folded.weight.clone());
-            let rounded = FoldedLinear {
-                weight: w2f.v.clone(),
-                ..folded.clone()
-            };
-            let colsum = fx.upload(groups, n2, DType::F32, rounded.tile_colsums(64).unwrap());
-            let offset = fx.upload(1, n2, DType::F32, folded.offset.clone());
+            let (w2f, colsum, offset) = upload_folded(&fx, n2, d, dtype, &w2, &b2, &gamma, &beta);
             let mut y = fx.poisoned(m, n2, dtype);
             let report = if dtype == DType::Bf16 {
                 blocks::folded_ln_ffn_up_gelu(
@@ -1842,7 +1865,6 @@ fn layer_norm64(x: &[f64], d: usize, gamma: &[f64], beta: &[f64]) -> Vec<f64> {
 /// exact pre-norm values.
 #[test]
 fn deferred_layer_norm_chain() {
-    use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
     let Some(mut fx) = Fx::new("deferred_ln_chain") else {
         return;
     };
@@ -1938,14 +1960,7 @@ fn deferred_layer_norm_chain() {
                 fx.random(n3, d, DType::F32, 0.1),
                 vecf(&mut fx, n3, DType::F32),
             );
-            let folded = FoldedLinear::fold(n3, d, &w3.v, Some(&b3.v), &g2.v, &be2.v).unwrap();
-            let w3f = fx.upload(n3, d, dtype, folded.weight.clone());
-            let rounded = FoldedLinear {
-                weight: w3f.v.clone(),
-                ..folded.clone()
-            };
-            let colsum = fx.upload(groups, n3, DType::F32, rounded.tile_colsums(64).unwrap());
-            let offset = fx.upload(1, n3, DType::F32, folded.offset.clone());
+            let (w3f, colsum, offset) = upload_folded(&fx, n3, d, dtype, &w3, &b3, &g2, &be2);
             let mut q = fx.poisoned(m, n3, dtype);
             let g = &fx.gpu;
             if bf {
@@ -1991,7 +2006,6 @@ fn deferred_layer_norm_chain() {
 /// 2·(2⁻²⁴·max |μ|/σ + u), 2.2e-2 in bf16 and 1.5e-2 in f16 here.
 #[test]
 fn deferred_layer_norm_far_mean() {
-    use fused_gemm::host::reference::epilogue::folded_norm::FoldedLinear;
     let Some(mut fx) = Fx::new("deferred_ln_far_mean") else {
         return;
     };
@@ -2049,14 +2063,7 @@ fn deferred_layer_norm_far_mean() {
             fx.random(1, d, DType::F32, 1.0),
             vecf(&mut fx, d, DType::F32),
         );
-        let folded = FoldedLinear::fold(n2, d, &w2.v, Some(&b2.v), &gamma.v, &beta.v).unwrap();
-        let w2f = fx.upload(n2, d, dtype, folded.weight.clone());
-        let rounded = FoldedLinear {
-            weight: w2f.v.clone(),
-            ..folded.clone()
-        };
-        let colsum = fx.upload(groups, n2, DType::F32, rounded.tile_colsums(64).unwrap());
-        let offset = fx.upload(1, n2, DType::F32, folded.offset.clone());
+        let (w2f, colsum, offset) = upload_folded(&fx, n2, d, dtype, &w2, &b2, &gamma, &beta);
         let mut y = fx.poisoned(m, n2, dtype);
         if dtype == DType::Bf16 {
             blocks::folded_ln_linear(&fx.gpu, &h, &w2f.t, &mut y, &stats, &colsum.t, &offset.t)
