@@ -12,7 +12,7 @@ use crate::{Error, Gpu, Result};
 /// Growing device buffers for split-K partials, arrival counters and row statistics, reused by
 /// every GEMM launched on one [`Gpu`]. Launches on different streams must not share it
 /// concurrently (each launch holds its lock only while enqueuing; launches and graph replays
-/// on one stream are kept from interleaving by [`Gpu::queue_lock`]).
+/// on one stream are kept from interleaving by the device's launch-queue lock).
 #[derive(Default)]
 pub struct Workspace {
     pub(crate) partials: Growing,
