@@ -40,6 +40,25 @@ impl DtypeChoice {
     }
 }
 
+/// The `--layer-norm` choice: where the GPU path applies each post-norm LayerNorm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayerNormChoice {
+    /// In the GEMM that produces the norm's input (a tile spanning the row, a cluster, or a
+    /// second kernel).
+    #[default]
+    Fused,
+    /// In the GEMMs that read it: the producer stores its rows centred with row statistics,
+    /// the next GEMM folds the norm into its weights and the next residual normalizes on load.
+    Deferred,
+}
+
+impl LayerNormChoice {
+    /// Whether the norms are deferred.
+    pub fn deferred(self) -> bool {
+        self == LayerNormChoice::Deferred
+    }
+}
+
 /// Where the forward pass will run; `G` is the opened device (a [`fused_gemm::Gpu`] in the
 /// tool).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,7 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use fused_gemm::Gpu;
 use fused_gemm_cli::backend::cuda::bench::{self, BenchConfig};
-use fused_gemm_cli::device::{DeviceChoice, DtypeChoice, Placement, check_dtype, resolve_device};
+use fused_gemm_cli::device::{
+    DeviceChoice, DtypeChoice, LayerNormChoice, Placement, check_dtype, resolve_device,
+};
 use fused_gemm_cli::input::{read_lines_from, read_lines_from_file};
 use fused_gemm_cli::output::{
     Format, check_output_path, plural, similarity_table, write_jsonl, write_npy, write_output,
@@ -91,6 +93,9 @@ struct EmbedArgs {
     /// On the GPU, run every batch op by op instead of replaying a CUDA graph per batch shape.
     #[arg(long)]
     no_graphs: bool,
+    /// On the GPU, where each LayerNorm is applied.
+    #[arg(long, value_enum, default_value_t = LayerNormChoice::default())]
+    layer_norm: LayerNormChoice,
     /// Model directory with config.json, model.safetensors and tokenizer.json [default: the
     /// cache filled by scripts/fetch-model.sh]
     #[arg(long, env = "FUSED_GEMM_MODEL_DIR")]
@@ -120,6 +125,9 @@ struct BenchArgs {
     /// Measure the eager path only (no CUDA graphs).
     #[arg(long)]
     no_graphs: bool,
+    /// Where each LayerNorm is applied.
+    #[arg(long, value_enum, default_value_t = LayerNormChoice::default())]
+    layer_norm: LayerNormChoice,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -232,6 +240,7 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         Placement::Cuda(gpu) => {
             let options = CudaOptions {
                 graphs: !args.no_graphs,
+                deferred_layer_norm: args.layer_norm.deferred(),
                 ..CudaOptions::default()
             };
             Some(AnyCudaBackend::new(gpu, &model.weights, dtype, options)?)
@@ -367,6 +376,7 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     let model = Model::load(&model_dir, None)?;
     let options = CudaOptions {
         graphs: !args.no_graphs,
+        deferred_layer_norm: args.layer_norm.deferred(),
         ..CudaOptions::default()
     };
     let mut any = AnyCudaBackend::new(&gpu, &model.weights, dtype, options)?;

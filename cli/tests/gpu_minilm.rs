@@ -112,6 +112,16 @@ fn options(graphs: bool) -> CudaOptions {
     }
 }
 
+/// Every combination of graphs and LayerNorm placement.
+fn all_options() -> [CudaOptions; 4] {
+    [(false, false), (true, false), (false, true), (true, true)].map(|(graphs, deferred)| {
+        CudaOptions {
+            deferred_layer_norm: deferred,
+            ..options(graphs)
+        }
+    })
+}
+
 fn texts(fx: &Fixture) -> Vec<&str> {
     fx.sentences.iter().map(|s| s.text.as_str()).collect()
 }
@@ -144,16 +154,18 @@ fn fixtures_for<T: GpuElement>(gpu: &Gpu, dir: &Path, min: f64) -> f64 {
             assert_eq!(m.tokenizer.encode(&s.text).unwrap(), s.ids, "{:?}", s.text);
         }
         let texts = texts(&fx);
-        for graphs in [false, true] {
-            let mut b = CudaBackend::<T>::new(gpu, &m.weights, options(graphs)).unwrap();
+        for opts in all_options() {
+            let mut b = CudaBackend::<T>::new(gpu, &m.weights, opts).unwrap();
             // One batch size under compute-sanitizer, whose runs are slow: 16 reruns the
             // model on four times the rows.
             let batches: &[usize] = if sanitizing() { &[4] } else { &[4, 16] };
             for &batch in batches {
                 let label = format!(
-                    "{} max_seq_len {} batch {batch} graphs {graphs}",
+                    "{} max_seq_len {} batch {batch} graphs {} deferred LayerNorm {}",
                     T::CLI_DTYPE,
-                    fx.max_seq_length
+                    fx.max_seq_length,
+                    opts.graphs,
+                    opts.deferred_layer_norm,
                 );
                 let emb = run(&mut b, &m, &texts, batch);
                 let w = check_fixture(&label, &fx, &emb, min);
@@ -335,22 +347,32 @@ fn a_sentence_alone_equals_it_in_a_padded_batch() {
         .take(12)
         .collect();
     assert!(texts.len() >= 8);
-    let mut b = CudaBackend::<half::f16>::new(&gpu, &m.weights, options(true)).unwrap();
-    let alone: Vec<Embeddings> = texts.iter().map(|t| run(&mut b, &m, &[t], 1)).collect();
-    let mut worst = 1.0f64;
-    for batch in [3, texts.len()] {
-        let together = run(&mut b, &m, &texts, batch);
-        for (i, a) in alone.iter().enumerate() {
-            let c = cosine(together.row(i), a.row(0));
-            worst = worst.min(c);
-            assert!(
-                c >= 0.9999,
-                "sentence {i} {:?}: batch {batch} vs alone cosine {c}",
-                texts[i]
-            );
+    for deferred in [false, true] {
+        let opts = CudaOptions {
+            deferred_layer_norm: deferred,
+            ..options(true)
+        };
+        let mut b = CudaBackend::<half::f16>::new(&gpu, &m.weights, opts).unwrap();
+        let alone: Vec<Embeddings> = texts.iter().map(|t| run(&mut b, &m, &[t], 1)).collect();
+        let mut worst = 1.0f64;
+        for batch in [3, texts.len()] {
+            let together = run(&mut b, &m, &texts, batch);
+            for (i, a) in alone.iter().enumerate() {
+                let c = cosine(together.row(i), a.row(0));
+                worst = worst.min(c);
+                assert!(
+                    c >= 0.9999,
+                    "deferred LayerNorm {deferred}, sentence {i} {:?}: batch {batch} vs alone \
+                     cosine {c}",
+                    texts[i]
+                );
+            }
         }
+        println!(
+            "f16 batching invariance, deferred LayerNorm {deferred}: min cosine alone vs \
+             batched {worst:.7}"
+        );
     }
-    println!("f16 batching invariance: min cosine alone vs batched {worst:.7}");
 }
 
 #[test]

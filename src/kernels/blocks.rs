@@ -46,6 +46,13 @@ pub fn proj_bias_normed_residual_moments() {}
 /// The same with f16 inputs.
 #[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), row_moments], dtype = f16)]
 pub fn proj_bias_normed_residual_moments_f16() {}
+/// The last post-norm layer of an encoder whose norms were deferred (BERT FFN down of the last
+/// layer): LayerNorm(A·W + b + LayerNorm(h_prev)), normalized in full for the pooling after it.
+#[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), layer_norm(eps = 1e-12)])]
+pub fn proj_bias_normed_residual_layer_norm() {}
+/// The same with f16 inputs.
+#[fused_gemm(epilogue = [bias, normed_residual(eps = 1e-12), layer_norm(eps = 1e-12)], dtype = f16)]
+pub fn proj_bias_normed_residual_layer_norm_f16() {}
 /// GPT/LLaMA (pre-norm) out-proj / FFN down: A·W + b + residual.
 #[fused_gemm(epilogue = [bias, residual])]
 pub fn proj_bias_residual() {}

@@ -11,8 +11,10 @@
 //! - `graph_ms`: the same forward pass replayed from a CUDA graph, measured the same way.
 //! - `end_to_end_ms`: [`Backend::run_batch`] on the host clock: refill of token ids, forward
 //!   (graph when available), download of the `[B, 384]` embeddings.
-//! - `layer`: each step of layer 0 (and embeddings, pooling) launched alone, repeated, median
+//! - `layer`: each step of one layer (and embeddings, pooling) launched alone, repeated, median
 //!   device time; `kernel_sum_ms` = embeddings + layers × (sum of the layer's steps) + pooling.
+//!   The layer is layer 1 where there is one: with deferred LayerNorms layer 0 reads normalized
+//!   embeddings and runs other QKV and out-proj kernels than the layers after it.
 //!
 //! Eager timings of every batch size run before any graph is captured (capturing switches
 //! cudarc to multi-stream bookkeeping, which adds host work to later eager launches).
@@ -67,9 +69,11 @@ pub struct BenchRow {
     pub sentences_per_s: f64,
     /// Repetitions per measurement.
     pub reps: usize,
-    /// Embeddings, layer 0's five steps, pooling.
+    /// The layer timed step by step.
+    pub layer_index: usize,
+    /// Embeddings, that layer's five steps, pooling.
     pub layer: Vec<StepTime>,
-    /// Embeddings + layers × (layer 0's steps) + pooling, ms: the kernels' own time.
+    /// Embeddings + layers × (the timed layer's steps) + pooling, ms: the kernels' own time.
     pub kernel_sum_ms: f64,
 }
 
@@ -86,6 +90,8 @@ pub struct BenchReport {
     pub seq_len: usize,
     /// Attention heads × head dimension on the device (e.g. `"12x32"`).
     pub heads: String,
+    /// Where the LayerNorms ran: `"fused"` (in their producers) or `"deferred"`.
+    pub layer_norm: &'static str,
     /// How the numbers were measured.
     pub method: &'static str,
     /// One row per batch size.
@@ -167,10 +173,11 @@ fn plan_text(be: &mut CudaBackend<impl GpuElement>, stage: Stage) -> Option<Stri
         })
 }
 
-/// Eager forward, then each step of the breakdown, on `bucket`'s buffers.
+/// Eager forward, then each step of the breakdown of layer `l`, on `bucket`'s buffers.
 fn eager_and_layer<T: GpuElement>(
     be: &mut CudaBackend<T>,
     bucket: &mut Bucket<T>,
+    l: usize,
     target_ms: f64,
 ) -> Result<(f64, usize, Vec<StepTime>)> {
     be.launch_forward(bucket)?;
@@ -196,19 +203,19 @@ fn eager_and_layer<T: GpuElement>(
     let (seq, a) = (&bucket.seq, &mut bucket.acts);
     step(be, Stage::Embeddings, &mut |b| b.embeddings(seq, &mut a.x))?;
     step(be, Stage::QkvProjection, &mut |b| {
-        b.qkv_projection(0, &a.x, &mut a.qkv)
+        b.qkv_projection(l, &a.x, &mut a.qkv)
     })?;
     step(be, Stage::Attention, &mut |b| {
-        b.attention(0, seq, &a.qkv, &mut a.ctx)
+        b.attention(l, seq, &a.qkv, &mut a.ctx)
     })?;
     step(be, Stage::AttnOutResidualLayerNorm, &mut |b| {
-        b.attn_out_residual_layernorm(0, &a.ctx, &a.x, &mut a.h)
+        b.attn_out_residual_layernorm(l, &a.ctx, &a.x, &mut a.h)
     })?;
     step(be, Stage::FfnUpGelu, &mut |b| {
-        b.ffn_up_gelu(0, &a.h, &mut a.mid)
+        b.ffn_up_gelu(l, &a.h, &mut a.mid)
     })?;
     step(be, Stage::FfnDownResidualLayerNorm, &mut |b| {
-        b.ffn_down_residual_layernorm(0, &a.mid, &a.h, &mut a.x)
+        b.ffn_down_residual_layernorm(l, &a.mid, &a.h, &mut a.x)
     })?;
     let pooled = &mut bucket.pooled;
     step(be, Stage::MeanPoolNormalize, &mut |b| {
@@ -230,6 +237,7 @@ pub fn run<T: GpuElement>(
     let graphs = be.options.graphs;
     be.options.graphs = false;
     let layers = be.config.num_layers as f64;
+    let layer_index = usize::from(be.layers.len() > 1);
     let mut rows = Vec::new();
     for &b in &cfg.batch_sizes {
         progress(&format!("eager forward and layer breakdown, batch {b}"));
@@ -237,7 +245,7 @@ pub fn run<T: GpuElement>(
         let batch = be.bucketed(&random_batch(b, cfg.seq_len, cfg.seed)?);
         be.check_batch(&batch)?;
         let mut bucket = be.new_bucket(&batch)?;
-        let (eager_ms, reps, layer) = eager_and_layer(be, &mut bucket, cfg.target_ms)?;
+        let (eager_ms, reps, layer) = eager_and_layer(be, &mut bucket, layer_index, cfg.target_ms)?;
         let pooled = be.gpu.download(&bucket.pooled)?;
         if let Some(i) = pooled.iter().position(|v| !v.is_finite()) {
             return Err(Error::invalid(
@@ -271,6 +279,7 @@ pub fn run<T: GpuElement>(
             end_to_end_ms: f64::NAN,
             sentences_per_s: b as f64 / eager_ms * 1e3,
             reps,
+            layer_index,
             layer,
             kernel_sum_ms,
         });
@@ -311,6 +320,11 @@ pub fn run<T: GpuElement>(
         dtype: T::CLI_DTYPE.to_string(),
         seq_len: cfg.seq_len,
         heads: format!("{}x{}", h.heads, h.head_dim),
+        layer_norm: if be.options.deferred_layer_norm {
+            "deferred"
+        } else {
+            "fused"
+        },
         method: "median of CUDA-event device times per forward pass (inputs on the device, \
                  repetitions back to back, after warm-up); end_to_end on the host clock",
         rows,
@@ -323,8 +337,8 @@ impl std::fmt::Display for BenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "fused-gemm MiniLM forward, {} on {}, seq {} (heads {})",
-            self.dtype, self.device, self.seq_len, self.heads
+            "fused-gemm MiniLM forward, {} on {}, seq {} (heads {}, LayerNorm {})",
+            self.dtype, self.device, self.seq_len, self.heads, self.layer_norm
         )?;
         writeln!(
             f,
@@ -340,7 +354,11 @@ impl std::fmt::Display for BenchReport {
             )?;
         }
         for r in &self.rows {
-            writeln!(f, "one layer, batch {} (ms, each kernel alone):", r.batch)?;
+            writeln!(
+                f,
+                "layer {}, batch {} (ms, each kernel alone):",
+                r.layer_index, r.batch
+            )?;
             for s in &r.layer {
                 writeln!(
                     f,

@@ -11,6 +11,23 @@
 //! | FFN down + bias + residual + LayerNorm | [`GpuElement::gemm_bias_residual_layer_norm`] |
 //! | mean pooling + L2 normalization | [`fused_gemm::bert::mean_pool_l2`] (f32 output) |
 //!
+//! # Deferred LayerNorms ([`CudaOptions::deferred_layer_norm`])
+//! A post-norm LayerNorm needs whole rows, so a GEMM that finishes one needs a tile spanning
+//! the row, a cluster or a second kernel. Deferred (CODA's reparameterisation), each GEMM
+//! that produces a norm's input stores it centred with per-row statistics per 64 columns
+//! (`row_moments`), and the GEMMs that read it normalize: the next GEMM through folded
+//! weights (`folded_layer_norm`), the next residual on load (`normed_residual`).
+//!
+//! | step | layer 0 | layers 1.. | last layer |
+//! |---|---|---|---|
+//! | QKV projection | `bias` | `folded_layer_norm` (norm of the previous FFN) | as before |
+//! | out-proj | `bias, residual, row_moments` | `bias, normed_residual, row_moments` | as before |
+//! | FFN up | `folded_layer_norm, gelu` | the same | the same |
+//! | FFN down | `bias, normed_residual, row_moments` | the same | `bias, normed_residual, layer_norm` |
+//!
+//! The last FFN down normalizes in full, so pooling reads normalized rows. The folded weights
+//! replace the plain QKV and FFN-up weights on the device (no second copy).
+//!
 //! Weights are converted from the f32 host copy to the element type and uploaded once, in
 //! [`CudaBackend::new`]. Activations stay on the device in the element type; only the token
 //! batch goes up and the pooled `[B, d]` f32 embeddings come back.
@@ -40,11 +57,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fused_gemm::bert::{self, EmbeddingWeights as DeviceTables, SeqBatch};
+use fused_gemm::device::epilogue::stages::MOMENT_GROUP_COLS;
 use fused_gemm::host::cudarc::driver::sys::CUevent_flags;
 use fused_gemm::host::cudarc::driver::{CudaEvent, CudaSlice};
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::kernel::MatRef;
 use fused_gemm::host::plan::{NormPath, Plan};
+use fused_gemm::host::weights::fold_layer_norm;
 use fused_gemm::host::{Gpu, LaunchReport};
 
 use crate::backend::{Activations, Backend, Dtype, Stage, Timings, encode, forward};
@@ -73,6 +92,8 @@ pub struct CudaOptions {
     /// Fill every new activation and output buffer with NaN, so that an element a kernel fails
     /// to write shows up in the embeddings (tests).
     pub poison: bool,
+    /// Defer each LayerNorm to the GEMMs that read its output (see the [module docs](self)).
+    pub deferred_layer_norm: bool,
 }
 
 impl Default for CudaOptions {
@@ -83,16 +104,25 @@ impl Default for CudaOptions {
             seq_multiple: 16,
             max_buckets: 8,
             poison: false,
+            deferred_layer_norm: false,
         }
     }
 }
 
-/// A row-major `[rows, cols]` matrix on the GPU in a buffer of exactly `rows·cols` elements.
+/// A row-major `[rows, cols]` matrix on the GPU in a buffer of exactly `rows·cols` elements,
+/// with, for the output of a deferred LayerNorm's producer, its row statistics.
 #[derive(Debug)]
 pub struct DeviceMatrix<T> {
     buf: CudaSlice<T>,
     rows: usize,
     cols: usize,
+    /// `[rows, 4·⌈cols/64⌉]` f32 `row_moments` statistics (see [`element`]).
+    moments: Option<CudaSlice<f32>>,
+}
+
+/// `f32` values per row of a `row_moments` statistics matrix for `cols` columns.
+fn moments_cols(cols: usize) -> usize {
+    4 * cols.div_ceil(MOMENT_GROUP_COLS as usize)
 }
 
 impl<T: GpuElement> DeviceMatrix<T> {
@@ -107,7 +137,27 @@ impl<T: GpuElement> DeviceMatrix<T> {
         } else {
             gpu.zeros(len)?
         };
-        Ok(DeviceMatrix { buf, rows, cols })
+        Ok(DeviceMatrix {
+            buf,
+            rows,
+            cols,
+            moments: None,
+        })
+    }
+
+    /// The same matrix with a statistics buffer for a deferred LayerNorm (zeroed, or NaN when
+    /// `poison`).
+    ///
+    /// # Errors
+    /// Device out of memory.
+    pub fn with_moments(mut self, gpu: &Gpu, poison: bool) -> Result<Self> {
+        let len = checked_len(self.rows, moments_cols(self.cols))?;
+        self.moments = Some(if poison {
+            gpu.upload(&vec![f32::NAN; len])?
+        } else {
+            gpu.zeros(len)?
+        });
+        Ok(self)
     }
 
     /// A matrix holding `data` (`rows·cols` values, row-major) converted from f32.
@@ -126,6 +176,7 @@ impl<T: GpuElement> DeviceMatrix<T> {
             buf: upload_as::<T>(gpu, data)?,
             rows,
             cols,
+            moments: None,
         })
     }
 
@@ -147,6 +198,14 @@ impl<T: GpuElement> DeviceMatrix<T> {
     /// The whole matrix as a GEMM operand.
     fn mat(&self) -> Result<MatRef<'_, T>> {
         Ok(MatRef::new(&self.buf, self.rows, self.cols)?)
+    }
+
+    /// The row statistics as a GEMM operand.
+    fn moments(&self, what: &'static str) -> Result<MatRef<'_, f32>> {
+        let m = self.moments.as_ref().ok_or_else(|| {
+            Error::invalid(what, "a matrix with deferred-LayerNorm statistics", "none")
+        })?;
+        Ok(MatRef::new(m, self.rows, moments_cols(self.cols))?)
     }
 
     /// Copies the matrix to the host, widened to f32 (synchronizes).
@@ -208,6 +267,65 @@ impl<T: GpuElement> DeviceLinear<T> {
     }
 }
 
+/// A `Linear` layer with the deferred LayerNorm before it folded in
+/// ([`fused_gemm::host::weights::fold_layer_norm`]): weight `B·diag(γ)` `[N, K]`, column sums
+/// `[⌈K/64⌉, N]` f32, offset `β·Bᵀ + bias` `[N]` f32.
+#[derive(Debug)]
+struct DeviceFolded<T> {
+    weight: DeviceMatrix<T>,
+    colsum: CudaSlice<f32>,
+    offset: CudaSlice<f32>,
+}
+
+impl<T: GpuElement> DeviceFolded<T> {
+    fn new(gpu: &Gpu, l: &Linear, norm: &LayerNormWeights) -> Result<Self> {
+        let (n, k) = (l.out_features, l.in_features);
+        let folded = fold_layer_norm(
+            &l.weight,
+            Some(&l.bias),
+            &norm.gamma,
+            &norm.beta,
+            n,
+            k,
+            <T as fused_gemm::host::tensor::HostElement>::DTYPE,
+        )
+        .map_err(|e| {
+            Error::invalid("LayerNorm folded into a linear layer", "matching shapes", e)
+        })?;
+        Ok(DeviceFolded {
+            weight: DeviceMatrix::from_f32(gpu, n, k, &folded.weight)?,
+            colsum: gpu.upload(&folded.colsum)?,
+            offset: gpu.upload(&folded.offset)?,
+        })
+    }
+
+    fn colsum(&self) -> Result<MatRef<'_, f32>> {
+        let (n, k) = (self.weight.rows, self.weight.cols);
+        Ok(MatRef::new(
+            &self.colsum,
+            k.div_ceil(MOMENT_GROUP_COLS as usize),
+            n,
+        )?)
+    }
+}
+
+/// A linear layer as uploaded: plain, or with the deferred LayerNorm before it folded in.
+#[derive(Debug)]
+enum Projection<T> {
+    Plain(DeviceLinear<T>),
+    Folded(DeviceFolded<T>),
+}
+
+impl<T: GpuElement> Projection<T> {
+    /// `l`, with `norm` folded in when given.
+    fn new(gpu: &Gpu, l: &Linear, norm: Option<&LayerNormWeights>) -> Result<Self> {
+        Ok(match norm {
+            Some(n) => Projection::Folded(DeviceFolded::new(gpu, l, n)?),
+            None => Projection::Plain(DeviceLinear::from_linear(gpu, l)?),
+        })
+    }
+}
+
 /// LayerNorm γ and β on the device, `[d]` each.
 #[derive(Debug)]
 struct DeviceNorm<T> {
@@ -227,10 +345,10 @@ impl<T: GpuElement> DeviceNorm<T> {
 /// One layer's weights on the device (QKV packed `[3d, d]`, rows Q | K | V).
 #[derive(Debug)]
 struct DeviceLayer<T> {
-    qkv: DeviceLinear<T>,
+    qkv: Projection<T>,
     attn_out: DeviceLinear<T>,
     attn_norm: DeviceNorm<T>,
-    ffn_up: DeviceLinear<T>,
+    ffn_up: Projection<T>,
     ffn_down: DeviceLinear<T>,
     ffn_norm: DeviceNorm<T>,
 }
@@ -377,13 +495,18 @@ impl<T: GpuElement> CudaBackend<T> {
             token_type: upload_as(gpu, &e.token_type)?,
             norm: DeviceNorm::new(gpu, &e.layer_norm)?,
         };
+        let deferred = options.deferred_layer_norm;
         let mut layers = Vec::with_capacity(weights.layers.len());
-        for l in &weights.layers {
+        for (i, l) in weights.layers.iter().enumerate() {
+            let norm_before_qkv = match i.checked_sub(1) {
+                Some(prev) if deferred => Some(&weights.layers[prev].ffn_norm),
+                _ => None,
+            };
             layers.push(DeviceLayer {
-                qkv: DeviceLinear::from_linear(gpu, &l.qkv)?,
+                qkv: Projection::new(gpu, &l.qkv, norm_before_qkv)?,
                 attn_out: DeviceLinear::from_linear(gpu, &l.attn_out)?,
                 attn_norm: DeviceNorm::new(gpu, &l.attn_norm)?,
-                ffn_up: DeviceLinear::from_linear(gpu, &l.ffn_up)?,
+                ffn_up: Projection::new(gpu, &l.ffn_up, deferred.then_some(&l.attn_norm))?,
                 ffn_down: DeviceLinear::from_linear(gpu, &l.ffn_down)?,
                 ffn_norm: DeviceNorm::new(gpu, &l.ffn_norm)?,
             });
@@ -456,6 +579,13 @@ impl<T: GpuElement> CudaBackend<T> {
                     .stream()
                     .memcpy_htod(&fill, &mut m.buf)
                     .map_err(fused_gemm::Error::from)?;
+                if let Some(moments) = &mut m.moments {
+                    let fill = vec![f32::NAN; moments.len()];
+                    self.gpu
+                        .stream()
+                        .memcpy_htod(&fill, moments)
+                        .map_err(fused_gemm::Error::from)?;
+                }
             }
             let fill = vec![f32::NAN; b.pooled.len()];
             self.gpu
@@ -534,9 +664,17 @@ impl<T: GpuElement> CudaBackend<T> {
             self.options.poison,
         );
         let g = &self.gpu;
+        // Deferred, x (between layers) and h (inside one) are stored centred with statistics.
+        let normed = |m: DeviceMatrix<T>| {
+            if self.options.deferred_layer_norm {
+                m.with_moments(g, p)
+            } else {
+                Ok(m)
+            }
+        };
         Ok(Activations {
-            x: DeviceMatrix::new(g, rows, d, p)?,
-            h: DeviceMatrix::new(g, rows, d, p)?,
+            x: normed(DeviceMatrix::new(g, rows, d, p)?)?,
+            h: normed(DeviceMatrix::new(g, rows, d, p)?)?,
             qkv: DeviceMatrix::new(g, rows, self.heads.qkv_width(), p)?,
             ctx: DeviceMatrix::new(g, rows, self.heads.ctx_width(), p)?,
             mid: DeviceMatrix::new(g, rows, f, p)?,
@@ -743,13 +881,24 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         let l = self.layer(layer)?;
         x.expect(x.rows, self.config.hidden_size, "QKV input")?;
         qkv.expect(x.rows, self.heads.qkv_width(), "QKV output")?;
-        let report = T::gemm_bias(
-            &self.gpu,
-            &x.mat()?,
-            &l.qkv.weight.mat()?,
-            &mut qkv.mat()?,
-            &l.qkv.bias,
-        )?;
+        let report = match &l.qkv {
+            Projection::Plain(p) => T::gemm_bias(
+                &self.gpu,
+                &x.mat()?,
+                &p.weight.mat()?,
+                &mut qkv.mat()?,
+                &p.bias,
+            )?,
+            Projection::Folded(f) => T::folded_gemm(
+                &self.gpu,
+                &x.mat()?,
+                &f.weight.mat()?,
+                &mut qkv.mat()?,
+                &x.moments("QKV input")?,
+                &f.colsum()?,
+                &f.offset,
+            )?,
+        };
         self.note(Stage::QkvProjection, report);
         Ok(())
     }
@@ -790,16 +939,44 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         )?;
         residual.expect(m, d, "attention residual")?;
         out.expect(m, d, "attention output projection output")?;
-        let report = T::gemm_bias_residual_layer_norm(
-            &self.gpu,
-            &ctx.mat()?,
-            &l.attn_out.weight.mat()?,
-            &mut out.mat()?,
-            &l.attn_out.bias,
-            &residual.mat()?,
-            &l.attn_norm.gamma,
-            &l.attn_norm.beta,
-        )?;
+        let (w, bias) = (&l.attn_out.weight.mat()?, &l.attn_out.bias);
+        let report = if !self.options.deferred_layer_norm {
+            T::gemm_bias_residual_layer_norm(
+                &self.gpu,
+                &ctx.mat()?,
+                w,
+                &mut out.mat()?,
+                bias,
+                &residual.mat()?,
+                &l.attn_norm.gamma,
+                &l.attn_norm.beta,
+            )?
+        } else if let Some(prev) = layer.checked_sub(1) {
+            // The residual is the previous layer's output, its FFN norm deferred.
+            let norm = &self.layer(prev)?.ffn_norm;
+            T::gemm_bias_normed_residual_moments(
+                &self.gpu,
+                &ctx.mat()?,
+                w,
+                &mut out.mat()?,
+                bias,
+                &residual.mat()?,
+                &residual.moments("attention residual")?,
+                &norm.gamma,
+                &norm.beta,
+                &mut out.moments("attention output projection output")?,
+            )?
+        } else {
+            T::gemm_bias_residual_moments(
+                &self.gpu,
+                &ctx.mat()?,
+                w,
+                &mut out.mat()?,
+                bias,
+                &residual.mat()?,
+                &mut out.moments("attention output projection output")?,
+            )?
+        };
         self.note(Stage::AttnOutResidualLayerNorm, report);
         Ok(())
     }
@@ -813,13 +990,24 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         let l = self.layer(layer)?;
         h.expect(h.rows, self.config.hidden_size, "FFN input")?;
         mid.expect(h.rows, self.config.intermediate_size, "FFN inner")?;
-        let report = T::gemm_bias_gelu(
-            &self.gpu,
-            &h.mat()?,
-            &l.ffn_up.weight.mat()?,
-            &mut mid.mat()?,
-            &l.ffn_up.bias,
-        )?;
+        let report = match &l.ffn_up {
+            Projection::Plain(p) => T::gemm_bias_gelu(
+                &self.gpu,
+                &h.mat()?,
+                &p.weight.mat()?,
+                &mut mid.mat()?,
+                &p.bias,
+            )?,
+            Projection::Folded(f) => T::folded_gemm_gelu(
+                &self.gpu,
+                &h.mat()?,
+                &f.weight.mat()?,
+                &mut mid.mat()?,
+                &h.moments("FFN input")?,
+                &f.colsum()?,
+                &f.offset,
+            )?,
+        };
         self.note(Stage::FfnUpGelu, report);
         Ok(())
     }
@@ -836,16 +1024,47 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         mid.expect(m, self.config.intermediate_size, "FFN inner")?;
         residual.expect(m, d, "FFN residual")?;
         out.expect(m, d, "FFN output")?;
-        let report = T::gemm_bias_residual_layer_norm(
-            &self.gpu,
-            &mid.mat()?,
-            &l.ffn_down.weight.mat()?,
-            &mut out.mat()?,
-            &l.ffn_down.bias,
-            &residual.mat()?,
-            &l.ffn_norm.gamma,
-            &l.ffn_norm.beta,
-        )?;
+        let (w, bias) = (&l.ffn_down.weight.mat()?, &l.ffn_down.bias);
+        let report = if !self.options.deferred_layer_norm {
+            T::gemm_bias_residual_layer_norm(
+                &self.gpu,
+                &mid.mat()?,
+                w,
+                &mut out.mat()?,
+                bias,
+                &residual.mat()?,
+                &l.ffn_norm.gamma,
+                &l.ffn_norm.beta,
+            )?
+        } else if layer + 1 == self.layers.len() {
+            // The last layer normalizes in full: pooling reads its rows.
+            T::gemm_bias_normed_residual_layer_norm(
+                &self.gpu,
+                &mid.mat()?,
+                w,
+                &mut out.mat()?,
+                bias,
+                &residual.mat()?,
+                &residual.moments("FFN residual")?,
+                &l.attn_norm.gamma,
+                &l.attn_norm.beta,
+                &l.ffn_norm.gamma,
+                &l.ffn_norm.beta,
+            )?
+        } else {
+            T::gemm_bias_normed_residual_moments(
+                &self.gpu,
+                &mid.mat()?,
+                w,
+                &mut out.mat()?,
+                bias,
+                &residual.mat()?,
+                &residual.moments("FFN residual")?,
+                &l.attn_norm.gamma,
+                &l.attn_norm.beta,
+                &mut out.moments("FFN output")?,
+            )?
+        };
         self.note(Stage::FfnDownResidualLayerNorm, report);
         Ok(())
     }
