@@ -14,7 +14,9 @@
 //! - `layer`: each step of one layer (and embeddings, pooling) launched alone, repeated, median
 //!   device time; `kernel_sum_ms` = embeddings + layers × (sum of the layer's steps) + pooling.
 //!   The layer is layer 1 where there is one: with deferred LayerNorms layer 0 reads normalized
-//!   embeddings and runs other QKV and out-proj kernels than the layers after it.
+//!   embeddings and runs other QKV and out-proj kernels than the layers after it. Each GEMM
+//!   step is followed by the plain GEMM of its shape and weights (`plain_gemm_ms`, no
+//!   epilogue), so the table shows what each epilogue costs.
 //!
 //! Eager timings of every batch size run before any graph is captured (capturing switches
 //! cudarc to multi-stream bookkeeping, which adds host work to later eager launches).
@@ -25,7 +27,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
-use super::{Bucket, CudaBackend, GpuElement, record};
+use super::{Bucket, CudaBackend, DeviceMatrix, GpuElement, record};
 use crate::backend::{Backend, Stage};
 use crate::error::{Error, Result};
 use crate::tokenize::TokenBatch;
@@ -52,6 +54,8 @@ pub struct StepTime {
     pub ms: f64,
     /// The GEMM plan (`tile BMxBNxBK, splits S`), for GEMM steps.
     pub plan: Option<String>,
+    /// The plain GEMM of the step's shape and weights (no epilogue), median ms, for GEMM steps.
+    pub plain_gemm_ms: Option<f64>,
 }
 
 /// Results at one batch size.
@@ -197,6 +201,7 @@ fn eager_and_layer<T: GpuElement>(
             step: stage.name(),
             ms,
             plan: plan_text(be, stage),
+            plain_gemm_ms: None,
         });
         Ok(())
     };
@@ -221,7 +226,43 @@ fn eager_and_layer<T: GpuElement>(
     step(be, Stage::MeanPoolNormalize, &mut |b| {
         b.launch_pool(seq, &a.x, pooled)
     })?;
+    let mut plain = |be: &mut CudaBackend<T>,
+                     stage: Stage,
+                     input: &DeviceMatrix<T>,
+                     out: &mut DeviceMatrix<T>|
+     -> Result<()> {
+        let ms = time_device(be, 3, reps, |b| plain_gemm(b, l, stage, input, out))?;
+        if let Some(s) = steps.iter_mut().find(|s| s.step == stage.name()) {
+            s.plain_gemm_ms = Some(ms);
+        }
+        Ok(())
+    };
+    plain(be, Stage::QkvProjection, &a.x, &mut a.qkv)?;
+    plain(be, Stage::AttnOutResidualLayerNorm, &a.ctx, &mut a.h)?;
+    plain(be, Stage::FfnUpGelu, &a.h, &mut a.mid)?;
+    plain(be, Stage::FfnDownResidualLayerNorm, &a.mid, &mut a.x)?;
     Ok((eager, reps, steps))
+}
+
+/// `out = input·Wᵀ`, no epilogue, with the weight W of layer `l`'s GEMM `stage` as uploaded
+/// (folded where its norm is deferred): the GEMM alone, for what the step's epilogue costs.
+fn plain_gemm<T: GpuElement>(
+    be: &mut CudaBackend<T>,
+    l: usize,
+    stage: Stage,
+    input: &DeviceMatrix<T>,
+    out: &mut DeviceMatrix<T>,
+) -> Result<()> {
+    let layer = be.layer(l)?;
+    let w = match stage {
+        Stage::QkvProjection => layer.qkv.weight(),
+        Stage::AttnOutResidualLayerNorm => &layer.attn_out.weight,
+        Stage::FfnUpGelu => layer.ffn_up.weight(),
+        Stage::FfnDownResidualLayerNorm => &layer.ffn_down.weight,
+        _ => return Err(Error::invalid("stage", "a GEMM step", stage.name())),
+    };
+    T::gemm(&be.gpu, &input.mat()?, &w.mat()?, &mut out.mat()?)?;
+    Ok(())
 }
 
 /// Runs the benchmark on `be` (see the [module docs](self)); `progress` gets a line per
@@ -359,12 +400,22 @@ impl std::fmt::Display for BenchReport {
                 "layer {}, batch {} (ms, each kernel alone):",
                 r.layer_index, r.batch
             )?;
+            writeln!(
+                f,
+                "  {:<34} {:>8} {:>9} {:>6}  plan",
+                "step", "ms", "GEMM ms", "ratio"
+            )?;
             for s in &r.layer {
+                let (gemm, ratio) = s.plain_gemm_ms.map_or((String::new(), String::new()), |g| {
+                    (format!("{g:.4}"), format!("{:.2}", s.ms / g))
+                });
                 writeln!(
                     f,
-                    "  {:<34} {:>8.4}  {}",
+                    "  {:<34} {:>8.4} {:>9} {:>6}  {}",
                     s.step,
                     s.ms,
+                    gemm,
+                    ratio,
                     s.plan.as_deref().unwrap_or("")
                 )?;
             }

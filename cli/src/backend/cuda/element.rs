@@ -23,7 +23,7 @@ use fused_gemm::host::cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use fused_gemm::host::kernel::MatRef;
 use fused_gemm::host::tensor::HostElement;
 use fused_gemm::host::{Gpu, LaunchReport, Result};
-use fused_gemm::kernels::blocks;
+use fused_gemm::kernels::{blocks, gemm};
 
 use crate::backend::Dtype;
 
@@ -37,6 +37,17 @@ pub type Mat<'a, T> = MatRef<'a, T>;
 pub trait GpuElement: BertElement + HostElement + ValidAsZeroBits {
     /// The CLI's name for the dtype.
     const CLI_DTYPE: Dtype;
+
+    /// `c = a·bᵀ`, no epilogue (the benchmark's reference for what an epilogue costs).
+    ///
+    /// # Errors
+    /// As [`GpuElement::gemm_bias`].
+    fn gemm(
+        gpu: &Gpu,
+        a: &Mat<'_, Self>,
+        b: &Mat<'_, Self>,
+        c: &mut Mat<'_, Self>,
+    ) -> Result<LaunchReport>;
 
     /// `c = a·bᵀ + bias` (QKV projection).
     ///
@@ -171,11 +182,20 @@ pub const LAYER_NORM_EPS: f32 = 1e-12;
 // One kernel per epilogue: on an H100/H200 its launcher takes the TMA + `wgmma` variants of
 // the sm_90a module where it can, the `mma.sync` ones elsewhere.
 macro_rules! gpu_element {
-    ($t:ty, $dtype:expr, bias: $b:path, bias_gelu: $g:path, layer_norm: $l:path,
+    ($t:ty, $dtype:expr, gemm: $p:path, bias: $b:path, bias_gelu: $g:path, layer_norm: $l:path,
      moments: $m:path, normed_moments: $nm:path, normed_layer_norm: $nl:path,
      folded: $f:path, folded_gelu: $fg:path) => {
         impl GpuElement for $t {
             const CLI_DTYPE: Dtype = $dtype;
+
+            fn gemm(
+                gpu: &Gpu,
+                a: &Mat<'_, Self>,
+                b: &Mat<'_, Self>,
+                c: &mut Mat<'_, Self>,
+            ) -> Result<LaunchReport> {
+                $p(gpu, a, b, c)
+            }
 
             fn gemm_bias(
                 gpu: &Gpu,
@@ -283,6 +303,7 @@ macro_rules! gpu_element {
 }
 
 gpu_element!(half::f16, Dtype::F16,
+    gemm: gemm::gemm_f16,
     bias: blocks::bias_f16,
     bias_gelu: blocks::ffn_up_bias_gelu_f16,
     layer_norm: blocks::proj_bias_residual_layer_norm_f16,
@@ -292,6 +313,7 @@ gpu_element!(half::f16, Dtype::F16,
     folded: blocks::folded_ln_linear_f16,
     folded_gelu: blocks::folded_ln_ffn_up_gelu_f16);
 gpu_element!(half::bf16, Dtype::Bf16,
+    gemm: gemm::gemm_bf16,
     bias: blocks::bias_bf16,
     bias_gelu: blocks::ffn_up_bias_gelu,
     layer_norm: blocks::proj_bias_residual_layer_norm,

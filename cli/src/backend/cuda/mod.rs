@@ -317,6 +317,14 @@ enum Projection<T> {
 }
 
 impl<T: GpuElement> Projection<T> {
+    /// The weight as uploaded, `[N, K]`.
+    fn weight(&self) -> &DeviceMatrix<T> {
+        match self {
+            Projection::Plain(p) => &p.weight,
+            Projection::Folded(f) => &f.weight,
+        }
+    }
+
     /// `l`, with `norm` folded in when given.
     fn new(gpu: &Gpu, l: &Linear, norm: Option<&LayerNormWeights>) -> Result<Self> {
         Ok(match norm {
