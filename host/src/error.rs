@@ -268,11 +268,43 @@ impl Error {
             Error::Driver(e)
         }
     }
+
+    /// Whether this is how a stream capture fails when something the driver does not allow
+    /// during captures happened: [`Error::Capture`], or the driver's
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, `_INVALIDATED` or `_IMPLICIT`.
+    pub fn is_capture_failure(&self) -> bool {
+        match self {
+            Error::Capture(_) => true,
+            Error::Driver(e) => matches!(
+                e.0,
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                    | CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                    | CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+            ),
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capture_failures_are_recognized() {
+        for code in [
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+        ] {
+            assert!(Error::Driver(DriverError(code)).is_capture_failure());
+        }
+        assert!(Error::Capture("ending the capture failed".into()).is_capture_failure());
+        assert!(
+            !Error::Driver(DriverError(CUresult::CUDA_ERROR_INVALID_VALUE)).is_capture_failure()
+        );
+        assert!(!Error::OutOfMemory { bytes: 1 }.is_capture_failure());
+    }
 
     #[test]
     fn driver_out_of_memory_becomes_typed() {

@@ -137,6 +137,21 @@ static CONTEXT_CHANGED: Condvar = Condvar::new();
 /// one whose closure waits for the waiting thread would otherwise never end.
 const CAPTURE_WAIT: Duration = Duration::from_secs(30);
 
+/// Module and function loads this process has made ([`loads`]).
+static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many module and function loads this process has made so far. A load on a thread that
+/// is itself capturing cannot wait for other threads' captures (it would wait for its own), so
+/// it may invalidate them, and its own: [`Gpu::capture`](crate::graph) records again a capture
+/// that failed while this count moved.
+pub(crate) fn loads() -> u64 {
+    LOADS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+fn count_load() {
+    LOADS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
 thread_local! {
     /// The contexts of the captures this thread has begun and not ended, one entry each.
     static CAPTURING_HERE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -534,6 +549,7 @@ impl Gpu {
             if self.shared.driver_version >= FUNC_LOAD_DRIVER {
                 crate::driver_ext::func_load(&f)?;
             }
+            count_load();
             functions.insert(key, f.clone());
             Ok(f)
         })
@@ -642,6 +658,7 @@ impl Gpu {
             cudarc::nvrtc::Ptx::from_src(chosen.ptx_text(set.crate_name)?)
         };
         let module = self.shared.ctx.load_module(image)?;
+        count_load();
         modules.insert(key, (module.clone(), chosen.arch.name()));
         Ok((module, chosen.arch.name()))
     }

@@ -18,7 +18,11 @@
 //! - Captures on several threads are safe: relaxed mode lets other threads make calls a
 //!   capture forbids on its own thread, and the calls that would synchronize the whole device
 //!   (dropping the last handle of a [`Gpu`], a schedule's buffers, a context's first extra
-//!   stream) wait until the device's captures have ended.
+//!   stream, loading a kernel's code) wait until the device's captures have ended. A launch
+//!   queues nothing while it waits so (it resolves its kernels before taking the device's
+//!   queue and workspace locks, which a capturing thread may need). Only a thread that is
+//!   itself capturing loads at once; a capture that fails while code was loaded is recorded
+//!   again ([`Gpu::capture`]).
 //! - A replay is queued under the device's launch-queue lock, as every GEMM launch is: a launch
 //!   that finishes a row norm in a second kernel reads statistics its GEMM left in the shared
 //!   workspace, and a replay queued between the two by another thread would overwrite them.
@@ -31,6 +35,10 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 
 use crate::gpu::CaptureInProgress;
 use crate::{Error, Gpu, Result};
+
+/// Recordings [`Gpu::capture`] makes of one graph at most: a first use of kernels by the
+/// closure, and another thread's loads, can each fail one.
+pub const CAPTURE_ATTEMPTS: u32 = 4;
 
 /// An instantiated CUDA graph, replayable on the stream of the [`Gpu`] that captured it. It
 /// keeps the device's shared state alive (loaded modules, GEMM workspaces, tensor maps), whose
@@ -97,10 +105,32 @@ impl Gpu {
     /// Nothing runs on the device until [`Graph::replay`]. See the [module docs](crate::graph)
     /// for what a closure may do.
     ///
+    /// `record` runs again (at most [`CAPTURE_ATTEMPTS`] times in all) when a recording fails
+    /// with the driver's capture errors while a kernel module or function was loaded: the
+    /// first launch of a kernel inside a capture loads its code, which the driver does not
+    /// allow during captures, this one's or another thread's; on the next attempt it is loaded.
+    ///
     /// # Errors
     /// The closure's error (the partial capture is discarded); [`Error::Capture`] when the
     /// driver invalidates the capture or returns no graph; driver errors.
-    pub fn capture(&self, record: impl FnOnce(&Gpu) -> Result<()>) -> Result<Graph> {
+    pub fn capture(&self, mut record: impl FnMut(&Gpu) -> Result<()>) -> Result<Graph> {
+        let mut attempt = 1;
+        loop {
+            let loads = crate::gpu::loads();
+            match self.capture_once(&mut record) {
+                Err(e)
+                    if attempt < CAPTURE_ATTEMPTS
+                        && e.is_capture_failure()
+                        && crate::gpu::loads() != loads =>
+                {
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    fn capture_once(&self, record: &mut impl FnMut(&Gpu) -> Result<()>) -> Result<Graph> {
         // The context's first stream is made (and kept) before the capture; the capture's own
         // stream, made after it, does not synchronize the context and is dropped with the
         // graph (or at once, when the closure fails).

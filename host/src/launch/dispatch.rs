@@ -62,6 +62,13 @@ where
         Decision::Sm80(variant, plan, why) => (variant, plan, why),
     };
 
+    // Resolved before the locks: a first use loads code, which waits for other threads'
+    // captures to end, and a capturing thread may need these locks to end its capture.
+    let function = spec.function(gpu, variant)?;
+    let finishes = !matches!(plan.norm, crate::plan::NormPath::None);
+    if let Some(entry) = spec.norm_finish.filter(|_| finishes) {
+        spec.finish_function(gpu, entry)?;
+    }
     // The GEMM and its finishing kernel are queued as one: see `Gpu::queue_lock`.
     let _queued = gpu.queue_lock();
     let cell = gpu.workspace();
@@ -88,7 +95,7 @@ where
     };
     // SAFETY: `#[fused_gemm]` declares the sm_80 variants with (GemmArgs, E::Params), and the
     // launcher it generates passes `E::Params` as `P`.
-    let kernel = unsafe { Kernel::<GemmParams<P>>::from_function(spec.function(gpu, variant)?) };
+    let kernel = unsafe { Kernel::<GemmParams<P>>::from_function(function) };
     let cfg = plan.launch_shape().prepare(&kernel, gpu.props())?;
     // SAFETY: `check_gemm` validated every operand against the shapes the kernel reads and
     // writes, and the workspaces were sized by the plan.

@@ -259,6 +259,8 @@ fn group_fit(
     global: bool,
 ) -> Result<u32> {
     let key = (variant.entry, smem_bytes, ctas, global);
+    // Before the lock: a first use loads code (see `dispatch`).
+    let func = gpu.function(spec.ptx, variant.entry)?;
     let cell = gpu.workspace();
     let mut ws = cell
         .lock()
@@ -266,7 +268,6 @@ fn group_fit(
     if let Some(&fit) = ws.cluster_fit.get(&key) {
         return Ok(fit);
     }
-    let func = gpu.function(spec.ptx, variant.entry)?;
     let block = (sm90::THREADS, 1, 1);
     let shape = crate::shape::LaunchShape {
         grid: (ctas, 1, 1),
@@ -316,6 +317,12 @@ where
     Q: KernelParam,
 {
     let t = plan.tile;
+    // Resolved before the locks, as in the sm_80 path (`dispatch`).
+    let function = spec.function(gpu, variant)?;
+    let finishes = !matches!(plan.norm, crate::plan::NormPath::None);
+    if let Some(entry) = spec.norm_finish.filter(|_| finishes) {
+        spec.finish_function(gpu, entry)?;
+    }
     // The GEMM and its finishing kernel are queued as one: see `Gpu::queue_lock`.
     let _queued = gpu.queue_lock();
     let cell = gpu.workspace();
@@ -389,7 +396,7 @@ where
     };
     // SAFETY: `#[fused_gemm]` declares the Hopper variants with (GemmArgs, E::Params, Sm90Args),
     // and the launcher it generates passes `E::Params` as `P`.
-    let kernel = unsafe { Kernel::<Sm90Params<P>>::from_function(spec.function(gpu, variant)?) };
+    let kernel = unsafe { Kernel::<Sm90Params<P>>::from_function(function) };
     // A row-norm plan's grid holds at most as many clusters as run at once (`choose`).
     let cfg = plan.launch_shape().prepare(&kernel, gpu.props())?;
     // CTAs per cluster: pairs along M, a row-norm cluster along N (launched as a cluster even
