@@ -245,7 +245,15 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
             };
             Some(AnyCudaBackend::new(gpu, &model.weights, dtype, options)?)
         }
-        Placement::Cpu => None,
+        Placement::Cpu => {
+            if args.layer_norm.deferred() {
+                eprintln!(
+                    "fused-gemm: --layer-norm deferred applies to the GPU; the CPU computes each \
+                     LayerNorm directly"
+                );
+            }
+            None
+        }
     };
     let load_time = t_load.elapsed();
 

@@ -105,12 +105,15 @@ fn variants(name: &str, attr: &KernelAttr) -> Vec<Variant> {
         && attr.b_layout == BLayout::Col
         && attr.tile.is_none()
     {
-        // A `row_moments` producer also centres its tile: on the 128×256 and 256×128 tiles
-        // that leaves too few registers (local memory), so it compiles the smaller ones.
-        let moments = attr
-            .stages
-            .iter()
-            .any(|s| matches!(s.kind, StageKind::RowMoments));
+        // A `row_moments` producer also centres its tile, and a `normed_residual` merges each
+        // row's statistics groups: on the 128×256 and 256×128 tiles that leaves too few
+        // registers (local memory), so such kernels compile the smaller ones.
+        let moments = attr.stages.iter().any(|s| {
+            matches!(
+                s.kind,
+                StageKind::RowMoments | StageKind::NormedResidual { .. }
+            )
+        });
         let fits = |t: &&TileShape| !moments || t.bm * t.bn <= 128 * 128;
         out.extend(TILES_SM90.iter().filter(fits).map(|t| Variant {
             entry: format!(
