@@ -317,6 +317,50 @@ enum Projection<T> {
 }
 
 impl<T: GpuElement> Projection<T> {
+    /// `out = input·Wᵀ + b`, then erf GELU when `gelu`; folded, `input` is a deferred norm's
+    /// centred output and its statistics are read (`what` names it in errors).
+    fn launch(
+        &self,
+        gpu: &Gpu,
+        input: &DeviceMatrix<T>,
+        out: &mut DeviceMatrix<T>,
+        gelu: bool,
+        what: &'static str,
+    ) -> Result<LaunchReport> {
+        Ok(match self {
+            Projection::Plain(p) => {
+                let f = if gelu {
+                    T::gemm_bias_gelu
+                } else {
+                    T::gemm_bias
+                };
+                f(
+                    gpu,
+                    &input.mat()?,
+                    &p.weight.mat()?,
+                    &mut out.mat()?,
+                    &p.bias,
+                )?
+            }
+            Projection::Folded(f) => {
+                let launch = if gelu {
+                    T::folded_gemm_gelu
+                } else {
+                    T::folded_gemm
+                };
+                launch(
+                    gpu,
+                    &input.mat()?,
+                    &f.weight.mat()?,
+                    &mut out.mat()?,
+                    &input.moments(what)?,
+                    &f.colsum()?,
+                    &f.offset,
+                )?
+            }
+        })
+    }
+
     /// The weight as uploaded, `[N, K]`.
     fn weight(&self) -> &DeviceMatrix<T> {
         match self {
@@ -889,24 +933,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         let l = self.layer(layer)?;
         x.expect(x.rows, self.config.hidden_size, "QKV input")?;
         qkv.expect(x.rows, self.heads.qkv_width(), "QKV output")?;
-        let report = match &l.qkv {
-            Projection::Plain(p) => T::gemm_bias(
-                &self.gpu,
-                &x.mat()?,
-                &p.weight.mat()?,
-                &mut qkv.mat()?,
-                &p.bias,
-            )?,
-            Projection::Folded(f) => T::folded_gemm(
-                &self.gpu,
-                &x.mat()?,
-                &f.weight.mat()?,
-                &mut qkv.mat()?,
-                &x.moments("QKV input")?,
-                &f.colsum()?,
-                &f.offset,
-            )?,
-        };
+        let report = l.qkv.launch(&self.gpu, x, qkv, false, "QKV input")?;
         self.note(Stage::QkvProjection, report);
         Ok(())
     }
@@ -998,24 +1025,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         let l = self.layer(layer)?;
         h.expect(h.rows, self.config.hidden_size, "FFN input")?;
         mid.expect(h.rows, self.config.intermediate_size, "FFN inner")?;
-        let report = match &l.ffn_up {
-            Projection::Plain(p) => T::gemm_bias_gelu(
-                &self.gpu,
-                &h.mat()?,
-                &p.weight.mat()?,
-                &mut mid.mat()?,
-                &p.bias,
-            )?,
-            Projection::Folded(f) => T::folded_gemm_gelu(
-                &self.gpu,
-                &h.mat()?,
-                &f.weight.mat()?,
-                &mut mid.mat()?,
-                &h.moments("FFN input")?,
-                &f.colsum()?,
-                &f.offset,
-            )?,
-        };
+        let report = l.ffn_up.launch(&self.gpu, h, mid, true, "FFN input")?;
         self.note(Stage::FfnUpGelu, report);
         Ok(())
     }
