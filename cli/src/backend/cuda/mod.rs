@@ -974,44 +974,24 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         )?;
         residual.expect(m, d, "attention residual")?;
         out.expect(m, d, "attention output projection output")?;
-        let (w, bias) = (&l.attn_out.weight.mat()?, &l.attn_out.bias);
-        let report = if !self.options.deferred_layer_norm {
-            T::gemm_bias_residual_layer_norm(
-                &self.gpu,
-                &ctx.mat()?,
-                w,
-                &mut out.mat()?,
-                bias,
-                &residual.mat()?,
-                &l.attn_norm.gamma,
-                &l.attn_norm.beta,
-            )?
-        } else if let Some(prev) = layer.checked_sub(1) {
-            // The residual is the previous layer's output, its FFN norm deferred.
-            let norm = &self.layer(prev)?.ffn_norm;
-            T::gemm_bias_normed_residual_moments(
-                &self.gpu,
-                &ctx.mat()?,
-                w,
-                &mut out.mat()?,
-                bias,
-                &residual.mat()?,
-                &residual.moments("attention residual")?,
-                &norm.gamma,
-                &norm.beta,
-                &mut out.moments("attention output projection output")?,
-            )?
-        } else {
-            T::gemm_bias_residual_moments(
-                &self.gpu,
-                &ctx.mat()?,
-                w,
-                &mut out.mat()?,
-                bias,
-                &residual.mat()?,
-                &mut out.moments("attention output projection output")?,
-            )?
+        // The residual is the previous layer's output, its FFN norm deferred after layer 0.
+        let r_norm = match layer.checked_sub(1) {
+            Some(prev) => Some(&self.layer(prev)?.ffn_norm),
+            None => None,
         };
+        let report = post_norm(
+            &self.gpu,
+            self.options.deferred_layer_norm,
+            PostNorm {
+                input: ctx,
+                linear: &l.attn_out,
+                residual,
+                residual_norm: r_norm,
+                norm: &l.attn_norm,
+                last: false,
+            },
+            out,
+        )?;
         self.note(Stage::AttnOutResidualLayerNorm, report);
         Ok(())
     }
@@ -1042,47 +1022,20 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
         mid.expect(m, self.config.intermediate_size, "FFN inner")?;
         residual.expect(m, d, "FFN residual")?;
         out.expect(m, d, "FFN output")?;
-        let (w, bias) = (&l.ffn_down.weight.mat()?, &l.ffn_down.bias);
-        let report = if !self.options.deferred_layer_norm {
-            T::gemm_bias_residual_layer_norm(
-                &self.gpu,
-                &mid.mat()?,
-                w,
-                &mut out.mat()?,
-                bias,
-                &residual.mat()?,
-                &l.ffn_norm.gamma,
-                &l.ffn_norm.beta,
-            )?
-        } else if layer + 1 == self.layers.len() {
-            // The last layer normalizes in full: pooling reads its rows.
-            T::gemm_bias_normed_residual_layer_norm(
-                &self.gpu,
-                &mid.mat()?,
-                w,
-                &mut out.mat()?,
-                bias,
-                &residual.mat()?,
-                &residual.moments("FFN residual")?,
-                &l.attn_norm.gamma,
-                &l.attn_norm.beta,
-                &l.ffn_norm.gamma,
-                &l.ffn_norm.beta,
-            )?
-        } else {
-            T::gemm_bias_normed_residual_moments(
-                &self.gpu,
-                &mid.mat()?,
-                w,
-                &mut out.mat()?,
-                bias,
-                &residual.mat()?,
-                &residual.moments("FFN residual")?,
-                &l.attn_norm.gamma,
-                &l.attn_norm.beta,
-                &mut out.moments("FFN output")?,
-            )?
-        };
+        let report = post_norm(
+            &self.gpu,
+            self.options.deferred_layer_norm,
+            PostNorm {
+                input: mid,
+                linear: &l.ffn_down,
+                residual,
+                residual_norm: Some(&l.attn_norm),
+                norm: &l.ffn_norm,
+                // The last layer normalizes in full: pooling reads its rows.
+                last: layer + 1 == self.layers.len(),
+            },
+            out,
+        )?;
         self.note(Stage::FfnDownResidualLayerNorm, report);
         Ok(())
     }
@@ -1140,6 +1093,77 @@ impl<T: GpuElement> CudaBackend<T> {
             .get(layer)
             .ok_or_else(|| Error::invalid("layer", format!("below {}", self.layers.len()), layer))
     }
+}
+
+/// A post-norm layer's GEMM: `LayerNorm(input·Wᵀ + b + residual)` with `norm`'s γ and β.
+struct PostNorm<'a, T> {
+    input: &'a DeviceMatrix<T>,
+    linear: &'a DeviceLinear<T>,
+    /// Stored centred with its statistics when `residual_norm` is given (deferred).
+    residual: &'a DeviceMatrix<T>,
+    /// The deferred norm the residual is read through.
+    residual_norm: Option<&'a DeviceNorm<T>>,
+    norm: &'a DeviceNorm<T>,
+    /// Whether to normalize in full even when deferred (the last layer, before pooling).
+    last: bool,
+}
+
+/// Launches `g` into `out`: with the norm in full (`deferred` false, or `g.last`), or
+/// deferred, storing `out` centred with its row statistics; the residual normalized on load
+/// where `g.residual_norm` says it was deferred.
+fn post_norm<T: GpuElement>(
+    gpu: &Gpu,
+    deferred: bool,
+    g: PostNorm<'_, T>,
+    out: &mut DeviceMatrix<T>,
+) -> Result<LaunchReport> {
+    let (a, w, b, r) = (
+        &g.input.mat()?,
+        &g.linear.weight.mat()?,
+        &g.linear.bias,
+        &g.residual.mat()?,
+    );
+    let (c, norm) = (&mut out.mat()?, g.norm);
+    let residual_norm = g.residual_norm.filter(|_| deferred);
+    Ok(match (residual_norm, deferred && !g.last) {
+        (None, false) => {
+            T::gemm_bias_residual_layer_norm(gpu, a, w, c, b, r, &norm.gamma, &norm.beta)?
+        }
+        (None, true) => T::gemm_bias_residual_moments(
+            gpu,
+            a,
+            w,
+            c,
+            b,
+            r,
+            &mut out.moments("post-norm GEMM output")?,
+        )?,
+        (Some(rn), true) => T::gemm_bias_normed_residual_moments(
+            gpu,
+            a,
+            w,
+            c,
+            b,
+            r,
+            &g.residual.moments("post-norm GEMM residual")?,
+            &rn.gamma,
+            &rn.beta,
+            &mut out.moments("post-norm GEMM output")?,
+        )?,
+        (Some(rn), false) => T::gemm_bias_normed_residual_layer_norm(
+            gpu,
+            a,
+            w,
+            c,
+            b,
+            r,
+            &g.residual.moments("post-norm GEMM residual")?,
+            &rn.gamma,
+            &rn.beta,
+            &norm.gamma,
+            &norm.beta,
+        )?,
+    })
 }
 
 /// An event with timing recorded on `gpu`'s stream now.
