@@ -315,6 +315,24 @@ impl GemmKernelSpec {
         )
     }
 
+    /// `variant`'s function, with the norm finishing kernel's too when `norm` needs it, loaded
+    /// now. Launchers call this before taking the device's queue and workspace locks: a first
+    /// use loads code, which waits for other threads' captures to end, and a capturing thread
+    /// may need those locks to end its capture.
+    pub(crate) fn resolve(
+        &'static self,
+        gpu: &Gpu,
+        variant: &KernelVariant,
+        norm: &crate::plan::NormPath,
+    ) -> Result<cudarc::driver::CudaFunction> {
+        let function = self.function(gpu, variant)?;
+        let finishes = !matches!(norm, crate::plan::NormPath::None);
+        if let Some(entry) = self.norm_finish.filter(|_| finishes) {
+            self.finish_function(gpu, entry)?;
+        }
+        Ok(function)
+    }
+
     pub(crate) fn variant(&self, tile: &TileShape, vec: bool) -> Option<&'static KernelVariant> {
         self.variants
             .iter()

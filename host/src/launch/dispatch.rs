@@ -62,13 +62,7 @@ where
         Decision::Sm80(variant, plan, why) => (variant, plan, why),
     };
 
-    // Resolved before the locks: a first use loads code, which waits for other threads'
-    // captures to end, and a capturing thread may need these locks to end its capture.
-    let function = spec.function(gpu, variant)?;
-    let finishes = !matches!(plan.norm, crate::plan::NormPath::None);
-    if let Some(entry) = spec.norm_finish.filter(|_| finishes) {
-        spec.finish_function(gpu, entry)?;
-    }
+    let function = spec.resolve(gpu, variant, &plan.norm)?;
     // The GEMM and its finishing kernel are queued as one: see `Gpu::queue_lock`.
     let _queued = gpu.queue_lock();
     let cell = gpu.workspace();

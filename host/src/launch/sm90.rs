@@ -259,7 +259,7 @@ fn group_fit(
     global: bool,
 ) -> Result<u32> {
     let key = (variant.entry, smem_bytes, ctas, global);
-    // Before the lock: a first use loads code (see `dispatch`).
+    // Before the lock: a first use loads code (see `GemmKernelSpec::resolve`).
     let func = gpu.function(spec.ptx, variant.entry)?;
     let cell = gpu.workspace();
     let mut ws = cell
@@ -317,12 +317,7 @@ where
     Q: KernelParam,
 {
     let t = plan.tile;
-    // Resolved before the locks, as in the sm_80 path (`dispatch`).
-    let function = spec.function(gpu, variant)?;
-    let finishes = !matches!(plan.norm, crate::plan::NormPath::None);
-    if let Some(entry) = spec.norm_finish.filter(|_| finishes) {
-        spec.finish_function(gpu, entry)?;
-    }
+    let function = spec.resolve(gpu, variant, &plan.norm)?;
     // The GEMM and its finishing kernel are queued as one: see `Gpu::queue_lock`.
     let _queued = gpu.queue_lock();
     let cell = gpu.workspace();
