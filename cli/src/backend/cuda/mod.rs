@@ -59,7 +59,7 @@ use std::time::Duration;
 use fused_gemm::bert::{self, EmbeddingWeights as DeviceTables, SeqBatch};
 use fused_gemm::device::epilogue::stages::MOMENT_GROUP_COLS;
 use fused_gemm::host::cudarc::driver::sys::CUevent_flags;
-use fused_gemm::host::cudarc::driver::{CudaEvent, CudaSlice};
+use fused_gemm::host::cudarc::driver::{CudaEvent, CudaSlice, DeviceRepr, ValidAsZeroBits};
 use fused_gemm::host::graph::Graph;
 use fused_gemm::host::kernel::MatRef;
 use fused_gemm::host::plan::{NormPath, Plan};
@@ -132,11 +132,7 @@ impl<T: GpuElement> DeviceMatrix<T> {
     /// [`Error::InvalidArgument`] for an empty or overflowing shape; device out of memory.
     pub fn new(gpu: &Gpu, rows: usize, cols: usize, poison: bool) -> Result<Self> {
         let len = checked_len(rows, cols)?;
-        let buf = if poison {
-            gpu.upload(&vec![T::from_f32(f32::NAN); len])?
-        } else {
-            gpu.zeros(len)?
-        };
+        let buf = fresh(gpu, len, poison.then(|| T::from_f32(f32::NAN)))?;
         Ok(DeviceMatrix {
             buf,
             rows,
@@ -152,11 +148,7 @@ impl<T: GpuElement> DeviceMatrix<T> {
     /// Device out of memory.
     pub fn with_moments(mut self, gpu: &Gpu, poison: bool) -> Result<Self> {
         let len = checked_len(self.rows, moments_cols(self.cols))?;
-        self.moments = Some(if poison {
-            gpu.upload(&vec![f32::NAN; len])?
-        } else {
-            gpu.zeros(len)?
-        });
+        self.moments = Some(fresh(gpu, len, poison.then_some(f32::NAN))?);
         Ok(self)
     }
 
@@ -230,6 +222,27 @@ impl<T: GpuElement> DeviceMatrix<T> {
         }
         Ok(())
     }
+}
+
+/// A new buffer of `len` elements, zeroed, or filled with `fill`.
+fn fresh<U: DeviceRepr + ValidAsZeroBits + Clone>(
+    gpu: &Gpu,
+    len: usize,
+    fill: Option<U>,
+) -> Result<CudaSlice<U>> {
+    Ok(match fill {
+        Some(v) => gpu.upload(&vec![v; len])?,
+        None => gpu.zeros(len)?,
+    })
+}
+
+/// Overwrites every element of `buf` with `v` (queued on `gpu`'s stream).
+fn refill<U: DeviceRepr + Clone>(gpu: &Gpu, buf: &mut CudaSlice<U>, v: U) -> Result<()> {
+    let fill = vec![v; buf.len()];
+    gpu.stream()
+        .memcpy_htod(&fill, buf)
+        .map_err(fused_gemm::Error::from)?;
+    Ok(())
 }
 
 fn checked_len(rows: usize, cols: usize) -> Result<usize> {
@@ -626,24 +639,12 @@ impl<T: GpuElement> CudaBackend<T> {
         for b in self.buckets.values_mut() {
             let a = &mut b.acts;
             for m in [&mut a.x, &mut a.h, &mut a.qkv, &mut a.ctx, &mut a.mid] {
-                let fill = vec![nan; m.buf.len()];
-                self.gpu
-                    .stream()
-                    .memcpy_htod(&fill, &mut m.buf)
-                    .map_err(fused_gemm::Error::from)?;
+                refill(&self.gpu, &mut m.buf, nan)?;
                 if let Some(moments) = &mut m.moments {
-                    let fill = vec![f32::NAN; moments.len()];
-                    self.gpu
-                        .stream()
-                        .memcpy_htod(&fill, moments)
-                        .map_err(fused_gemm::Error::from)?;
+                    refill(&self.gpu, moments, f32::NAN)?;
                 }
             }
-            let fill = vec![f32::NAN; b.pooled.len()];
-            self.gpu
-                .stream()
-                .memcpy_htod(&fill, &mut b.pooled)
-                .map_err(fused_gemm::Error::from)?;
+            refill(&self.gpu, &mut b.pooled, f32::NAN)?;
         }
         Ok(self.gpu.synchronize()?)
     }
@@ -693,11 +694,11 @@ impl<T: GpuElement> CudaBackend<T> {
         )?;
         let acts = self.alloc_activations(batch.tokens())?;
         let d = self.config.hidden_size;
-        let pooled = if self.options.poison {
-            self.gpu.upload(&vec![f32::NAN; batch.batch * d])?
-        } else {
-            self.gpu.zeros(batch.batch * d)?
-        };
+        let pooled = fresh(
+            &self.gpu,
+            batch.batch * d,
+            self.options.poison.then_some(f32::NAN),
+        )?;
         Ok(Bucket {
             graph: None,
             graph_epoch: 0,
@@ -1042,11 +1043,7 @@ impl<T: GpuElement> Backend for CudaBackend<T> {
 
     fn mean_pool_normalize(&mut self, inputs: &SeqBatch, x: &DeviceMatrix<T>) -> Result<Vec<f32>> {
         let n = inputs.batch() * self.config.hidden_size;
-        let mut out = if self.options.poison {
-            self.gpu.upload(&vec![f32::NAN; n])?
-        } else {
-            self.gpu.zeros(n)?
-        };
+        let mut out = fresh(&self.gpu, n, self.options.poison.then_some(f32::NAN))?;
         self.launch_pool(inputs, x, &mut out)?;
         Ok(self.gpu.download(&out)?)
     }
