@@ -626,13 +626,7 @@ mod threads {
             for r in 0..m {
                 let a = pa.row(ar + r, ac..ac + k);
                 for j in 0..n {
-                    let b = pb.row(br + j, bc..bc + k);
-                    let (mut dot, mut abs) = (0f64, 0f64);
-                    for (&x, &y) in a.iter().zip(b) {
-                        let p = x as f64 * y as f64;
-                        dot += p;
-                        abs += p.abs();
-                    }
+                    let (dot, abs) = dot_and_abs(a, pb.row(br + j, bc..bc + k));
                     acc.push(dot);
                     terms = terms.max(abs);
                 }
@@ -706,6 +700,28 @@ mod threads {
             self.c.download_f32(gpu).unwrap().iter().all(|v| v.is_nan())
         }
     }
+    /// Σ a·b and Σ|a·b| in f64, over four running sums each: independent chains let the
+    /// reference keep up with the launches (one chain made it most of a run's time).
+    fn dot_and_abs(a: &[f32], b: &[f32]) -> (f64, f64) {
+        let (mut dot, mut abs) = ([0f64; 4], [0f64; 4]);
+        let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+        let tail = ca.remainder().iter().zip(cb.remainder());
+        for (x, y) in ca.zip(cb) {
+            for i in 0..4 {
+                let p = x[i] as f64 * y[i] as f64;
+                dot[i] += p;
+                abs[i] += p.abs();
+            }
+        }
+        let (mut d, mut s) = (dot.iter().sum::<f64>(), abs.iter().sum::<f64>());
+        for (&x, &y) in tail {
+            let p = x as f64 * y as f64;
+            d += p;
+            s += p.abs();
+        }
+        (d, s)
+    }
+
     /// Thread-seconds a run spent in each phase: where a slow run's time goes.
     #[derive(Default)]
     struct Phases {
