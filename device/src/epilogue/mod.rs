@@ -389,10 +389,6 @@ pub trait Stage {
     /// Whether this is the empty stage list ([`Nil`]): a kernel may then skip the fragment
     /// layout the stages see (the norm finishing kernel's wide loads and stores).
     const IS_EMPTY: bool = false;
-    /// Cost class: whether the stage's code per value is long (erf GELU: a degree-9 polynomial
-    /// and two MUFU operations), so that a mainloop that could write the epilogue out once per
-    /// chunk of the tile runs one copy of it in a loop instead. For a list: whether any stage is.
-    const HEAVY_PER_VALUE: bool = false;
     /// Whether the stage reads an M×N operand of its own at each value's coordinates (the
     /// `residual` matrix; not C, which `accumulate` reads), whose tiles a mainloop may copy
     /// into shared memory ahead of the epilogue ([`TileCtx::staged_residual`]). For a list:
@@ -468,7 +464,6 @@ impl<H: Stage, T: Stage> Stage for Cons<H, T> {
     const PAIRS: bool = H::PAIRS || T::PAIRS;
     const ROW_REDUCTION: bool = H::ROW_REDUCTION || T::ROW_REDUCTION;
     const READS_MATRIX: bool = H::READS_MATRIX || T::READS_MATRIX;
-    const HEAVY_PER_VALUE: bool = H::HEAVY_PER_VALUE || T::HEAVY_PER_VALUE;
     const COLUMN_VECTOR: bool = H::COLUMN_VECTOR || (!H::PAIRS && T::COLUMN_VECTOR);
     #[inline(always)]
     fn column_vector(p: &Self::Params) -> u64 {

@@ -26,13 +26,12 @@ macro_rules! params {
 pub type NoParams = super::Nil;
 
 macro_rules! elementwise {
-    ($(#[$m:meta])* $name:ident, $f:expr $(, heavy_per_value = $heavy:expr)?) => {
+    ($(#[$m:meta])* $name:ident, $f:expr) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $name;
         impl Stage for $name {
             type Params = NoParams;
-            $(const HEAVY_PER_VALUE: bool = $heavy;)?
             #[inline(always)]
             fn apply<Out: Element, const MI: usize, const NI: usize>(_: &NoParams, acc: &mut Acc<MI, NI>, _: &mut TileCtx) {
                 acc.map($f);
@@ -49,8 +48,7 @@ elementwise!(
 elementwise!(
     /// `gelu`: x·Φ(x) with the exact (erf) normal CDF, as BERT's `"gelu"`.
     Gelu,
-    math::gelu_erf,
-    heavy_per_value = true
+    math::gelu_erf
 );
 elementwise!(
     /// `gelu_tanh`: the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, cuBLASLt's GELU).

@@ -72,11 +72,9 @@ impl EpiloguePlan {
         // the epilogue: each thread loads one column when the tile's mainloop starts and stores
         // it after the mainloop, so no chunk of the epilogue waits on a global load of the bias
         // (loaded per chunk, it was the epilogue's top stall). 16-bit C; no row norm (their
-        // kernels spilled with more live values) and no stage heavy per value (erf GELU: its
-        // chunk loop was then written out three times, ptxas of sm_90a).
+        // kernels spilled with more live values).
         let stage_bias = E::COLUMN_VECTOR
             && !E::ROW_REDUCTION
-            && !E::HEAVY_PER_VALUE
             && core::mem::size_of::<Out>() == 2
             && (!is_pingpong(tile) || tile.bn <= 128);
         EpiloguePlan {
@@ -446,10 +444,9 @@ impl<'a, Out: Element, const MI: usize, const NI: usize, const STAGES: u32, E: S
                 self.staged_chunks += staged as u32;
             }};
         }
-        if E::ROW_REDUCTION || E::HEAVY_PER_VALUE {
+        if E::ROW_REDUCTION {
             // Written out per chunk, a row norm's chain (its statistics, the partials, both
-            // norm passes) outgrew the instruction cache, and erf GELU ran 5-11 % slower
-            // than in a loop. A loop keeps one copy. Each turn takes the first chunk and
+            // norm passes) outgrew the instruction cache. A loop keeps one copy. Each turn takes the first chunk and
             // shifts the others down (moves between constant indices, so the accumulators
             // stay in registers, and the chunk in hand is not a copy: picking chunk q by
             // selects kept 32 more values live and spilled the ping-pong kernels, ptxas -v

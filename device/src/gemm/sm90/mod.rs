@@ -81,15 +81,14 @@
 //! Each consumer warpgroup hands its accumulators to the stages in 64-column chunks
 //! ([`EPI_COLS`]), one `finish_chunk` call per chunk: fewer values live at once next to the
 //! 128 accumulator registers. Chunks are written out one after another, except for stage lists
-//! with a row norm or a stage heavy per value ([`Stage::HEAVY_PER_VALUE`], erf GELU): eight
-//! copies of a row norm's chain outgrew the instruction cache, and erf GELU ran 5-11 % faster
-//! in a loop, so those run the chunks in a loop (one copy of the chain). Short chains (bias,
-//! tanh GELU, SiLU) were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the
+//! with a row norm: eight copies of a row norm's chain outgrew the instruction cache, so those
+//! run the chunks in a loop (one copy of the chain). Chains of elementwise stages (bias, GELU,
+//! SiLU) were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the
 //! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
 //! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
 //!
 //! A list whose first stage reading a column vector is `bias` ([`Stage::COLUMN_VECTOR`]; 16-bit
-//! C, no row norm, no stage heavy per value) reads the tile's bias from shared memory: each
+//! C, no row norm) reads the tile's bias from shared memory: each
 //! consumer thread loads one column when the tile's mainloop starts and stores it after, in a
 //! buffer in the padding before the staging buffers ([`bias_offset`]). Loaded per chunk from
 //! global memory, the bias was the GELU epilogue's top wait.
