@@ -27,6 +27,46 @@ pub enum DtypeChoice {
     Bf16,
 }
 
+/// The `--dtype` of the weights `random-model` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightDtype {
+    /// IEEE binary32 (what the CPU backend runs).
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+/// The `--dtype` of the weights `convert-model` writes: 16-bit only, as it exists to halve a
+/// model for the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HalfDtype {
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl From<WeightDtype> for Dtype {
+    fn from(d: WeightDtype) -> Dtype {
+        match d {
+            WeightDtype::F32 => Dtype::F32,
+            WeightDtype::F16 => Dtype::F16,
+            WeightDtype::Bf16 => Dtype::Bf16,
+        }
+    }
+}
+
+impl From<HalfDtype> for Dtype {
+    fn from(d: HalfDtype) -> Dtype {
+        match d {
+            HalfDtype::F16 => Dtype::F16,
+            HalfDtype::Bf16 => Dtype::Bf16,
+        }
+    }
+}
+
 impl DtypeChoice {
     /// The dtype to run: `Auto` is f16 on the GPU and f32 on the CPU; others as given (the
     /// backend rejects what it cannot run).

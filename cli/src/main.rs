@@ -11,7 +11,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use fused_gemm::Gpu;
 use fused_gemm_cli::backend::cuda::bench::{self, BenchConfig};
 use fused_gemm_cli::device::{
-    DeviceChoice, DtypeChoice, LayerNormChoice, Placement, check_dtype, resolve_device,
+    DeviceChoice, DtypeChoice, HalfDtype, LayerNormChoice, Placement, WeightDtype, check_dtype,
+    resolve_device,
 };
 use fused_gemm_cli::input::{read_lines_from, read_lines_from_file};
 use fused_gemm_cli::output::{
@@ -139,8 +140,8 @@ struct BenchArgs {
 #[derive(clap::Args)]
 struct ConvertArgs {
     /// Dtype of the written weights.
-    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
-    dtype: DtypeChoice,
+    #[arg(long, value_enum, default_value_t = HalfDtype::F16)]
+    dtype: HalfDtype,
     /// Directory to write model.safetensors, config.json and tokenizer.json into (created if
     /// missing).
     #[arg(long, short = 'o')]
@@ -164,8 +165,8 @@ struct RandomModelArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Dtype of the written weights.
-    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
-    dtype: DtypeChoice,
+    #[arg(long, value_enum, default_value_t = WeightDtype::F16)]
+    dtype: WeightDtype,
     /// Seed of the weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -413,7 +414,7 @@ fn run_bench(args: BenchArgs) -> Result<()> {
 
 fn run_convert(args: ConvertArgs) -> Result<()> {
     let src = args.model_dir.clone().unwrap_or_else(default_model_dir);
-    let dtype = args.dtype.resolve(true);
+    let dtype = args.dtype.into();
     let r = fused_gemm_cli::convert::convert_model(&src, &args.output, dtype)?;
     eprintln!(
         "fused-gemm convert-model: {} tensors to {dtype} ({} copied as they were): {} -> {} \
@@ -437,7 +438,7 @@ fn run_random_model(args: RandomModelArgs) -> Result<()> {
         (None, None) => unreachable!("clap requires --preset or --config"),
     };
     let tokenizer = args.model_dir.clone().unwrap_or_else(default_model_dir);
-    let dtype = args.dtype.resolve(true);
+    let dtype = args.dtype.into();
     let r = fused_gemm_cli::random_model::write_random_model(
         &config,
         &tokenizer,
