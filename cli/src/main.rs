@@ -57,7 +57,8 @@ struct EmbedArgs {
     /// Sentences to embed. Without any, and without --file, sentences are read from stdin, one
     /// per line.
     sentences: Vec<String>,
-    /// Read sentences from this file, one per line (UTF-8).
+    /// Read sentences from this file, one per line (UTF-8). A blank line is an empty sentence,
+    /// so output row i is always input line i.
     #[arg(long, short = 'f', conflicts_with = "sentences")]
     file: Option<PathBuf>,
     /// Output format.
