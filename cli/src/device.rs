@@ -27,6 +27,62 @@ pub enum DtypeChoice {
     Bf16,
 }
 
+/// The `--devices` choice: the GPUs one embedding run shares its batches across.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceList {
+    /// Every GPU the driver sees.
+    All,
+    /// These ordinals, in this order (distinct).
+    Ordinals(Vec<usize>),
+}
+
+impl std::str::FromStr for DeviceList {
+    type Err = String;
+
+    /// `all`, or comma-separated distinct ordinals (`0,1,3`).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.trim() == "all" {
+            return Ok(DeviceList::All);
+        }
+        let mut ordinals = Vec::new();
+        for part in s.split(',') {
+            let o: usize = part
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected all or GPU ordinals such as 0,1; got {part:?}"))?;
+            if ordinals.contains(&o) {
+                return Err(format!("GPU {o} is listed twice"));
+            }
+            ordinals.push(o);
+        }
+        Ok(DeviceList::Ordinals(ordinals))
+    }
+}
+
+impl DeviceList {
+    /// The ordinals to run on, given the driver's device `count`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when there is no GPU or an ordinal is not below `count`.
+    pub fn resolve(&self, count: usize) -> Result<Vec<usize>> {
+        let ordinals = match self {
+            DeviceList::All => (0..count).collect(),
+            DeviceList::Ordinals(o) => o.clone(),
+        };
+        if count == 0 {
+            return Err(Error::invalid("--devices", "a GPU the driver sees", "none"));
+        }
+        if let Some(&bad) = ordinals.iter().find(|&&o| o >= count) {
+            return Err(Error::invalid(
+                "--devices",
+                format!("ordinals below {count} (the GPUs the driver sees)"),
+                bad,
+            ));
+        }
+        Ok(ordinals)
+    }
+}
+
 /// The `--dtype` of the weights `random-model` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum WeightDtype {
@@ -196,6 +252,22 @@ mod tests {
             ordinal: 0,
             count: 0,
         })
+    }
+
+    #[test]
+    fn device_lists_parse_and_resolve_against_the_count() {
+        let all: DeviceList = "all".parse().unwrap();
+        assert_eq!(all.resolve(3).unwrap(), vec![0, 1, 2]);
+        let some: DeviceList = "2, 0".parse().unwrap();
+        assert_eq!(some, DeviceList::Ordinals(vec![2, 0]));
+        assert_eq!(some.resolve(3).unwrap(), vec![2, 0]);
+        for bad in ["", "0,,1", "x", "-1", "1,1", "0;1"] {
+            assert!(bad.parse::<DeviceList>().is_err(), "{bad:?} parsed");
+        }
+        let e = some.resolve(2).unwrap_err();
+        assert!(e.to_string().contains("below 2"), "{e}");
+        assert!(all.resolve(0).is_err());
+        assert!("0".parse::<DeviceList>().unwrap().resolve(0).is_err());
     }
 
     #[test]

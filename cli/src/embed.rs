@@ -151,6 +151,24 @@ pub fn plan_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
         .collect()
 }
 
+/// The token count of each sequence, for [`plan_batches`].
+pub(crate) fn token_counts(ids: &[Vec<u32>]) -> Vec<usize> {
+    ids.iter().map(Vec::len).collect()
+}
+
+/// The checks every embedding entry point makes before any work.
+pub(crate) fn check_request(sentences: usize, batch_size: usize) -> Result<()> {
+    if sentences == 0 {
+        return Err(Error::EmptyInput {
+            hint: "give sentences as arguments, with --file, or on stdin",
+        });
+    }
+    if batch_size == 0 {
+        return Err(Error::invalid("--batch-size", "at least 1", 0));
+    }
+    Ok(())
+}
+
 /// Embeds `sentences` with `backend`: tokenizes, batches by length (at most `batch_size` per
 /// batch, padded per batch), runs [`Backend::run_batch`] on each batch and returns the embeddings in input
 /// order. `on_batch(done, total)` is called after each batch with the number of sentences done.
@@ -166,14 +184,7 @@ pub fn embed<B: Backend, S: AsRef<str>>(
     mut on_batch: impl FnMut(usize, usize),
     mut timings: Option<&mut Timings>,
 ) -> Result<Embeddings> {
-    if sentences.is_empty() {
-        return Err(Error::EmptyInput {
-            hint: "give sentences as arguments, with --file, or on stdin",
-        });
-    }
-    if batch_size == 0 {
-        return Err(Error::invalid("--batch-size", "at least 1", 0));
-    }
+    check_request(sentences.len(), batch_size)?;
     let t0 = Instant::now();
     let Encoded { ids, truncated } = tokenizer.encode_all(sentences)?;
     if let Some(t) = timings.as_deref_mut() {
@@ -181,9 +192,8 @@ pub fn embed<B: Backend, S: AsRef<str>>(
     }
     let dim = backend.config().hidden_size;
     let mut data = vec![0.0f32; sentences.len() * dim];
-    let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
     let mut done = 0;
-    for members in plan_batches(&lengths, batch_size) {
+    for members in plan_batches(&token_counts(&ids), batch_size) {
         let seqs: Vec<&[u32]> = members.iter().map(|&i| ids[i].as_slice()).collect();
         let batch = TokenBatch::pad(&seqs, tokenizer.pad_id())?;
         let out = backend.run_batch(&batch, timings.as_deref_mut())?;

@@ -157,6 +157,15 @@ pub enum Error {
     /// A GPU runtime error.
     #[error(transparent)]
     Gpu(#[from] fused_gemm::Error),
+    /// One device of a run on several failed; the others stopped before their next batch and
+    /// nothing was written.
+    #[error("device {device}: {source}")]
+    OnDevice {
+        /// The device's position among the run's devices.
+        device: usize,
+        /// What failed there.
+        source: Box<Error>,
+    },
 }
 
 /// `Result` with [`Error`].

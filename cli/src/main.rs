@@ -11,16 +11,17 @@ use indicatif::{ProgressBar, ProgressStyle};
 use fused_gemm::Gpu;
 use fused_gemm_cli::backend::cuda::bench::{self, BenchConfig};
 use fused_gemm_cli::device::{
-    DeviceChoice, DtypeChoice, HalfDtype, LayerNormChoice, Placement, WeightDtype, check_dtype,
-    resolve_device,
+    DeviceChoice, DeviceList, DtypeChoice, HalfDtype, LayerNormChoice, Placement, WeightDtype,
+    check_dtype, resolve_device,
 };
 use fused_gemm_cli::input::{read_lines_from, read_lines_from_file};
 use fused_gemm_cli::output::{
     Format, check_output_path, plural, similarity_table, write_jsonl, write_npy, write_output,
 };
 use fused_gemm_cli::{
-    AnyCudaBackend, Backend, CpuBackend, CudaOptions, Embeddings, Error, Model, Result, Stage,
-    Timings, default_model_dir, embed, with_cuda_backend,
+    AnyCudaBackend, Backend, CpuBackend, CudaBackend, CudaOptions, DeviceShare, Dtype, Embeddings,
+    Error, Model, Result, Stage, Timings, default_model_dir, embed, embed_on_devices,
+    with_cuda_backend,
 };
 
 #[derive(Parser)]
@@ -76,6 +77,12 @@ struct EmbedArgs {
     /// on stderr).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
+    /// Embed on several GPUs at once: `all`, or ordinals such as `0,1`. The batches are shared
+    /// out, a thread per GPU, each taking the next batch when its last is done; the output
+    /// keeps the input order. A GPU that fails ends the run with its error and writes nothing.
+    /// --timings adds each GPU's throughput. Without it, GPU 0 alone.
+    #[arg(long, value_name = "all|0,1,...")]
+    devices: Option<DeviceList>,
     /// Storage dtype: auto = f16 on the GPU, f32 on the CPU. The CPU runs f32 only; the GPU
     /// runs f16 and bf16 (f32 accumulation).
     #[arg(long, value_enum, default_value_t = DtypeChoice::Auto)]
@@ -229,7 +236,19 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         });
     }
 
-    let (placement, note) = resolve_device(args.device, || Gpu::new(0))?;
+    if args.devices.is_some() && args.device == DeviceChoice::Cpu {
+        return Err(Error::invalid(
+            "--devices",
+            "--device cuda or auto (it lists GPUs)",
+            "--device cpu",
+        ));
+    }
+    // --devices lists GPUs, so it needs them as --device cuda does.
+    let choice = match args.devices {
+        Some(_) => DeviceChoice::Cuda,
+        None => args.device,
+    };
+    let (placement, note) = resolve_device(choice, || Gpu::new(0))?;
     let dtype = args.dtype.resolve(placement.is_cuda());
     check_dtype(&placement, dtype)?;
     if let Some(note) = note {
@@ -239,6 +258,8 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     let t_load = Instant::now();
     let model = Model::load(&model_dir, args.max_seq_len)?;
     let mut cuda = match &placement {
+        // Each GPU of --devices builds its backend in its own thread.
+        Placement::Cuda(_) if args.devices.is_some() => None,
         Placement::Cuda(gpu) => {
             let options = CudaOptions {
                 graphs: !args.no_graphs,
@@ -272,11 +293,17 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     };
     let mut timings = Timings::default();
     let t_embed = Instant::now();
-    let emb = match cuda.as_mut() {
-        Some(any) => {
+    let mut shares = Vec::new();
+    let emb = match (cuda.as_mut(), &args.devices) {
+        (_, Some(list)) => {
+            let (emb, s) = embed_on_gpus(list, &model, &sentences, &args, dtype, &bar)?;
+            shares = s;
+            emb
+        }
+        (Some(any), None) => {
             with_cuda_backend!(any, b => embed_with(b, &model, &sentences, &args, &bar, &mut timings))?
         }
-        None => {
+        (None, None) => {
             let mut b = CpuBackend::new(model.weights.clone(), dtype)?;
             embed_with(&mut b, &model, &sentences, &args, &bar, &mut timings)?
         }
@@ -321,8 +348,68 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
             sentences.len() as f64 / embed_time.as_secs_f64()
         );
         eprintln!("{timings}");
+        for (ordinal, s) in &shares {
+            eprintln!(
+                "GPU {ordinal}: {} in {}, busy {:.1} ms ({:.1} sentences/s)",
+                plural(s.items, "sentence"),
+                plural(s.jobs, "batch"),
+                s.busy.as_secs_f64() * 1e3,
+                s.items_per_second()
+            );
+        }
     }
     Ok(())
+}
+
+/// `embed --devices`: the batches shared out over `list`'s GPUs, each GPU's backend built in
+/// its own thread ([`embed_on_devices`]). Returns the embeddings and each GPU's ordinal and
+/// share.
+fn embed_on_gpus(
+    list: &DeviceList,
+    model: &Model,
+    sentences: &[String],
+    args: &EmbedArgs,
+    dtype: Dtype,
+    bar: &ProgressBar,
+) -> Result<(Embeddings, Vec<(usize, DeviceShare)>)> {
+    let ordinals = list.resolve(Gpu::device_count()?)?;
+    let options = CudaOptions {
+        graphs: !args.no_graphs,
+        deferred_layer_norm: args.layer_norm.deferred(),
+        ..CudaOptions::default()
+    };
+    let dim = model.config.hidden_size;
+    let progress = |done: usize, _| bar.set_position(done as u64);
+    let ran = match dtype {
+        Dtype::F16 => embed_on_devices(
+            ordinals.len(),
+            |d| CudaBackend::<half::f16>::new(&Gpu::new(ordinals[d])?, &model.weights, options),
+            dim,
+            &model.tokenizer,
+            sentences,
+            args.batch_size,
+            progress,
+        ),
+        Dtype::Bf16 => embed_on_devices(
+            ordinals.len(),
+            |d| CudaBackend::<half::bf16>::new(&Gpu::new(ordinals[d])?, &model.weights, options),
+            dim,
+            &model.tokenizer,
+            sentences,
+            args.batch_size,
+            progress,
+        ),
+        Dtype::F32 => Err(fused_gemm_cli::device::f32_on_gpu()),
+    };
+    // Name the failing GPU by its ordinal rather than its place in the list.
+    let (emb, shares) = ran.map_err(|e| match e {
+        Error::OnDevice { device, source } => Error::OnDevice {
+            device: ordinals[device],
+            source,
+        },
+        e => e,
+    })?;
+    Ok((emb, ordinals.into_iter().zip(shares).collect()))
 }
 
 /// The stderr line for the sentences cut to `max_seq_len` tokens (`truncated`: their input

@@ -431,6 +431,9 @@ fn bad_options_fail_with_clear_messages() {
         (&["--max-seq-len", "513"], &["--max-seq-len", "2..=512"]),
         (&["--batch-size", "0"], &["--batch-size"]),
         (&["--format", "csv"], &["csv"]),
+        (&["--devices", "0"], &["--devices", "--device cpu"]),
+        (&["--devices", "0,0"], &["GPU 0 is listed twice"]),
+        (&["--devices", "first"], &["all or GPU ordinals"]),
     ];
     for (args, needles) in cases {
         let mut c = bin();
@@ -452,6 +455,37 @@ fn bad_options_fail_with_clear_messages() {
             assert_eq!(parse_jsonl(&out.stdout).len(), 1);
         }
         Err(e) => assert_fails(&out, &[&e.to_string()]),
+    }
+    // --devices lists GPUs: without one it fails and says so; with one, a run over all of
+    // them gives the rows of a run on GPU 0 alone, in input order.
+    let texts = [
+        "a first sentence",
+        "the second",
+        "and a third one, longer than the rest",
+    ];
+    let embed_on = |devices: &[&str]| {
+        let mut c = bin();
+        c.args(["embed", "--batch-size", "1"])
+            .args(devices)
+            .args(texts);
+        run(c, b"")
+    };
+    let all = embed_on(&["--devices", "all"]);
+    match fused_gemm::Gpu::new(0) {
+        Ok(_) => {
+            assert!(
+                all.status.success(),
+                "{}",
+                String::from_utf8_lossy(&all.stderr)
+            );
+            let (all, one) = (parse_jsonl(&all.stdout), parse_jsonl(&embed_on(&[]).stdout));
+            assert_eq!(all.len(), texts.len());
+            for (i, (a, b)) in all.iter().zip(&one).enumerate() {
+                assert_eq!(a.1, texts[i]);
+                assert!(cosine(&a.2, &b.2) >= 0.9999, "sentence {i}");
+            }
+        }
+        Err(e) => assert_fails(&all, &[&e.to_string()]),
     }
 }
 

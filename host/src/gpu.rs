@@ -312,20 +312,29 @@ impl Stream {
 pub use crate::driver_ext::driver_present;
 
 impl Gpu {
+    /// The number of CUDA devices the driver sees (0 when it sees none).
+    ///
+    /// # Errors
+    /// [`Error::NoDriver`] when `libcuda` is absent, [`Error::Driver`] for other driver
+    /// failures.
+    pub fn device_count() -> Result<usize> {
+        if !driver_present() {
+            return Err(Error::NoDriver);
+        }
+        match CudaContext::device_count() {
+            Ok(c) => Ok(c.max(0) as usize),
+            Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Opens device `ordinal` (0 for the first GPU).
     ///
     /// # Errors
     /// [`Error::NoDriver`] when `libcuda` is absent, [`Error::NoDevice`] when the driver has no
     /// such device, [`Error::Driver`] for other driver failures.
     pub fn new(ordinal: usize) -> Result<Self> {
-        if !driver_present() {
-            return Err(Error::NoDriver);
-        }
-        let count = match CudaContext::device_count() {
-            Ok(c) => c.max(0) as usize,
-            Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => 0,
-            Err(e) => return Err(e.into()),
-        };
+        let count = Self::device_count()?;
         if ordinal >= count {
             return Err(Error::NoDevice { ordinal, count });
         }

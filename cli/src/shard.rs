@@ -1,0 +1,182 @@
+//! Embedding on several devices at once (data parallelism): the batches of one run are handed
+//! out to a thread per device, and the rows land at their input indices whatever the order in
+//! which the devices finish.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::backend::Backend;
+use crate::embed::{Embeddings, check_request, plan_batches, token_counts};
+use crate::error::{Error, Result};
+use crate::tokenize::{Encoded, MiniLmTokenizer, TokenBatch};
+
+/// What one worker of [`run_sharded`] (one device of [`embed_on_devices`]) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceShare {
+    /// Jobs it ran (batches).
+    pub jobs: usize,
+    /// Items of those jobs (sentences).
+    pub items: usize,
+    /// Time inside its jobs, on the host clock (uploads and downloads included).
+    pub busy: Duration,
+}
+
+impl DeviceShare {
+    /// Items per second of busy time; 0 for a worker that ran nothing.
+    pub fn items_per_second(&self) -> f64 {
+        let s = self.busy.as_secs_f64();
+        if s > 0.0 { self.items as f64 / s } else { 0.0 }
+    }
+}
+
+/// Runs jobs `0..jobs` on `devices` workers, a scoped thread each. Each thread first builds its
+/// worker with `make(device)`, in the thread, since a worker need not be `Send` (the CUDA
+/// backend's captured graphs are not). A thread then takes the next job index as soon as its
+/// last job is done, so a faster worker takes more of them (a shared work queue).
+/// `run(worker, job)` returns the job's result and its item count; `done(job, result)` gets each
+/// result on the calling thread, in finishing order.
+///
+/// Returns each worker's [`DeviceShare`], by device.
+///
+/// # Errors
+/// The first error of a `make` or a `run`, as [`Error::OnDevice`] with that device. Every
+/// thread stops before its next job; results that arrive after the error are dropped, and
+/// `done` is not called again.
+pub fn run_sharded<W, T: Send>(
+    devices: usize,
+    make: impl Fn(usize) -> Result<W> + Sync,
+    jobs: usize,
+    run: impl Fn(&mut W, usize) -> Result<(T, usize)> + Sync,
+    mut done: impl FnMut(usize, T),
+) -> Result<Vec<DeviceShare>> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let mut shares = vec![DeviceShare::default(); devices];
+    let mut first_error = None;
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        for device in 0..devices {
+            let (tx, next, stop, make, run) = (tx.clone(), &next, &stop, &make, &run);
+            s.spawn(move || {
+                let fail = |e| {
+                    stop.store(true, Ordering::Release);
+                    // The receiver outlives every sender (it is dropped after the scope).
+                    let _ = tx.send((device, 0, Err(e), Duration::ZERO));
+                };
+                let mut worker = match make(device) {
+                    Ok(w) => w,
+                    Err(e) => return fail(e),
+                };
+                while !stop.load(Ordering::Acquire) {
+                    let job = next.fetch_add(1, Ordering::Relaxed);
+                    if job >= jobs {
+                        break;
+                    }
+                    let t = Instant::now();
+                    match run(&mut worker, job) {
+                        Ok(r) => {
+                            let _ = tx.send((device, job, Ok(r), t.elapsed()));
+                        }
+                        Err(e) => return fail(e),
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (device, job, r, busy) in rx {
+            match r {
+                Ok((value, items)) if first_error.is_none() => {
+                    let share = &mut shares[device];
+                    share.jobs += 1;
+                    share.items += items;
+                    share.busy += busy;
+                    done(job, value);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert(Error::OnDevice {
+                        device,
+                        source: Box::new(e),
+                    });
+                }
+            }
+        }
+    });
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(shares),
+    }
+}
+
+/// Embeds `sentences` on `devices` backends at once: tokenizes once, plans the batches as
+/// [`crate::embed`] does (by length, at most `batch_size` each), and runs them with
+/// [`run_sharded`], a thread per device whose backend `make(device)` builds in that thread. The
+/// result equals [`crate::embed`]'s on one of the backends up to the backends' own differences
+/// (each row comes from one batch on one backend). `dim` is the model's hidden size.
+/// `on_batch(done, total)` is called on the calling thread after each batch with the number of
+/// sentences done.
+///
+/// Returns the embeddings in input order and each device's share.
+///
+/// # Errors
+/// [`Error::EmptyInput`] for no sentences; [`Error::InvalidArgument`] for `batch_size == 0` or
+/// no devices; tokenizer errors; a backend's error, in `make` or in a batch, as
+/// [`Error::OnDevice`] (the run stops and nothing is returned); [`Error::InvalidArgument`] (in
+/// [`Error::OnDevice`]) when a backend's hidden size is not `dim`.
+pub fn embed_on_devices<B: Backend, S: AsRef<str>>(
+    devices: usize,
+    make: impl Fn(usize) -> Result<B> + Sync,
+    dim: usize,
+    tokenizer: &MiniLmTokenizer,
+    sentences: &[S],
+    batch_size: usize,
+    mut on_batch: impl FnMut(usize, usize),
+) -> Result<(Embeddings, Vec<DeviceShare>)> {
+    check_request(sentences.len(), batch_size)?;
+    if devices == 0 {
+        return Err(Error::invalid("--devices", "at least one device", 0));
+    }
+    let Encoded { ids, truncated } = tokenizer.encode_all(sentences)?;
+    let batches = plan_batches(&token_counts(&ids), batch_size);
+    let pad_id = tokenizer.pad_id();
+    let mut data = vec![0.0f32; sentences.len() * dim];
+    let mut count = 0;
+    let shares = run_sharded(
+        devices,
+        |device| {
+            let b = make(device)?;
+            if b.config().hidden_size != dim {
+                return Err(Error::invalid(
+                    "backend",
+                    format!("the model's hidden size {dim}"),
+                    b.config().hidden_size,
+                ));
+            }
+            Ok(b)
+        },
+        batches.len(),
+        |backend, job| {
+            let seqs: Vec<&[u32]> = batches[job].iter().map(|&i| ids[i].as_slice()).collect();
+            let batch = TokenBatch::pad(&seqs, pad_id)?;
+            let out = backend.run_batch(&batch, None)?;
+            Ok((out, seqs.len()))
+        },
+        |job, out| {
+            for (k, &i) in batches[job].iter().enumerate() {
+                data[i * dim..(i + 1) * dim].copy_from_slice(&out[k * dim..(k + 1) * dim]);
+            }
+            count += batches[job].len();
+            on_batch(count, sentences.len());
+        },
+    )?;
+    Ok((
+        Embeddings {
+            count: sentences.len(),
+            dim,
+            data,
+            truncated,
+        },
+        shares,
+    ))
+}

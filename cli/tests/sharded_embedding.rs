@@ -1,0 +1,237 @@
+//! Embedding on several devices: every batch runs once, rows keep their input order whatever
+//! the finishing order, a failing device ends the run with its error and nothing else.
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{fixture, model};
+use fused_gemm_cli::shard::run_sharded;
+use fused_gemm_cli::{CpuBackend, Dtype, Error, embed, embed_on_devices};
+
+/// A worker that sleeps a little per job (longer on higher devices) and records what it ran.
+struct Worker {
+    id: usize,
+    ran: Vec<usize>,
+}
+
+/// Job `j` on worker `w` takes (j·7 mod 5 + w) ms: uneven, so jobs finish out of order.
+fn pause(w: &Worker, job: usize) {
+    std::thread::sleep(Duration::from_millis((job * 7 % 5 + w.id) as u64));
+}
+
+#[test]
+fn every_job_runs_once_and_each_result_reaches_its_index() {
+    for n in [1, 3, 8] {
+        let jobs = 61;
+        let ran = Mutex::new(Vec::new());
+        let mut got = vec![None; jobs];
+        let mut order = Vec::new();
+        let shares = run_sharded(
+            n,
+            |id| {
+                Ok(Worker {
+                    id,
+                    ran: Vec::new(),
+                })
+            },
+            jobs,
+            |w, job| {
+                pause(w, job);
+                w.ran.push(job);
+                ran.lock().unwrap().push((w.id, job));
+                Ok((job * job, job % 3 + 1))
+            },
+            |job, v| {
+                assert!(got[job].is_none(), "job {job} reported twice");
+                got[job] = Some(v);
+                order.push(job);
+            },
+        )
+        .unwrap();
+        for (job, v) in got.iter().enumerate() {
+            assert_eq!(*v, Some(job * job), "{n} workers: job {job}");
+        }
+        let ran = ran.into_inner().unwrap();
+        let mut jobs_run: Vec<usize> = ran.iter().map(|&(_, j)| j).collect();
+        jobs_run.sort_unstable();
+        assert_eq!(jobs_run, (0..jobs).collect::<Vec<_>>(), "{n} workers");
+        assert_eq!(shares.len(), n);
+        for (id, s) in shares.iter().enumerate() {
+            let mine: Vec<usize> = ran.iter().filter(|r| r.0 == id).map(|r| r.1).collect();
+            assert_eq!(s.jobs, mine.len());
+            assert_eq!(s.items, mine.iter().map(|j| j % 3 + 1).sum::<usize>());
+            assert!(s.busy >= Duration::from_millis((id * mine.len()) as u64));
+        }
+        if n > 1 {
+            assert!(shares.iter().all(|s| s.jobs > 0), "{n} workers: {shares:?}");
+            assert_ne!(
+                order,
+                (0..jobs).collect::<Vec<_>>(),
+                "finishing order was input order"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failing_worker_stops_the_run_with_its_error() {
+    let jobs = 200;
+    let fail_at = 17;
+    let started = Mutex::new(Vec::new());
+    let mut reported = 0;
+    let e = run_sharded(
+        4,
+        |id| {
+            Ok(Worker {
+                id,
+                ran: Vec::new(),
+            })
+        },
+        jobs,
+        |w, job| {
+            started.lock().unwrap().push(Some(job));
+            pause(w, job);
+            if job == fail_at {
+                started.lock().unwrap().push(None);
+                Err(Error::invalid("--test", "no failure", job))
+            } else {
+                Ok(((), 1))
+            }
+        },
+        |_, ()| reported += 1,
+    )
+    .unwrap_err();
+    match &e {
+        Error::OnDevice { device, source } => {
+            assert!(*device < 4);
+            assert!(
+                matches!(**source, Error::InvalidArgument { arg: "--test", .. }),
+                "{source}"
+            );
+        }
+        other => panic!("expected OnDevice, got {other}"),
+    }
+    assert!(e.to_string().starts_with("device "), "{e}");
+    // Each thread stops before its next job: after the failure, at most one job starts on each
+    // other worker (one that was between its check and its start).
+    let started = started.into_inner().unwrap();
+    let failed = started.iter().position(Option::is_none).unwrap();
+    let after = started.len() - failed - 1;
+    assert!(after <= 3, "{after} jobs started after the failure");
+    assert!(reported < jobs - 1, "results kept flowing after the error");
+}
+
+#[test]
+fn a_device_that_does_not_open_ends_the_run() {
+    let ran = Mutex::new(0);
+    let e = run_sharded(
+        3,
+        |id| {
+            if id == 2 {
+                Err(Error::invalid("--devices", "a device that opens", id))
+            } else {
+                Ok(Worker {
+                    id,
+                    ran: Vec::new(),
+                })
+            }
+        },
+        1000,
+        |w, job| {
+            pause(w, job);
+            *ran.lock().unwrap() += 1;
+            Ok(((), 1))
+        },
+        |_, ()| {},
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::OnDevice { device: 2, .. }), "{e}");
+    assert!(*ran.lock().unwrap() < 1000);
+}
+
+#[test]
+fn no_workers_and_no_jobs() {
+    let shares = run_sharded(
+        0,
+        |_| -> fused_gemm_cli::Result<()> { unreachable!() },
+        5,
+        |_, _| -> fused_gemm_cli::Result<((), usize)> { unreachable!() },
+        |_, ()| {},
+    )
+    .unwrap();
+    assert!(shares.is_empty());
+    let shares = run_sharded(3, |_| Ok(()), 0, |_, _| Ok(((), 1)), |_, ()| {}).unwrap();
+    assert!(shares.iter().all(|s| s.jobs == 0 && s.items == 0));
+}
+
+fn cpu(m: &fused_gemm_cli::Model) -> fused_gemm_cli::Result<CpuBackend> {
+    CpuBackend::new(m.weights.clone(), Dtype::F32)
+}
+
+#[test]
+fn two_cpu_devices_give_the_one_device_embeddings() {
+    let m = model();
+    let fx = fixture("embeddings_256.json");
+    let texts: Vec<&str> = fx.sentences.iter().map(|s| s.text.as_str()).collect();
+    assert!(texts.len() >= 20);
+    let want = embed(
+        &mut cpu(m).unwrap(),
+        &m.tokenizer,
+        &texts,
+        3,
+        |_, _| {},
+        None,
+    )
+    .unwrap();
+    let dim = m.config.hidden_size;
+    let mut progress = Vec::new();
+    let (got, shares) = embed_on_devices(
+        2,
+        |_| cpu(m),
+        dim,
+        &m.tokenizer,
+        &texts,
+        3,
+        |d, t| progress.push((d, t)),
+    )
+    .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(shares.iter().map(|s| s.items).sum::<usize>(), texts.len());
+    assert_eq!(
+        shares.iter().map(|s| s.jobs).sum::<usize>(),
+        texts.len().div_ceil(3)
+    );
+    assert_eq!(progress.last(), Some(&(texts.len(), texts.len())));
+    assert!(progress.windows(2).all(|p| p[0].0 < p[1].0));
+}
+
+#[test]
+fn embedding_on_no_devices_or_a_mismatched_one_is_refused() {
+    let m = model();
+    let dim = m.config.hidden_size;
+    let run = |devices, dim, texts: &[&str], batch| {
+        embed_on_devices(
+            devices,
+            |_| cpu(m),
+            dim,
+            &m.tokenizer,
+            texts,
+            batch,
+            |_, _| {},
+        )
+        .unwrap_err()
+    };
+    assert!(matches!(
+        run(0, dim, &["a"], 1),
+        Error::InvalidArgument { .. }
+    ));
+    assert!(matches!(
+        run(1, dim, &["a"], 0),
+        Error::InvalidArgument { .. }
+    ));
+    assert!(matches!(run(1, dim, &[], 1), Error::EmptyInput { .. }));
+    let e = run(2, dim + 1, &["a", "b"], 1);
+    assert!(matches!(e, Error::OnDevice { .. }), "{e}");
+}
