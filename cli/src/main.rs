@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use fused_gemm::Gpu;
+use fused_gemm_cli::backend::cuda::GpuElement;
 use fused_gemm_cli::backend::cuda::bench::{self, BenchConfig};
 use fused_gemm_cli::device::{
     DeviceChoice, DeviceList, DtypeChoice, HalfDtype, LayerNormChoice, Placement, WeightDtype,
@@ -378,27 +379,29 @@ fn embed_on_gpus(
         deferred_layer_norm: args.layer_norm.deferred(),
         ..CudaOptions::default()
     };
-    let dim = model.config.hidden_size;
-    let progress = |done: usize, _| bar.set_position(done as u64);
+    // One backend type per storage dtype.
+    fn on<T: GpuElement>(
+        ordinals: &[usize],
+        model: &Model,
+        sentences: &[String],
+        batch_size: usize,
+        options: CudaOptions,
+        bar: &ProgressBar,
+    ) -> Result<(Embeddings, Vec<DeviceShare>)> {
+        embed_on_devices(
+            ordinals.len(),
+            |d| CudaBackend::<T>::new(&Gpu::new(ordinals[d])?, &model.weights, options),
+            model.config.hidden_size,
+            &model.tokenizer,
+            sentences,
+            batch_size,
+            |done, _| bar.set_position(done as u64),
+        )
+    }
+    let (o, b) = (&ordinals, args.batch_size);
     let ran = match dtype {
-        Dtype::F16 => embed_on_devices(
-            ordinals.len(),
-            |d| CudaBackend::<half::f16>::new(&Gpu::new(ordinals[d])?, &model.weights, options),
-            dim,
-            &model.tokenizer,
-            sentences,
-            args.batch_size,
-            progress,
-        ),
-        Dtype::Bf16 => embed_on_devices(
-            ordinals.len(),
-            |d| CudaBackend::<half::bf16>::new(&Gpu::new(ordinals[d])?, &model.weights, options),
-            dim,
-            &model.tokenizer,
-            sentences,
-            args.batch_size,
-            progress,
-        ),
+        Dtype::F16 => on::<half::f16>(o, model, sentences, b, options, bar),
+        Dtype::Bf16 => on::<half::bf16>(o, model, sentences, b, options, bar),
         Dtype::F32 => Err(fused_gemm_cli::device::f32_on_gpu()),
     };
     // Name the failing GPU by its ordinal rather than its place in the list.
