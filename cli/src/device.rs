@@ -41,8 +41,12 @@ impl std::str::FromStr for DeviceList {
 
     /// `all`, or comma-separated distinct ordinals (`0,1,3`).
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        if s.trim() == "all" {
+        let all = |p: &str| p.trim().eq_ignore_ascii_case("all");
+        if all(s) {
             return Ok(DeviceList::All);
+        }
+        if s.split(',').any(all) {
+            return Err("all stands alone: all, or a list of ordinals such as 0,1".into());
         }
         let mut ordinals = Vec::new();
         for part in s.split(',') {
@@ -257,6 +261,9 @@ mod tests {
     #[test]
     fn device_lists_parse_and_resolve_against_the_count() {
         let all: DeviceList = "all".parse().unwrap();
+        assert_eq!("ALL".parse::<DeviceList>(), Ok(DeviceList::All));
+        let mixed = "all,1".parse::<DeviceList>().unwrap_err();
+        assert!(mixed.contains("stands alone"), "{mixed}");
         assert_eq!(all.resolve(3).unwrap(), vec![0, 1, 2]);
         let some: DeviceList = "2, 0".parse().unwrap();
         assert_eq!(some, DeviceList::Ordinals(vec![2, 0]));

@@ -161,7 +161,8 @@ pub enum Error {
     /// nothing was written.
     #[error("device {device}: {source}")]
     OnDevice {
-        /// The device's position among the run's devices.
+        /// The device: its position among the run's devices, which the CLI replaces by the
+        /// GPU's ordinal.
         device: usize,
         /// What failed there.
         source: Box<Error>,

@@ -78,10 +78,13 @@ struct EmbedArgs {
     /// on stderr).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
-    /// Embed on several GPUs at once: `all`, or ordinals such as `0,1`. The batches are shared
-    /// out, a thread per GPU, each taking the next batch when its last is done; the output
-    /// keeps the input order. A GPU that fails ends the run with its error and writes nothing.
-    /// --timings adds each GPU's throughput. Without it, GPU 0 alone.
+    /// Embed on several GPUs at once: `all`, or comma-separated ordinals such as `0,1` (no
+    /// spaces: a word after the flag is a sentence). The batches are shared out, a thread per
+    /// GPU, each taking the next batch when its last is done; the output keeps the input order.
+    /// A GPU that fails ends the run with its error and writes nothing. --timings then gives
+    /// each GPU's set-up time (weights uploaded, kernels loaded) and throughput, its batches
+    /// replayed as CUDA graphs (one GPU with --timings runs them eagerly, step by step).
+    /// Without --devices, --device decides.
     #[arg(long, value_name = "all|0,1,...")]
     devices: Option<DeviceList>,
     /// Storage dtype: auto = f16 on the GPU, f32 on the CPU. The CPU runs f32 only; the GPU
@@ -244,12 +247,17 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
             "--device cpu",
         ));
     }
-    // --devices lists GPUs, so it needs them as --device cuda does.
-    let choice = match args.devices {
-        Some(_) => DeviceChoice::Cuda,
-        None => args.device,
+    // --devices lists GPUs, so it needs them as --device cuda does, and the first one it lists
+    // stands for them where one GPU is asked for.
+    let ordinals = match &args.devices {
+        Some(list) => list.resolve(Gpu::device_count()?)?,
+        None => Vec::new(),
     };
-    let (placement, note) = resolve_device(choice, || Gpu::new(0))?;
+    let (choice, first) = match ordinals.first() {
+        Some(&o) => (DeviceChoice::Cuda, o),
+        None => (args.device, 0),
+    };
+    let (placement, note) = resolve_device(choice, || Gpu::new(first))?;
     let dtype = args.dtype.resolve(placement.is_cuda());
     check_dtype(&placement, dtype)?;
     if let Some(note) = note {
@@ -296,8 +304,8 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     let t_embed = Instant::now();
     let mut shares = Vec::new();
     let emb = match (cuda.as_mut(), &args.devices) {
-        (_, Some(list)) => {
-            let (emb, s) = embed_on_gpus(list, &model, &sentences, &args, dtype, &bar)?;
+        (_, Some(_)) => {
+            let (emb, s) = embed_on_gpus(&ordinals, &model, &sentences, &args, dtype, &bar)?;
             shares = s;
             emb
         }
@@ -348,10 +356,14 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
             embed_time.as_secs_f64() * 1e3,
             sentences.len() as f64 / embed_time.as_secs_f64()
         );
-        eprintln!("{timings}");
+        // Several GPUs run their stages at once: each reports its share instead.
+        if shares.is_empty() {
+            eprintln!("{timings}");
+        }
         for (ordinal, s) in &shares {
             eprintln!(
-                "GPU {ordinal}: {} in {}, busy {:.1} ms ({:.1} sentences/s)",
+                "GPU {ordinal}: set-up {:.1} ms, then {} in {}, busy {:.1} ms ({:.1} sentences/s)",
+                s.setup.as_secs_f64() * 1e3,
                 plural(s.items, "sentence"),
                 plural(s.jobs, "batch"),
                 s.busy.as_secs_f64() * 1e3,
@@ -362,18 +374,17 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// `embed --devices`: the batches shared out over `list`'s GPUs, each GPU's backend built in
-/// its own thread ([`embed_on_devices`]). Returns the embeddings and each GPU's ordinal and
+/// `embed --devices`: the batches shared out over the GPUs `ordinals`, each GPU's backend built
+/// in its own thread ([`embed_on_devices`]). Returns the embeddings and each GPU's ordinal and
 /// share.
 fn embed_on_gpus(
-    list: &DeviceList,
+    ordinals: &[usize],
     model: &Model,
     sentences: &[String],
     args: &EmbedArgs,
     dtype: Dtype,
     bar: &ProgressBar,
 ) -> Result<(Embeddings, Vec<(usize, DeviceShare)>)> {
-    let ordinals = list.resolve(Gpu::device_count()?)?;
     let options = CudaOptions {
         graphs: !args.no_graphs,
         deferred_layer_norm: args.layer_norm.deferred(),
@@ -398,7 +409,7 @@ fn embed_on_gpus(
             |done, _| bar.set_position(done as u64),
         )
     }
-    let (o, b) = (&ordinals, args.batch_size);
+    let (o, b) = (ordinals, args.batch_size);
     let ran = match dtype {
         Dtype::F16 => on::<half::f16>(o, model, sentences, b, options, bar),
         Dtype::Bf16 => on::<half::bf16>(o, model, sentences, b, options, bar),
@@ -412,7 +423,7 @@ fn embed_on_gpus(
         },
         e => e,
     })?;
-    Ok((emb, ordinals.into_iter().zip(shares).collect()))
+    Ok((emb, ordinals.iter().copied().zip(shares).collect()))
 }
 
 /// The stderr line for the sentences cut to `max_seq_len` tokens (`truncated`: their input

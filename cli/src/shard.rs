@@ -20,6 +20,27 @@ pub struct DeviceShare {
     pub items: usize,
     /// Time inside its jobs, on the host clock (uploads and downloads included).
     pub busy: Duration,
+    /// Time building the worker (for a GPU: its backend, weights uploaded and kernels loaded).
+    pub setup: Duration,
+}
+
+/// Sets the run's stop flag when dropped during a panic, so the other threads end at their next
+/// job rather than running every remaining one before the panic reaches the caller.
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// What a worker thread sends: a job's result, or the worker's set-up time, or its error.
+enum Event<T> {
+    Ready(Duration),
+    Done(usize, T, usize, Duration),
+    Failed(Error),
 }
 
 impl DeviceShare {
@@ -40,9 +61,10 @@ impl DeviceShare {
 /// Returns each worker's [`DeviceShare`], by device.
 ///
 /// # Errors
-/// The first error of a `make` or a `run`, as [`Error::OnDevice`] with that device. Every
-/// thread stops before its next job; results that arrive after the error are dropped, and
-/// `done` is not called again.
+/// [`Error::InvalidArgument`] for jobs and no devices; the first error of a `make` or a `run`,
+/// as [`Error::OnDevice`] with that device. Every thread stops before its next job; results
+/// that arrive after the error are dropped, and `done` is not called again. A panic in a
+/// worker or in `done` also stops every thread at its next job, then reaches the caller.
 pub fn run_sharded<W, T: Send>(
     devices: usize,
     make: impl Fn(usize) -> Result<W> + Sync,
@@ -50,6 +72,13 @@ pub fn run_sharded<W, T: Send>(
     run: impl Fn(&mut W, usize) -> Result<(T, usize)> + Sync,
     mut done: impl FnMut(usize, T),
 ) -> Result<Vec<DeviceShare>> {
+    if devices == 0 && jobs > 0 {
+        return Err(Error::invalid(
+            "devices",
+            "at least one device for the jobs",
+            0,
+        ));
+    }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let mut shares = vec![DeviceShare::default(); devices];
@@ -59,15 +88,20 @@ pub fn run_sharded<W, T: Send>(
         for device in 0..devices {
             let (tx, next, stop, make, run) = (tx.clone(), &next, &stop, &make, &run);
             s.spawn(move || {
+                let _guard = StopOnPanic(stop);
+                // A send fails only when the receiving loop ended in a panic, which stopped
+                // the run.
+                let send = |e| tx.send((device, e)).is_ok();
                 let fail = |e| {
                     stop.store(true, Ordering::Release);
-                    // The receiver outlives every sender (it is dropped after the scope).
-                    let _ = tx.send((device, 0, Err(e), Duration::ZERO));
+                    send(Event::Failed(e));
                 };
+                let t = Instant::now();
                 let mut worker = match make(device) {
                     Ok(w) => w,
                     Err(e) => return fail(e),
                 };
+                send(Event::Ready(t.elapsed()));
                 while !stop.load(Ordering::Acquire) {
                     let job = next.fetch_add(1, Ordering::Relaxed);
                     if job >= jobs {
@@ -75,8 +109,10 @@ pub fn run_sharded<W, T: Send>(
                     }
                     let t = Instant::now();
                     match run(&mut worker, job) {
-                        Ok(r) => {
-                            let _ = tx.send((device, job, Ok(r), t.elapsed()));
+                        Ok((value, items)) => {
+                            if !send(Event::Done(job, value, items, t.elapsed())) {
+                                break;
+                            }
                         }
                         Err(e) => return fail(e),
                     }
@@ -84,17 +120,19 @@ pub fn run_sharded<W, T: Send>(
             });
         }
         drop(tx);
-        for (device, job, r, busy) in rx {
-            match r {
-                Ok((value, items)) if first_error.is_none() => {
-                    let share = &mut shares[device];
+        let _guard = StopOnPanic(&stop);
+        for (device, event) in rx {
+            let share = &mut shares[device];
+            match event {
+                Event::Ready(setup) => share.setup = setup,
+                Event::Done(job, value, items, busy) if first_error.is_none() => {
                     share.jobs += 1;
                     share.items += items;
                     share.busy += busy;
                     done(job, value);
                 }
-                Ok(_) => {}
-                Err(e) => {
+                Event::Done(..) => {}
+                Event::Failed(e) => {
                     first_error.get_or_insert(Error::OnDevice {
                         device,
                         source: Box::new(e),

@@ -478,8 +478,14 @@ fn bad_options_fail_with_clear_messages() {
                 "{}",
                 String::from_utf8_lossy(&all.stderr)
             );
-            let (all, one) = (parse_jsonl(&all.stdout), parse_jsonl(&embed_on(&[]).stdout));
-            assert_eq!(all.len(), texts.len());
+            let one = embed_on(&[]);
+            assert!(
+                one.status.success(),
+                "{}",
+                String::from_utf8_lossy(&one.stderr)
+            );
+            let (all, one) = (parse_jsonl(&all.stdout), parse_jsonl(&one.stdout));
+            assert_eq!((all.len(), one.len()), (texts.len(), texts.len()));
             for (i, (a, b)) in all.iter().zip(&one).enumerate() {
                 assert_eq!(a.1, texts[i]);
                 assert!(cosine(&a.2, &b.2) >= 0.9999, "sentence {i}");
