@@ -266,17 +266,11 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     let model_dir = args.model_dir.clone().unwrap_or_else(default_model_dir);
     let t_load = Instant::now();
     let model = Model::load(&model_dir, args.max_seq_len)?;
+    let options = cuda_options(args.no_graphs, args.layer_norm);
     let mut cuda = match &placement {
         // Each GPU of --devices builds its backend in its own thread.
         Placement::Cuda(_) if args.devices.is_some() => None,
-        Placement::Cuda(gpu) => {
-            let options = CudaOptions {
-                graphs: !args.no_graphs,
-                deferred_layer_norm: args.layer_norm.deferred(),
-                ..CudaOptions::default()
-            };
-            Some(AnyCudaBackend::new(gpu, &model.weights, dtype, options)?)
-        }
+        Placement::Cuda(gpu) => Some(AnyCudaBackend::new(gpu, &model.weights, dtype, options)?),
         Placement::Cpu => {
             if args.layer_norm.deferred() {
                 eprintln!(
@@ -305,7 +299,9 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     let mut shares = Vec::new();
     let emb = match (cuda.as_mut(), &args.devices) {
         (_, Some(_)) => {
-            let (emb, s) = embed_on_gpus(&ordinals, &model, &sentences, &args, dtype, &bar)?;
+            let batch = args.batch_size;
+            let (emb, s) =
+                embed_on_gpus(&ordinals, &model, &sentences, batch, options, dtype, &bar)?;
             shares = s;
             emb
         }
@@ -374,6 +370,15 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
+/// The CUDA backend's options from `--no-graphs` and `--layer-norm`.
+fn cuda_options(no_graphs: bool, layer_norm: LayerNormChoice) -> CudaOptions {
+    CudaOptions {
+        graphs: !no_graphs,
+        deferred_layer_norm: layer_norm.deferred(),
+        ..CudaOptions::default()
+    }
+}
+
 /// `embed --devices`: the batches shared out over the GPUs `ordinals`, each GPU's backend built
 /// in its own thread ([`embed_on_devices`]). Returns the embeddings and each GPU's ordinal and
 /// share.
@@ -381,15 +386,11 @@ fn embed_on_gpus(
     ordinals: &[usize],
     model: &Model,
     sentences: &[String],
-    args: &EmbedArgs,
+    batch_size: usize,
+    options: CudaOptions,
     dtype: Dtype,
     bar: &ProgressBar,
 ) -> Result<(Embeddings, Vec<(usize, DeviceShare)>)> {
-    let options = CudaOptions {
-        graphs: !args.no_graphs,
-        deferred_layer_norm: args.layer_norm.deferred(),
-        ..CudaOptions::default()
-    };
     // One backend type per storage dtype.
     fn on<T: GpuElement>(
         ordinals: &[usize],
@@ -409,7 +410,7 @@ fn embed_on_gpus(
             |done, _| bar.set_position(done as u64),
         )
     }
-    let (o, b) = (ordinals, args.batch_size);
+    let (o, b) = (ordinals, batch_size);
     let ran = match dtype {
         Dtype::F16 => on::<half::f16>(o, model, sentences, b, options, bar),
         Dtype::Bf16 => on::<half::bf16>(o, model, sentences, b, options, bar),
@@ -485,11 +486,7 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     }
     let t_load = Instant::now();
     let model = Model::load(&model_dir, None)?;
-    let options = CudaOptions {
-        graphs: !args.no_graphs,
-        deferred_layer_norm: args.layer_norm.deferred(),
-        ..CudaOptions::default()
-    };
+    let options = cuda_options(args.no_graphs, args.layer_norm);
     let mut any = AnyCudaBackend::new(&gpu, &model.weights, dtype, options)?;
     eprintln!(
         "fused-gemm bench: model loaded and kernels compiled in {:.1} s",
