@@ -446,11 +446,11 @@ impl<'a, Out: Element, const MI: usize, const NI: usize, const STAGES: u32, E: S
         }
         if E::ROW_REDUCTION {
             // Written out per chunk, a row norm's chain (its statistics, the partials, both
-            // norm passes) outgrew the instruction cache. A loop keeps one copy. Each turn takes the first chunk and
-            // shifts the others down (moves between constant indices, so the accumulators
-            // stay in registers, and the chunk in hand is not a copy: picking chunk q by
-            // selects kept 32 more values live and spilled the ping-pong kernels, ptxas -v
-            // of sm_90a).
+            // norm passes) outgrew the instruction cache. A loop keeps one copy. Each turn
+            // takes the first chunk and shifts the others down (moves between constant
+            // indices, so the accumulators stay in registers, and the chunk in hand is not a
+            // copy: picking chunk q by selects kept 32 more values live and spilled the
+            // ping-pong kernels, ptxas -v of sm_90a).
             // The trip count is a run-time value (chunks past N are skipped, the last
             // half's not visited): the builder's high unroll threshold would otherwise
             // write the loop out again.

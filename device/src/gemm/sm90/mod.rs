@@ -83,14 +83,14 @@
 //! 128 accumulator registers. Chunks are written out one after another, except for stage lists
 //! with a row norm: eight copies of a row norm's chain outgrew the instruction cache, so those
 //! run the chunks in a loop (one copy of the chain). Chains of elementwise stages (bias, GELU,
-//! SiLU) were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the
-//! end of a tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
+//! SiLU) were 1-4 % slower in a loop on the H200. [`PREFETCH_K_TILES`] before the end of a
+//! tile's k-loop the warpgroup prefetches the tiles its stages will read into L2
 //! ([`Stage::prefetch`]: the residual), so the epilogue's loads need not wait on DRAM.
 //!
 //! A list whose first stage reading a column vector is `bias` ([`Stage::COLUMN_VECTOR`]; 16-bit
-//! C, no row norm) reads the tile's bias from shared memory: each
-//! consumer thread loads one column when the tile's mainloop starts and stores it after, in a
-//! buffer in the padding before the staging buffers ([`bias_offset`]). Loaded per chunk from
+//! C, no row norm) reads the tile's bias from shared memory: each consumer thread loads one
+//! column when the tile's mainloop starts and stores it after, in a buffer in the padding
+//! before the staging buffers ([`bias_offset`]). Loaded per chunk from
 //! global memory, the bias was the GELU epilogue's top wait.
 //!
 //! # Row-norm clusters
