@@ -325,11 +325,31 @@ fn shorten(s: &str, max_chars: usize) -> String {
     t
 }
 
-/// `"1 sentence"`, `"2 sentences"`: `n` and `noun`, with an `s` unless `n` is 1.
+/// `"1 sentence"`, `"2 sentences"`, `"2 batches"`: `n` and `noun`, with an `s` unless `n`
+/// is 1 (`es` after a sibilant ending: s, x, z, ch, sh).
 pub fn plural(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
+    } else if ["s", "x", "z", "ch", "sh"]
+        .iter()
+        .any(|e| noun.ends_with(e))
+    {
+        format!("{n} {noun}es")
     } else {
         format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plural;
+
+    #[test]
+    fn plural_counts_with_the_right_ending() {
+        assert_eq!(plural(1, "batch"), "1 batch");
+        assert_eq!(plural(0, "batch"), "0 batches");
+        assert_eq!(plural(32, "batch"), "32 batches");
+        assert_eq!(plural(2, "sentence"), "2 sentences");
+        assert_eq!(plural(1, "sentence"), "1 sentence");
     }
 }
