@@ -176,7 +176,7 @@ pub(crate) fn check_request(sentences: usize, batch_size: usize) -> Result<()> {
 /// # Errors
 /// [`Error::EmptyInput`] for no sentences; [`Error::InvalidArgument`] for `batch_size == 0`;
 /// tokenizer and backend errors.
-pub fn embed<B: Backend, S: AsRef<str>>(
+pub fn embed<B: Backend, S: AsRef<str> + Sync>(
     backend: &mut B,
     tokenizer: &MiniLmTokenizer,
     sentences: &[S],

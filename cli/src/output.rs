@@ -24,24 +24,50 @@ struct Record<'a> {
     embedding: &'a [f32],
 }
 
+/// Lines [`write_jsonl`] formats per task: a few hundred kilobytes of text each.
+const JSONL_LINES_PER_TASK: usize = 64;
+
+/// Tasks [`write_jsonl`] formats before writing them, per core: bounds the text held at once.
+const JSONL_TASKS_PER_CORE: usize = 8;
+
 /// Writes one JSON object per sentence (see [`Format::Jsonl`]); floats are printed with the
-/// shortest representation that reads back to the same f32.
+/// shortest representation that reads back to the same f32. Lines are formatted on every core
+/// (rayon's global pool), a block at a time, and written in input order: one thread formatted
+/// about 35 000 MiniLM rows a second, slower than the GPU embeds them.
 ///
 /// # Errors
 /// I/O errors of `w`.
-pub fn write_jsonl<S: AsRef<str>>(
+pub fn write_jsonl<S: AsRef<str> + Sync>(
     mut w: impl Write,
     sentences: &[S],
     emb: &Embeddings,
 ) -> io::Result<()> {
-    for (i, s) in sentences.iter().enumerate() {
-        let rec = Record {
-            index: i,
-            text: s.as_ref(),
-            embedding: emb.row(i),
-        };
-        serde_json::to_writer(&mut w, &rec)?;
-        w.write_all(b"\n")?;
+    use rayon::prelude::*;
+    let format = |lines: std::ops::Range<usize>| -> io::Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        for i in lines {
+            let rec = Record {
+                index: i,
+                text: sentences[i].as_ref(),
+                embedding: emb.row(i),
+            };
+            serde_json::to_writer(&mut buf, &rec)?;
+            buf.push(b'\n');
+        }
+        Ok(buf)
+    };
+    let block = JSONL_LINES_PER_TASK * JSONL_TASKS_PER_CORE * rayon::current_num_threads();
+    for start in (0..sentences.len()).step_by(block) {
+        let end = (start + block).min(sentences.len());
+        let texts: Vec<Vec<u8>> = (start..end)
+            .step_by(JSONL_LINES_PER_TASK)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|s| format(s..(s + JSONL_LINES_PER_TASK).min(end)))
+            .collect::<io::Result<_>>()?;
+        for t in &texts {
+            w.write_all(t)?;
+        }
     }
     w.flush()
 }
@@ -342,7 +368,39 @@ pub fn plural(n: usize, noun: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::plural;
+    use super::{Record, plural, write_jsonl};
+    use crate::embed::Embeddings;
+
+    /// The parallel formatting writes what one `serde_json` call per line would, in input
+    /// order, across several blocks and a partial last task.
+    #[test]
+    fn jsonl_lines_are_in_input_order_across_blocks() {
+        let (count, dim) = (5000, 3);
+        let sentences: Vec<String> = (0..count).map(|i| format!("s\"{i}\\")).collect();
+        let data: Vec<f32> = (0..count * dim).map(|v| v as f32 / 7.0 - 11.0).collect();
+        let emb = Embeddings {
+            count,
+            dim,
+            data,
+            truncated: Vec::new(),
+        };
+        let mut got = Vec::new();
+        write_jsonl(&mut got, &sentences, &emb).unwrap();
+        let mut want = Vec::new();
+        for (i, s) in sentences.iter().enumerate() {
+            let rec = Record {
+                index: i,
+                text: s,
+                embedding: emb.row(i),
+            };
+            serde_json::to_writer(&mut want, &rec).unwrap();
+            want.push(b'\n');
+        }
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
 
     #[test]
     fn plural_counts_with_the_right_ending() {

@@ -162,7 +162,7 @@ pub fn run_sharded<W, T: Send>(
 /// no devices; tokenizer errors; a backend's error, in `make` or in a batch, as
 /// [`Error::OnDevice`] (the run stops and nothing is returned); [`Error::InvalidArgument`] (in
 /// [`Error::OnDevice`]) when a backend's hidden size is not `dim`.
-pub fn embed_on_devices<B: Backend, S: AsRef<str>>(
+pub fn embed_on_devices<B: Backend, S: AsRef<str> + Sync>(
     devices: usize,
     make: impl Fn(usize) -> Result<B> + Sync,
     dim: usize,

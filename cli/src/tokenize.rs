@@ -133,16 +133,24 @@ impl MiniLmTokenizer {
     }
 
     /// Token ids of each sentence, as [`MiniLmTokenizer::encode`], and which sentences were cut.
+    /// The sentences are tokenized on every core (rayon's global pool): one thread took about
+    /// 65 µs a sentence, ten times the GPU's time per sentence of a MiniLM forward at batch 256.
     ///
     /// # Errors
-    /// [`Error::Tokenize`] naming the sentence that failed.
-    pub fn encode_all<S: AsRef<str>>(&self, sentences: &[S]) -> Result<Encoded> {
+    /// [`Error::Tokenize`] naming the first sentence, in input order, that failed.
+    pub fn encode_all<S: AsRef<str> + Sync>(&self, sentences: &[S]) -> Result<Encoded> {
+        use rayon::prelude::*;
+        let encoded: Vec<Result<(Vec<u32>, bool)>> = sentences
+            .par_iter()
+            .enumerate()
+            .map(|(i, s)| self.encode_indexed(i, s.as_ref()))
+            .collect();
         let mut out = Encoded {
             ids: Vec::with_capacity(sentences.len()),
             truncated: Vec::new(),
         };
-        for (i, s) in sentences.iter().enumerate() {
-            let (ids, cut) = self.encode_indexed(i, s.as_ref())?;
+        for (i, r) in encoded.into_iter().enumerate() {
+            let (ids, cut) = r?;
             out.ids.push(ids);
             if cut {
                 out.truncated.push(i);

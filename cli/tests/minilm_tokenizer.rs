@@ -183,3 +183,42 @@ fn long_inputs_give_the_ids_of_the_whole_text() {
     }
     assert!(checked_long > 200, "{checked_long} long cases");
 }
+
+/// `encode_all` tokenizes on several threads; its rows stay in input order and equal
+/// `encode` one sentence at a time, over thousands of sentences of random lengths (some cut).
+#[test]
+fn encode_all_keeps_input_order_over_many_sentences() {
+    let path = model_dir().join("tokenizer.json");
+    let t = MiniLmTokenizer::from_file(&path, 64).unwrap();
+    let r = reference_tokenizer(1 << 20);
+    let words = [
+        "the",
+        "Naïve",
+        "café",
+        "的人",
+        "GPU",
+        "kernels,",
+        "x",
+        "tokenization",
+    ];
+    let mut rng = StdRng::seed_from_u64(11);
+    let texts: Vec<String> = (0..3000)
+        .map(|_| {
+            let n = rng.random_range(0..120);
+            (0..n)
+                .map(|_| words[rng.random_range(0..words.len())])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let got = t.encode_all(&texts).unwrap();
+    assert_eq!(got.ids.len(), texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        assert_eq!(got.ids[i], t.encode(text).unwrap(), "sentence {i}");
+    }
+    let truncated: Vec<usize> = (0..texts.len())
+        .filter(|&i| r.encode(texts[i].as_str(), true).unwrap().len() > 64)
+        .collect();
+    assert_eq!(got.truncated, truncated);
+    assert!(!truncated.is_empty() && truncated.len() < texts.len());
+}
