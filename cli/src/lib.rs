@@ -46,6 +46,6 @@ pub use backend::{Activations, Backend, Dtype, Stage, Timings, encode, forward};
 pub use config::{Activation, MiniLmConfig};
 pub use embed::{Embeddings, Model, default_model_dir, embed};
 pub use error::{Error, Result};
-pub use shard::{DeviceShare, embed_on_devices};
+pub use shard::{DeviceShare, ShardedEmbeddings, embed_on_devices};
 pub use tokenize::{DEFAULT_MAX_SEQ_LEN, Encoded, MiniLmTokenizer, TokenBatch};
 pub use weights::ModelWeights;

@@ -299,9 +299,13 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     let mut shares = Vec::new();
     let emb = match (cuda.as_mut(), &args.devices) {
         (_, Some(_)) => {
-            let batch = args.batch_size;
-            let (emb, s) =
-                embed_on_gpus(&ordinals, &model, &sentences, batch, options, dtype, &bar)?;
+            let run = GpuRun {
+                ordinals: &ordinals,
+                batch_size: args.batch_size,
+                options,
+                dtype,
+            };
+            let (emb, s) = embed_on_gpus(&run, &model, &sentences, &bar, &mut timings)?;
             shares = s;
             emb
         }
@@ -352,18 +356,19 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
             embed_time.as_secs_f64() * 1e3,
             sentences.len() as f64 / embed_time.as_secs_f64()
         );
-        // Several GPUs run their stages at once: each reports its share instead.
-        if shares.is_empty() {
-            eprintln!("{timings}");
-        }
+        // With --devices the table holds the host's stages (tokenizing, output); the GPUs run
+        // theirs at once, and each reports its share.
+        eprintln!("{timings}");
         for (ordinal, s) in &shares {
             eprintln!(
-                "GPU {ordinal}: set-up {:.1} ms, then {} in {}, busy {:.1} ms ({:.1} sentences/s)",
+                "GPU {ordinal}: set-up {:.1} ms, then {} in {}, busy {:.1} ms ({:.1} \
+                 sentences/s), teardown {:.1} ms",
                 s.setup.as_secs_f64() * 1e3,
                 plural(s.items, "sentence"),
                 plural(s.jobs, "batch"),
                 s.busy.as_secs_f64() * 1e3,
-                s.items_per_second()
+                s.items_per_second(),
+                s.teardown.as_secs_f64() * 1e3
             );
         }
     }
@@ -379,52 +384,59 @@ fn cuda_options(no_graphs: bool, layer_norm: LayerNormChoice) -> CudaOptions {
     }
 }
 
-/// `embed --devices`: the batches shared out over the GPUs `ordinals`, each GPU's backend built
-/// in its own thread ([`embed_on_devices`]). Returns the embeddings and each GPU's ordinal and
-/// share.
-fn embed_on_gpus(
-    ordinals: &[usize],
-    model: &Model,
-    sentences: &[String],
+/// What `embed --devices` runs: the GPUs' ordinals, sentences per batch, the backend's options
+/// and its storage dtype.
+struct GpuRun<'a> {
+    ordinals: &'a [usize],
     batch_size: usize,
     options: CudaOptions,
     dtype: Dtype,
+}
+
+/// `embed --devices`: the batches shared out over the GPUs of `run`, each GPU's backend built
+/// in its own thread ([`embed_on_devices`]); the tokenizing time goes into `timings`. Returns
+/// the embeddings and each GPU's ordinal and share.
+fn embed_on_gpus(
+    run: &GpuRun<'_>,
+    model: &Model,
+    sentences: &[String],
     bar: &ProgressBar,
+    timings: &mut Timings,
 ) -> Result<(Embeddings, Vec<(usize, DeviceShare)>)> {
     // One backend type per storage dtype.
     fn on<T: GpuElement>(
-        ordinals: &[usize],
+        run: &GpuRun<'_>,
         model: &Model,
         sentences: &[String],
-        batch_size: usize,
-        options: CudaOptions,
         bar: &ProgressBar,
+        timings: &mut Timings,
     ) -> Result<(Embeddings, Vec<DeviceShare>)> {
-        embed_on_devices(
-            ordinals.len(),
-            |d| CudaBackend::<T>::new(&Gpu::new(ordinals[d])?, &model.weights, options),
+        let ran = embed_on_devices(
+            run.ordinals.len(),
+            |d| CudaBackend::<T>::new(&Gpu::new(run.ordinals[d])?, &model.weights, run.options),
             model.config.hidden_size,
             &model.tokenizer,
             sentences,
-            batch_size,
+            run.batch_size,
             |done, _| bar.set_position(done as u64),
-        )
+        )?;
+        timings.add(Stage::Tokenize, ran.tokenize);
+        Ok((ran.embeddings, ran.shares))
     }
-    let (o, b) = (ordinals, batch_size);
-    let ran = match dtype {
-        Dtype::F16 => on::<half::f16>(o, model, sentences, b, options, bar),
-        Dtype::Bf16 => on::<half::bf16>(o, model, sentences, b, options, bar),
+    let ran = match run.dtype {
+        Dtype::F16 => on::<half::f16>(run, model, sentences, bar, timings),
+        Dtype::Bf16 => on::<half::bf16>(run, model, sentences, bar, timings),
         Dtype::F32 => Err(fused_gemm_cli::device::f32_on_gpu()),
     };
     // Name the failing GPU by its ordinal rather than its place in the list.
     let (emb, shares) = ran.map_err(|e| match e {
         Error::OnDevice { device, source } => Error::OnDevice {
-            device: ordinals[device],
+            device: run.ordinals[device],
             source,
         },
         e => e,
     })?;
-    Ok((emb, ordinals.iter().copied().zip(shares).collect()))
+    Ok((emb, run.ordinals.iter().copied().zip(shares).collect()))
 }
 
 /// The stderr line for the sentences cut to `max_seq_len` tokens (`truncated`: their input

@@ -22,6 +22,9 @@ pub struct DeviceShare {
     pub busy: Duration,
     /// Time building the worker (for a GPU: its backend, weights uploaded and kernels loaded).
     pub setup: Duration,
+    /// Time releasing the worker after its last job (for a GPU: freeing its buffers and
+    /// graphs); the run waits for it.
+    pub teardown: Duration,
 }
 
 /// Sets the run's stop flag when dropped during a panic, so the other threads end at their next
@@ -36,10 +39,12 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
-/// What a worker thread sends: a job's result, or the worker's set-up time, or its error.
+/// What a worker thread sends: a job's result, the worker's set-up or teardown time, or its
+/// error.
 enum Event<T> {
     Ready(Duration),
     Done(usize, T, usize, Duration),
+    Released(Duration),
     Failed(Error),
 }
 
@@ -117,6 +122,9 @@ pub fn run_sharded<W, T: Send>(
                         Err(e) => return fail(e),
                     }
                 }
+                let t = Instant::now();
+                drop(worker);
+                send(Event::Released(t.elapsed()));
             });
         }
         drop(tx);
@@ -125,6 +133,7 @@ pub fn run_sharded<W, T: Send>(
             let share = &mut shares[device];
             match event {
                 Event::Ready(setup) => share.setup = setup,
+                Event::Released(teardown) => share.teardown = teardown,
                 Event::Done(job, value, items, busy) if first_error.is_none() => {
                     share.jobs += 1;
                     share.items += items;
@@ -155,7 +164,7 @@ pub fn run_sharded<W, T: Send>(
 /// `on_batch(done, total)` is called on the calling thread after each batch with the number of
 /// sentences done.
 ///
-/// Returns the embeddings in input order and each device's share.
+/// Returns the embeddings in input order, each device's share and the tokenizing time.
 ///
 /// # Errors
 /// [`Error::EmptyInput`] for no sentences; [`Error::InvalidArgument`] for `batch_size == 0` or
@@ -170,12 +179,14 @@ pub fn embed_on_devices<B: Backend, S: AsRef<str> + Sync>(
     sentences: &[S],
     batch_size: usize,
     mut on_batch: impl FnMut(usize, usize),
-) -> Result<(Embeddings, Vec<DeviceShare>)> {
+) -> Result<ShardedEmbeddings> {
     check_request(sentences.len(), batch_size)?;
     if devices == 0 {
         return Err(Error::invalid("--devices", "at least one device", 0));
     }
+    let t0 = Instant::now();
     let Encoded { ids, truncated } = tokenizer.encode_all(sentences)?;
+    let tokenize = t0.elapsed();
     let batches = plan_batches(&token_counts(&ids), batch_size);
     let pad_id = tokenizer.pad_id();
     let mut data = vec![0.0f32; sentences.len() * dim];
@@ -208,13 +219,26 @@ pub fn embed_on_devices<B: Backend, S: AsRef<str> + Sync>(
             on_batch(count, sentences.len());
         },
     )?;
-    Ok((
-        Embeddings {
+    Ok(ShardedEmbeddings {
+        embeddings: Embeddings {
             count: sentences.len(),
             dim,
             data,
             truncated,
         },
         shares,
-    ))
+        tokenize,
+    })
+}
+
+/// What [`embed_on_devices`] returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardedEmbeddings {
+    /// The embeddings, in input order.
+    pub embeddings: Embeddings,
+    /// Each device's share, by device.
+    pub shares: Vec<DeviceShare>,
+    /// Time tokenizing the sentences, once, on the calling thread's pool before the devices
+    /// start.
+    pub tokenize: Duration,
 }

@@ -210,7 +210,7 @@ fn two_cpu_devices_give_the_one_device_embeddings() {
     .unwrap();
     let dim = m.config.hidden_size;
     let mut progress = Vec::new();
-    let (got, shares) = embed_on_devices(
+    let ran = embed_on_devices(
         2,
         |_| cpu(m),
         dim,
@@ -220,7 +220,9 @@ fn two_cpu_devices_give_the_one_device_embeddings() {
         |d, t| progress.push((d, t)),
     )
     .unwrap();
+    let (got, shares) = (ran.embeddings, ran.shares);
     assert_eq!(got, want);
+    assert!(ran.tokenize > Duration::ZERO);
     assert_eq!(shares.iter().map(|s| s.items).sum::<usize>(), texts.len());
     assert_eq!(
         shares.iter().map(|s| s.jobs).sum::<usize>(),
@@ -257,4 +259,33 @@ fn embedding_on_no_devices_or_a_mismatched_one_is_refused() {
     assert!(matches!(run(1, dim, &[], 1), Error::EmptyInput { .. }));
     let e = run(2, dim + 1, &["a", "b"], 1);
     assert!(matches!(e, Error::OnDevice { .. }), "{e}");
+}
+
+/// A worker released after its last job reports how long that took, apart from its set-up and
+/// its jobs, and the run waits for it.
+#[test]
+fn releasing_a_worker_is_timed_as_its_teardown() {
+    struct SlowToDrop(Duration);
+    impl Drop for SlowToDrop {
+        fn drop(&mut self) {
+            std::thread::sleep(self.0);
+        }
+    }
+    let t = std::time::Instant::now();
+    let shares = run_sharded(
+        2,
+        |id| Ok(SlowToDrop(Duration::from_millis(30 * (id as u64 + 1)))),
+        6,
+        |_, job| Ok((job, 1)),
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(60));
+    for (id, s) in shares.iter().enumerate() {
+        assert!(
+            s.teardown >= Duration::from_millis(30 * (id as u64 + 1)),
+            "{s:?}"
+        );
+        assert!(s.busy < s.teardown, "{s:?}");
+    }
 }
