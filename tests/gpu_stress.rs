@@ -639,13 +639,17 @@ mod threads {
             let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
             let parts = cores.min(m).min((m * n * k) >> 18).max(1);
             let per = m.div_ceil(parts).max(1);
-            let pieces: Vec<(Vec<f64>, f64)> = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..m)
-                    .step_by(per)
-                    .map(|r0| s.spawn(move || rows(r0..(r0 + per).min(m))))
-                    .collect();
-                handles.into_iter().map(|h| h.join().unwrap()).collect()
-            });
+            let pieces: Vec<(Vec<f64>, f64)> = if parts == 1 {
+                vec![rows(0..m)]
+            } else {
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..m)
+                        .step_by(per)
+                        .map(|r0| s.spawn(move || rows(r0..(r0 + per).min(m))))
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).collect()
+                })
+            };
             let terms = pieces.iter().map(|p| p.1).fold(0f64, f64::max);
             let acc: Vec<f64> = pieces.into_iter().flat_map(|p| p.0).collect();
             let rounding = 4.0 * (k as f64).sqrt() * 2f64.powi(-24) * terms;

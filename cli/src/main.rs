@@ -82,8 +82,9 @@ struct EmbedArgs {
     /// spaces: a word after the flag is a sentence). The batches are shared out, a thread per
     /// GPU, each taking the next batch when its last is done; the output keeps the input order.
     /// A GPU that fails ends the run with its error and writes nothing. --timings then gives
-    /// each GPU's set-up time (weights uploaded, kernels loaded) and throughput, its batches
-    /// replayed as CUDA graphs (one GPU with --timings runs them eagerly, step by step).
+    /// the host's tokenizing and output times and each GPU's set-up (weights uploaded, kernels
+    /// loaded), throughput and teardown, its batches replayed as CUDA graphs (one GPU with
+    /// --timings runs them eagerly, step by step).
     /// Without --devices, --device decides.
     #[arg(long, value_name = "all|0,1,...")]
     devices: Option<DeviceList>,

@@ -352,7 +352,8 @@ fn shorten(s: &str, max_chars: usize) -> String {
 }
 
 /// `"1 sentence"`, `"2 sentences"`, `"2 batches"`: `n` and `noun`, with an `s` unless `n`
-/// is 1 (`es` after a sibilant ending: s, x, z, ch, sh).
+/// is 1, `es` after s, x, z, ch and sh (English's regular rule, for the nouns this tool
+/// counts; not for words such as "epoch").
 pub fn plural(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
@@ -375,7 +376,10 @@ mod tests {
     /// order, across several blocks and a partial last task.
     #[test]
     fn jsonl_lines_are_in_input_order_across_blocks() {
-        let (count, dim) = (5000, 3);
+        let block = super::JSONL_LINES_PER_TASK
+            * super::JSONL_TASKS_PER_CORE
+            * rayon::current_num_threads();
+        let (count, dim) = (2 * block + 17, 3);
         let sentences: Vec<String> = (0..count).map(|i| format!("s\"{i}\\")).collect();
         let data: Vec<f32> = (0..count * dim).map(|v| v as f32 / 7.0 - 11.0).collect();
         let emb = Embeddings {

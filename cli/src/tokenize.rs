@@ -134,7 +134,8 @@ impl MiniLmTokenizer {
 
     /// Token ids of each sentence, as [`MiniLmTokenizer::encode`], and which sentences were cut.
     /// The sentences are tokenized on every core (rayon's global pool): one thread took about
-    /// 65 µs a sentence, ten times the GPU's time per sentence of a MiniLM forward at batch 256.
+    /// 65 µs a sentence, several times the GPU's 10 µs a sentence in a MiniLM forward at batch
+    /// 256.
     ///
     /// # Errors
     /// [`Error::Tokenize`] naming the first sentence, in input order, that failed.

@@ -261,8 +261,8 @@ fn embedding_on_no_devices_or_a_mismatched_one_is_refused() {
     assert!(matches!(e, Error::OnDevice { .. }), "{e}");
 }
 
-/// A worker released after its last job reports how long that took, apart from its set-up and
-/// its jobs, and the run waits for it.
+/// A worker released after its last job reports how long that took, on its own device and
+/// apart from its set-up and its jobs.
 #[test]
 fn releasing_a_worker_is_timed_as_its_teardown() {
     struct SlowToDrop(Duration);
@@ -271,7 +271,6 @@ fn releasing_a_worker_is_timed_as_its_teardown() {
             std::thread::sleep(self.0);
         }
     }
-    let t = std::time::Instant::now();
     let shares = run_sharded(
         2,
         |id| Ok(SlowToDrop(Duration::from_millis(30 * (id as u64 + 1)))),
@@ -280,7 +279,6 @@ fn releasing_a_worker_is_timed_as_its_teardown() {
         |_, _| {},
     )
     .unwrap();
-    assert!(t.elapsed() >= Duration::from_millis(60));
     for (id, s) in shares.iter().enumerate() {
         assert!(
             s.teardown >= Duration::from_millis(30 * (id as u64 + 1)),
