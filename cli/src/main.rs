@@ -236,9 +236,12 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
         read_lines_from(std::io::stdin().lock(), "stdin")?
     };
     if sentences.is_empty() {
-        return Err(Error::EmptyInput {
-            hint: "give sentences as arguments, with --file, or on stdin",
-        });
+        let hint = if args.file.is_some() {
+            "the --file input has no lines (a blank line is an empty sentence)"
+        } else {
+            "give sentences as arguments, with --file, or on stdin"
+        };
+        return Err(Error::EmptyInput { hint });
     }
 
     if args.devices.is_some() && args.device == DeviceChoice::Cpu {
@@ -260,7 +263,13 @@ fn run_embed(args: EmbedArgs) -> Result<()> {
     };
     let (placement, note) = resolve_device(choice, || Gpu::new(first))?;
     let dtype = args.dtype.resolve(placement.is_cuda());
-    check_dtype(&placement, dtype)?;
+    if let Err(e) = check_dtype(&placement, dtype) {
+        // Why the CPU was chosen explains why the dtype is refused.
+        if let Some(note) = note {
+            eprintln!("fused-gemm: {note}");
+        }
+        return Err(e);
+    }
     if let Some(note) = note {
         eprintln!("fused-gemm: {note} ({dtype})");
     }

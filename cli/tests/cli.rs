@@ -236,7 +236,10 @@ fn empty_input_fails() {
         .arg(&out_path)
         .arg("--file")
         .arg(empty.path());
-    assert_fails(&run(c, b""), &["no input sentences"]);
+    assert_fails(
+        &run(c, b""),
+        &["no input sentences", "--file input has no lines"],
+    );
     assert_empty(dir.path());
 }
 
@@ -455,6 +458,15 @@ fn bad_options_fail_with_clear_messages() {
             assert_eq!(parse_jsonl(&out.stdout).len(), 1);
         }
         Err(e) => assert_fails(&out, &[&e.to_string()]),
+    }
+    // --dtype f16 with the default --device auto: on the GPU when one opens; otherwise the
+    // refusal also says why the CPU was chosen.
+    let mut c = bin();
+    c.args(["embed", "--dtype", "f16", "hello"]);
+    let out = run(c, b"");
+    match fused_gemm::Gpu::new(0) {
+        Ok(_) => assert!(out.status.success(), "--dtype f16 failed with a GPU"),
+        Err(_) => assert_fails(&out, &["running on the CPU", "f32 only"]),
     }
     // --devices lists GPUs: without one it fails and says so; with one, a run over all of
     // them gives the rows of a run on GPU 0 alone, in input order.
