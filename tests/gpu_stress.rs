@@ -621,37 +621,26 @@ mod threads {
             let (m, n, k) = (self.m, self.n, self.k);
             let (pa, pb) = &pools.slots[self.slot];
             let ((ar, ac), (br, bc), (rr, rc)) = (self.a_at, self.b_at, self.r_at);
-            // Rows of C over this machine's cores: a one-thread run otherwise spent more than
-            // half its time here, with the other cores idle.
-            let rows = |rs: std::ops::Range<usize>| {
-                let mut acc = Vec::with_capacity(rs.len() * n);
-                let mut terms = 0f64;
-                for r in rs {
+            // Rows of C on rayon's pool, shared by every stress thread of the process: a
+            // one-thread run otherwise spent more than half its time here, other cores idle.
+            use rayon::prelude::*;
+            let rows: Vec<(Vec<f64>, f64)> = (0..m)
+                .into_par_iter()
+                .map(|r| {
                     let a = pa.row(ar + r, ac..ac + k);
-                    for j in 0..n {
-                        let (dot, abs) = dot_and_abs(a, pb.row(br + j, bc..bc + k));
-                        acc.push(dot);
-                        terms = terms.max(abs);
-                    }
-                }
-                (acc, terms)
-            };
-            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-            let parts = cores.min(m).min((m * n * k) >> 18).max(1);
-            let per = m.div_ceil(parts).max(1);
-            let pieces: Vec<(Vec<f64>, f64)> = if parts == 1 {
-                vec![rows(0..m)]
-            } else {
-                std::thread::scope(|s| {
-                    let handles: Vec<_> = (0..m)
-                        .step_by(per)
-                        .map(|r0| s.spawn(move || rows(r0..(r0 + per).min(m))))
+                    let mut terms = 0f64;
+                    let row = (0..n)
+                        .map(|j| {
+                            let (dot, abs) = dot_and_abs(a, pb.row(br + j, bc..bc + k));
+                            terms = terms.max(abs);
+                            dot
+                        })
                         .collect();
-                    handles.into_iter().map(|h| h.join().unwrap()).collect()
+                    (row, terms)
                 })
-            };
-            let terms = pieces.iter().map(|p| p.1).fold(0f64, f64::max);
-            let acc: Vec<f64> = pieces.into_iter().flat_map(|p| p.0).collect();
+                .collect();
+            let terms = rows.iter().map(|p| p.1).fold(0f64, f64::max);
+            let acc: Vec<f64> = rows.into_iter().flat_map(|p| p.0).collect();
             let rounding = 4.0 * (k as f64).sqrt() * 2f64.powi(-24) * terms;
             let residual = || {
                 (0..m)

@@ -60,9 +60,8 @@ pub fn write_jsonl<S: AsRef<str> + Sync>(
     for start in (0..sentences.len()).step_by(block) {
         let end = (start + block).min(sentences.len());
         let texts: Vec<Vec<u8>> = (start..end)
-            .step_by(JSONL_LINES_PER_TASK)
-            .collect::<Vec<_>>()
             .into_par_iter()
+            .step_by(JSONL_LINES_PER_TASK)
             .map(|s| format(s..(s + JSONL_LINES_PER_TASK).min(end)))
             .collect::<io::Result<_>>()?;
         for t in &texts {
