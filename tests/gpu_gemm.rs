@@ -1485,7 +1485,8 @@ fn rope_values_dimensions_and_offsets() {
 }
 
 /// GELU variant through the GEMM epilogue (f32 in and out): `gelu` is erf-GELU, at x = −3,
-/// −1.5, 1, 3 → −0.0040497, −0.1002108, 0.8413447, 2.9959503 to 1e-6, which the tanh
+/// −1.5, 1, 3 → −0.0040497, −0.1002108, 0.8413447, 2.9959503 to 5e-6 (its 4e-6 contract
+/// plus the values' rounding), which the tanh
 /// approximation (−0.0036374, −0.1004284, 0.8411920, 2.9963626) misses by more than 1e-4.
 #[test]
 fn gelu_is_the_erf_form_at_the_given_points() {
@@ -1511,7 +1512,7 @@ fn gelu_is_the_erf_form_at_the_given_points() {
     println!("gelu (erf) through the GEMM epilogue at {X:?}: {got:?}");
     for i in 0..4 {
         assert!(
-            (got[i] - ERF[i]).abs() < 1e-6,
+            (got[i] - ERF[i]).abs() < 5e-6,
             "gelu({}) = {}, want {}",
             X[i],
             got[i],

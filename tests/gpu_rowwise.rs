@@ -288,21 +288,24 @@ fn swiglu_odd_widths_give_known_values() {
 
 // GELU variant at the given points, in f32: erf-GELU ("gelu") of x = −3, −1.5, 1, 3 is
 // −0.0040497, −0.1002108, 0.8413447, 2.9959503, the tanh approximation ("gelu_new",
-// "gelu_pytorch_tanh") −0.0036374, −0.1004284, 0.8411920, 2.9963626; each to 1e-6.
+// "gelu_pytorch_tanh") −0.0036374, −0.1004284, 0.8411920, 2.9963626; erf-GELU to 5e-6 (its
+// 4e-6 contract plus the values' rounding), tanh-GELU to 1e-6.
 #[test]
 fn gelu_variants_at_the_given_points_in_f32() {
     let Some(gpu) = gpu_or_skip("gelu_points") else {
         return;
     };
     const X: [f32; 4] = [-3.0, -1.5, 1.0, 3.0];
-    for (act, want) in [
+    for (act, want, tol) in [
         (
             Activation::Gelu,
             [-0.0040497, -0.1002108, 0.8413447, 2.9959503],
+            5e-6,
         ),
         (
             Activation::GeluTanh,
             [-0.0036374, -0.1004284, 0.8411920, 2.9963626],
+            1e-6,
         ),
     ] {
         let (x, _) = upload::<f32>(&gpu, &X);
@@ -312,7 +315,7 @@ fn gelu_variants_at_the_given_points_in_f32() {
         println!("{} at {X:?}: {got:?}", act.name());
         for i in 0..4 {
             assert!(
-                (got[i] - want[i]).abs() < 1e-6,
+                (got[i] - want[i]).abs() < tol,
                 "{}({}) = {}, want {}",
                 act.name(),
                 X[i],

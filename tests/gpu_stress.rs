@@ -377,17 +377,17 @@ mod shapes {
     /// magnitude can be far below the errors the output type and the epilogue allow; such a row
     /// is judged against a floor magnitude ([`Tolerance::with_floor`]), which bounds both its
     /// Frobenius error and each element:
-    /// - erf-GELU is within 2e-7 of float64 in absolute terms below 1
+    /// - erf-GELU is within 4e-6 of float64 in absolute terms below 1
     ///   (`fused_gemm::device::math::gelu_erf`): a row of far-negative pre-activations (GELU
-    ///   outputs near or below 1e-7, one element when N = 1) is judged against the magnitude
-    ///   whose tolerance is 2e-7;
+    ///   outputs near or below 1e-5, one element when N = 1) is judged against the magnitude
+    ///   whose tolerance is 4e-6;
     /// - an f16 output below f16's smallest normal number (6.1e-5) holds one subnormal step of
     ///   absolute precision, so an f16 row is judged against at least that magnitude (added to
     ///   the GELU floor: both errors occur together).
     fn row_tolerance(dtype: DType, out: DType, epilogue: Epilogue) -> Tolerance {
         let tol = Tolerance::rel(if dtype == DType::Bf16 { 1e-2 } else { 2e-3 });
         let gelu = if epilogue == Epilogue::BiasGelu {
-            2e-7 / tol.frobenius
+            4e-6 / tol.frobenius
         } else {
             0.0
         };

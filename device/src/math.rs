@@ -133,11 +133,9 @@ pub fn rsqrt(x: f32) -> f32 {
 /// Complementary error function, erfc(x) = 1 − erf(x).
 ///
 /// Chebyshev fit of Press et al., *Numerical Recipes* §6.2 (`erfcc`): fractional error below
-/// 1.2e-7 everywhere, which keeps erf-GELU within 1e-6 of float64. Branch-free
-/// and cheap: t = 1/(1 + z/2) is one `rcp.approx.ftz` (1 ulp), e^(−z² + P(t)) one
-/// `ex2.approx.ftz` with log2(e) folded into its argument, the sign one `selp` (a `div.full`, the
-/// non-ftz `ex2` and a branch made erf-GELU epilogues cost 46 instructions a value, against 7 for
-/// tanh-GELU). Below 2^-126 (|x| > 9.3) the result flushes to 0 (to 2 for x < −9.3).
+/// 1.2e-7 everywhere. Branch-free: t = 1/(1 + z/2) is one `rcp.approx.ftz` (1 ulp),
+/// e^(−z² + P(t)) one `ex2.approx.ftz` with log2(e) folded into its argument, the sign one
+/// `selp`. Below 2^-126 (|x| > 9.3) the result flushes to 0 (to 2 for x < −9.3).
 #[inline(always)]
 #[allow(clippy::excessive_precision)] // the coefficients as Numerical Recipes prints them
 pub fn erfc(x: f32) -> f32 {
@@ -212,27 +210,25 @@ pub fn sigmoid(x: f32) -> f32 {
 /// GELU with the exact normal CDF, x·Φ(x): what BERT configs call `gelu`.
 ///
 /// logit Φ is odd, so x·Φ(x) = x/(1 + e^(−logit Φ(x))), and −log2(e)·logit Φ(x) is fitted as
-/// x·P(x²) with P of degree 6 (this crate's fit: weighted least squares iterated towards
-/// minimax on |x| ≤ 6, weights the sensitivity of x·Φ to the logit). One `ex2`, one `rcp` and
-/// nine FMA-class instructions, no branch: four more than [`gelu_tanh`], where the Numerical
-/// Recipes [`erfc`] took sixteen. Within 2e-7 of float64 over all f32 (absolute below 1,
-/// relative above). P stays positive past the fit, so for large x the result is x and for
-/// large −x it is −0, with no clamp; NaN stays NaN.
+/// x·P(x²) with P of degree 4 (this crate's fit: weighted least squares iterated towards
+/// minimax on |x| ≤ 6, weights the sensitivity of x·Φ to the logit at ±x). One `ex2`, one
+/// `rcp` and eight FMA-class instructions, no branch: within 4e-6 of float64 over all f32
+/// (absolute below 1, relative above): a hundredth of an f16 step at 1, far below the tanh
+/// approximation's 3e-4. A GEMM epilogue runs it once per output value, so each term of P
+/// costs time, and degree 4 is the lowest whose error stays that small. P's leading
+/// coefficient is negative, so for large x the result is x and for large −x it is −0, with
+/// no clamp; NaN stays NaN.
 #[inline(always)]
 pub fn gelu_erf(x: f32) -> f32 {
-    const P: [f32; 7] = [
-        -2.302_207_5,
-        -1.048_381_8e-1,
-        9.528_049e-5,
-        1.594_899e-4,
-        -1.146_740_2e-5,
-        3.860_587_3e-7,
-        -5.234_855_7e-9,
+    const P: [f32; 5] = [
+        -2.302_043_7,
+        -1.052_299_7e-1,
+        3.620_477_2e-4,
+        8.790_976_4e-5,
+        -3.210_377_1e-6,
     ];
     let s = x * x;
-    let mut p = P[6];
-    p = fma(p, s, P[5]);
-    p = fma(p, s, P[4]);
+    let mut p = P[4];
     p = fma(p, s, P[3]);
     p = fma(p, s, P[2]);
     p = fma(p, s, P[1]);
@@ -305,15 +301,16 @@ pub fn round(x: f32) -> f32 {
 mod tests {
     use super::*;
 
-    // Float64 values of erf-GELU and tanh-GELU, which differ by up to ~4e-4.
+    // Float64 values of erf-GELU and tanh-GELU, which differ by up to ~4e-4: erf-GELU to its
+    // 4e-6 contract (plus the values' rounding), tanh-GELU to 1e-6.
     #[test]
-    fn gelu_variants_match_float64_to_1e6() {
+    fn gelu_variants_match_float64_at_given_points() {
         let xs = [-3.0f32, -1.5, 1.0, 3.0];
         let erf = [-0.004_049_7, -0.100_210_8, 0.841_344_7, 2.995_950_3];
         let tanh = [-0.003_637_4, -0.100_428_4, 0.841_192, 2.996_362_6];
         for i in 0..4 {
             assert!(
-                (gelu_erf(xs[i]) - erf[i]).abs() < 1e-6,
+                (gelu_erf(xs[i]) - erf[i]).abs() < 5e-6,
                 "gelu({}) = {}",
                 xs[i],
                 gelu_erf(xs[i])
@@ -378,7 +375,7 @@ mod tests {
             let (got, want) = (gelu_erf(xf) as f64, reference(xf as f64));
             let err = (got - want).abs() / want.abs().max(1.0);
             worst = worst.max(err);
-            assert!(err <= 2e-7, "gelu_erf({xf}) = {got}, want {want}");
+            assert!(err <= 4e-6, "gelu_erf({xf}) = {got}, want {want}");
             x += 0.000_731;
         }
         for xf in [
@@ -390,7 +387,7 @@ mod tests {
             -1e30,
         ] {
             let want = reference(xf as f64);
-            assert!((gelu_erf(xf) as f64 - want).abs() <= 2e-7 * want.abs().max(1.0));
+            assert!((gelu_erf(xf) as f64 - want).abs() <= 4e-6 * want.abs().max(1.0));
         }
         assert_eq!(gelu_erf(f32::INFINITY), f32::INFINITY);
         assert!(worst > 0.0);
