@@ -17,7 +17,7 @@ use fused_gemm::host::launch::LaunchOptions;
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, round_slice, unit_roundoff,
 };
-use fused_gemm::host::testing::{assert_close, compare, gpu_or_skip, rng, sanitizing};
+use fused_gemm::host::testing::{Tolerance, assert_close, compare, gpu_or_skip, rng, sanitizing};
 use fused_gemm::host::{Gpu, Result, Tensor};
 use fused_gemm::kernels::{blocks, gemm, stages};
 use rand::RngExt;
@@ -174,7 +174,11 @@ fn case(
     let got = fx.get(&c);
     let acc = gemm64(m, n, k, &a.v, &b.v, b_col);
     let want = apply_stages(m, n, &acc, &stages, c_in.map(|c| c.v.as_slice())).unwrap();
-    let close = compare(&got, &want, threshold(input));
+    let close = compare(
+        &got,
+        &want,
+        Tolerance::rel(threshold(input)).for_stages(&stages),
+    );
     let p = report
         .plan
         .map(|p| {
@@ -846,7 +850,8 @@ fn split_k_applies_the_epilogue_once() {
             bias.v[0]
         );
     }
-    // Partial sums +3 and −3 from two K chunks (128 each), bias 0.5, then erf-GELU: 0.3457312.
+    // Partial sums +3 and −3 from two K chunks (128 each), bias 0.5, then erf-GELU: 0.3457312,
+    // to erf-GELU's 4e-6 plus the value's rounding.
     let (m, n, k) = (1, 1, 256);
     let a = fx.upload(m, k, DType::F16, vec![1.0; k]);
     let bvals: Vec<f64> = (0..k)
@@ -868,7 +873,7 @@ fn split_k_applies_the_epilogue_once() {
         assert_eq!(plan.splits, splits);
         let got = fx.get(&c)[0];
         println!("split-K {splits}: (+3) + (−3) + 0.5 → GELU = {got}");
-        assert!((got - 0.345_731_2).abs() < 1e-6, "splits {splits}: {got}");
+        assert!((got - 0.345_731_2).abs() < 5e-6, "splits {splits}: {got}");
     }
     // Random data: split and unsplit agree to f32 rounding.
     let (m, n, k) = (96, 160, 3000);

@@ -230,7 +230,9 @@ fn case(
     let close = compare(
         &got,
         &want,
-        Tolerance::rel(threshold(input)).with_floor(tiny),
+        Tolerance::rel(threshold(input))
+            .with_floor(tiny)
+            .for_stages(&stages),
     );
     let err = close.frobenius;
     let p = report

@@ -14,7 +14,7 @@ use fused_gemm::host::plan::{NormPath, Plan};
 use fused_gemm::host::reference::epilogue::{
     PairLayout, RefStage, RopeConfig, apply_stages, output_width, round_slice,
 };
-use fused_gemm::host::testing::{compare, gpu_or_skip, rng};
+use fused_gemm::host::testing::{Tolerance, compare, gpu_or_skip, rng};
 use fused_gemm::host::{Gpu, Result, Tensor};
 use fused_gemm::kernels::stages;
 use rand::RngExt;
@@ -116,7 +116,11 @@ fn case(
         .collect();
     let acc = gemm64(m, n, k, &a.v, &b.v, b_col);
     let want = apply_stages(m, n, &acc, stages, c_in.map(|c| c.v.as_slice())).unwrap();
-    let close = compare(&got, &want, threshold(input));
+    let close = compare(
+        &got,
+        &want,
+        Tolerance::rel(threshold(input)).for_stages(stages),
+    );
     println!(
         "{label:<28} {m:>4}x{n:>4}x{k:>4} rel err {:.2e} worst element {:.2} of its bound  [tile {}x{}x{} splits {} norm {:?}]",
         close.frobenius,

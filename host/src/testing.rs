@@ -34,6 +34,9 @@ use std::sync::OnceLock;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
+use fused_gemm_device::math::GELU_ERF_MAX_ERROR;
+
+use crate::reference::epilogue::RefStage;
 use crate::reference::rel_frobenius_error;
 use crate::{Error, Gpu};
 
@@ -194,6 +197,30 @@ impl Tolerance {
     /// The same bounds, judged against a scale of at least `floor` (see [`Tolerance::floor`]).
     pub const fn with_floor(self, floor: f64) -> Self {
         Tolerance { floor, ..self }
+    }
+
+    /// The same bounds for a result that also carries an absolute error of up to `err` of its
+    /// own (a function approximated to an absolute bound): the floor grows by the magnitude
+    /// whose Frobenius bound is `err`, so outputs far below `err` (GELU's negative tail, a row
+    /// of one element) are judged against that magnitude.
+    pub fn plus_absolute_error(self, err: f64) -> Self {
+        Tolerance {
+            floor: self.floor + err / self.frobenius,
+            ..self
+        }
+    }
+
+    /// The same bounds widened by the absolute error the device's approximations in `stages`
+    /// add: erf-GELU's [`GELU_ERF_MAX_ERROR`] for a `gelu` or `geglu` stage.
+    pub fn for_stages(self, stages: &[RefStage]) -> Self {
+        if stages
+            .iter()
+            .any(|s| matches!(s, RefStage::Gelu | RefStage::GeGlu(_)))
+        {
+            self.plus_absolute_error(GELU_ERF_MAX_ERROR as f64)
+        } else {
+            self
+        }
     }
 }
 
@@ -528,6 +555,15 @@ mod tests {
         assert!(!compare(&got, &want, 1e-2).passed());
         let r = compare(&got, &want, Tolerance::rel(1e-2).plus_abs(0.01));
         assert!(r.passed() && (r.worst - 0.025 / 0.03).abs() < 1e-9, "{r}");
+        // erf-GELU's own absolute error: a one-element output of GELU's far tail, 3e-6 off,
+        // fails a relative bound and passes once a `gelu` stage adds that error; 3e-5 off
+        // still fails, and stages without an approximation add nothing.
+        let tail = vec![-1e-5];
+        let t = Tolerance::rel(1e-2);
+        assert!(!compare(&[-1.3e-5], &tail, t).passed());
+        assert!(compare(&[-1.3e-5], &tail, t.for_stages(&[RefStage::Gelu])).passed());
+        assert!(!compare(&[-4e-5], &tail, t.for_stages(&[RefStage::Gelu])).passed());
+        assert_eq!(t.for_stages(&[RefStage::GeluTanh, RefStage::Relu]), t);
         // An all-zero reference: absolute bounds, as rel_frobenius_error.
         assert!(compare(&[1e-3, 0.0], &[0.0, 0.0], 1e-2).passed());
         assert!(!compare(&[1e-1, 0.0], &[0.0, 0.0], 1e-2).passed());
