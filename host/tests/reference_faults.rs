@@ -150,23 +150,25 @@ fn gelu_erf_and_tanh_at_the_given_points() {
 }
 
 // The device formulas (host build of `fused_gemm_device::math`, f32) against the f64
-// reference, at the given points and over a sweep.
+// reference, at the given points and over a sweep: tanh-GELU to 1e-6, erf-GELU to its stated
+// bound (`GELU_ERF_MAX_ERROR`, plus the given values' rounding at the points).
 #[test]
 fn device_gelu_formulas_match_reference_in_f32() {
+    let erf_bound = dmath::GELU_ERF_MAX_ERROR as f64;
     for i in 0..4 {
         let x = GELU_X[i] as f32;
-        assert!((dmath::gelu_erf(x) as f64 - GELU_ERF[i]).abs() < 1e-6);
+        assert!((dmath::gelu_erf(x) as f64 - GELU_ERF[i]).abs() < erf_bound + 1e-7);
         assert!((dmath::gelu_tanh(x) as f64 - GELU_TANH[i]).abs() < 1e-6);
     }
     let mut worst = (0.0f64, 0.0f64);
     for i in -1000..=1000 {
         let x = i as f32 * 0.01;
-        let tol = 1e-6 * (x.abs() as f64).max(1.0);
+        let scale = (x.abs() as f64).max(1.0);
         let de = (dmath::gelu_erf(x) as f64 - gelu_erf(x as f64)).abs();
         let dt = (dmath::gelu_tanh(x) as f64 - gelu_tanh(x as f64)).abs();
         worst = (worst.0.max(de), worst.1.max(dt));
-        assert!(de <= tol, "device gelu_erf({x}) off by {de}");
-        assert!(dt <= tol, "device gelu_tanh({x}) off by {dt}");
+        assert!(de <= erf_bound * scale, "device gelu_erf({x}) off by {de}");
+        assert!(dt <= 1e-6 * scale, "device gelu_tanh({x}) off by {dt}");
     }
     println!(
         "device gelu vs f64 on [-10, 10]: erf {:.2e}, tanh {:.2e}",
