@@ -217,9 +217,9 @@ pub const GELU_ERF_MAX_ERROR: f32 = 4e-6;
 /// x·P(x²) with P of degree 4 (this crate's fit: weighted least squares iterated towards
 /// minimax on |x| ≤ 6, weights the sensitivity of x·Φ to the logit at ±x). One `ex2`, one
 /// `rcp` and eight FMA-class instructions, no branch: within [`GELU_ERF_MAX_ERROR`] (4e-6)
-/// of float64 over all f32 (absolute below 1, relative above), a hundredth of an f16 step at
-/// 1 and far below the tanh approximation's 3e-4. A GEMM epilogue runs it once per output
-/// value, where each term of P costs time (degree 6, 2e-7, was 4–6% slower on the H100's
+/// of float64 over all f32 (absolute below 1, relative above), under a hundredth of an f16 step
+/// at 1 and far below the tanh approximation's 5e-4. A GEMM epilogue runs it once per output
+/// value, where each term of P costs time (degree 6, 2e-7, was 4–7% slower on the H100's
 /// BERT and MiniLM FFN-up rows); degree 4 is the lowest whose error stays that small without
 /// a clamp. P's leading coefficient is negative, so for large x the result is x and for large
 /// −x it is −0; NaN stays NaN.
